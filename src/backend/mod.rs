@@ -1,0 +1,75 @@
+//! Completion backends. One closed enum for the set (DESIGN.md "Backends"); today the set is
+//! the OpenAI completions API that vLLM, SGLang, llama-server, TGI and Ollama serve.
+
+mod openai_completions;
+
+pub use openai_completions::{OpenAiCompletions, STOP};
+
+use crate::error::ProxyError;
+use crate::openai::completions::Usage;
+
+/// Sampling parameters of one step, taken from the chat request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationParams {
+    /// Tokens to generate at most.
+    pub max_tokens: u32,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub seed: Option<i64>,
+}
+
+/// What a backend generated for one prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendCompletion {
+    /// Generated text, without the matched stop string (backends drop it).
+    pub text: String,
+    /// The backend's own `finish_reason` (`stop`, `length`, ...), for the trace only: the
+    /// proxy decides the `finish_reason` it sends.
+    pub finish_reason: Option<String>,
+    /// The stop string the backend reports as matched (vLLM `stop_reason`, SGLang
+    /// `matched_stop`, llama-server `stopping_word`).
+    pub matched_stop: Option<String>,
+    pub usage: Option<Usage>,
+    /// Model name the backend was asked for.
+    pub model: String,
+    /// HTTP attempts made (1 + retries used).
+    pub attempts: u32,
+}
+
+impl BackendCompletion {
+    /// Whether generation was cut by the token limit.
+    pub fn hit_length(&self) -> bool {
+        self.finish_reason.as_deref() == Some("length")
+    }
+}
+
+/// The configured backend.
+#[derive(Debug)]
+pub enum Backend {
+    OpenAiCompletions(OpenAiCompletions),
+}
+
+impl Backend {
+    /// Generates one step's continuation of `prompt`, stopping after one action.
+    ///
+    /// Errors: [`ProxyError::ContextLengthExceeded`] when the backend says the prompt does not
+    /// fit, [`ProxyError::BackendUnavailable`] after the retries, [`ProxyError::BackendTimeout`],
+    /// [`ProxyError::Backend`] for any other failure.
+    pub async fn complete(
+        &self,
+        prompt: &str,
+        params: &GenerationParams,
+        request_model: Option<&str>,
+    ) -> Result<BackendCompletion, ProxyError> {
+        match self {
+            Self::OpenAiCompletions(b) => b.complete(prompt, params, request_model).await,
+        }
+    }
+
+    /// The model name served, for `GET /v1/models`.
+    pub async fn model_name(&self) -> Option<String> {
+        match self {
+            Self::OpenAiCompletions(b) => b.resolved_model().await,
+        }
+    }
+}

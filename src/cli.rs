@@ -1,0 +1,124 @@
+//! Command-line structs only (clap derive). Every `serve` flag can also come from an
+//! `ASAP_<FLAG>` environment variable or the TOML file given by `--config`; precedence is
+//! flags > environment > file > defaults ([`crate::config`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::render::Format;
+
+/// asap-proxy: drive pretrained base models from unmodified agent scaffolds.
+#[derive(Debug, Parser)]
+#[command(name = "asap-proxy", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the OpenAI Chat Completions API in front of a base-model completion backend.
+    Serve(ServeArgs),
+    /// Print the continuation text a chat completion request becomes (no backend needed).
+    Render(RenderArgs),
+}
+
+/// Flags shared by `serve` and `render`: how a request is turned into a prompt.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PromptArgs {
+    /// Scaffold profile: `auto` (detect from tool names) or a profile name
+    /// (swe-agent, openhands-sdk, openhands-codeact, mini-swe-agent, generic).
+    #[arg(long, env = "ASAP_PROFILE")]
+    pub profile: Option<String>,
+    /// Interaction format of the continuation document.
+    #[arg(long, env = "ASAP_FORMAT", value_enum)]
+    pub format: Option<Format>,
+    /// TOML configuration file (keys as the long flags, with `_` for `-`).
+    #[arg(long, env = "ASAP_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// `asap-proxy serve`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1:8100].
+    #[arg(long, env = "ASAP_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Base URL of the completion backend, including `/v1`
+    /// [default: http://127.0.0.1:8080/v1, llama-server's default port].
+    #[arg(long, env = "ASAP_BACKEND")]
+    pub backend: Option<String>,
+    /// Model name sent to the backend [default: the first model of `GET {backend}/models`,
+    /// else the request's `model`].
+    #[arg(long, env = "ASAP_BACKEND_MODEL")]
+    pub backend_model: Option<String>,
+    /// Bearer token for the backend, if it needs one (never logged).
+    #[arg(long, env = "ASAP_BACKEND_API_KEY", hide_env_values = true)]
+    pub backend_api_key: Option<String>,
+    /// Directory for the JSONL trace logs, one file per session [default: asap-logs].
+    #[arg(long, env = "ASAP_LOG_DIR")]
+    pub log_dir: Option<PathBuf>,
+    /// Upper bound on generated tokens per step; a smaller request `max_tokens` wins
+    /// [default: 1024].
+    #[arg(long, env = "ASAP_MAX_TOKENS")]
+    pub max_tokens: Option<u32>,
+    /// Seconds to wait for one backend call [default: 300].
+    #[arg(long, env = "ASAP_BACKEND_TIMEOUT")]
+    pub backend_timeout: Option<u64>,
+    /// Retries after a connect error or a 5xx from the backend, with exponential backoff
+    /// from 250 ms [default: 3].
+    #[arg(long, env = "ASAP_BACKEND_RETRIES")]
+    pub backend_retries: Option<u32>,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+}
+
+/// `asap-proxy render`.
+#[derive(Debug, Clone, Args)]
+pub struct RenderArgs {
+    /// Chat completion request body (JSON file, or `-` for standard input).
+    #[arg(long)]
+    pub request: PathBuf,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "asap-proxy",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--backend",
+            "http://127.0.0.1:8000/v1",
+            "--profile",
+            "swe-agent",
+            "--format",
+            "markdown-xml",
+            "--max-tokens",
+            "64",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(args.listen, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(args.max_tokens, Some(64));
+        assert_eq!(args.prompt.profile.as_deref(), Some("swe-agent"));
+        assert_eq!(args.prompt.format, Some(Format::MarkdownXml));
+    }
+}

@@ -1,0 +1,196 @@
+//! Chat messages → the scaffold-neutral trajectory: a task and a list of steps
+//! (thought, action, observation), per DESIGN.md "One request, start to end".
+//!
+//! Rules, in message order:
+//! - `system`/`developer` messages before the first assistant message form the system text;
+//!   `user` (and stray `tool`) messages before it form the task text.
+//! - Each assistant message is one step per tool call (the first carries the message text as
+//!   the thought), or one step without action when it has no tool call (an unparsable turn).
+//! - A `tool`/`function` message is the observation of the step whose call id it names, else
+//!   of the latest step. A `user` or `system` message after the first assistant message (e.g.
+//!   a scaffold's format-error reply) is appended to the latest step's observation.
+
+use serde_json::{Map, Value};
+
+use crate::openai::chat::{ChatMessage, Role};
+use crate::profile::ToolSet;
+
+/// An action in the neutral vocabulary. Serialised in traces as
+/// `{"kind": "call", "tag": …, "arguments": {…}}` or `{"kind": "submit", "message": …}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Action {
+    /// A tool call written as `<tag>…</tag>`; `arguments` are already coerced to the schema.
+    Call {
+        tag: String,
+        arguments: Map<String, Value>,
+    },
+    /// `<submit/>`, with an optional message (`<submit>message</submit>`).
+    Submit { message: Option<String> },
+}
+
+/// One step of a trajectory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Step {
+    pub thought: String,
+    pub action: Option<Action>,
+    pub observation: Option<String>,
+    /// Tool-call id of the action in the scaffold's history, if any.
+    pub call_id: Option<String>,
+    /// Index of the assistant message this step came from (parallel calls share one).
+    pub turn: usize,
+}
+
+/// A whole conversation in neutral form.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Conversation {
+    /// System text (scaffold instructions), may be empty.
+    pub system: String,
+    /// The task: user text before the first assistant message.
+    pub task: String,
+    pub steps: Vec<Step>,
+}
+
+impl Conversation {
+    /// Builds the neutral conversation from a request's messages.
+    pub fn from_messages(messages: &[ChatMessage], tools: &ToolSet) -> Self {
+        let mut conv = Conversation::default();
+        let mut system = Vec::new();
+        let mut task = Vec::new();
+        for message in messages {
+            let text = message.content.as_str();
+            match message.role {
+                Role::Assistant => conv.push_assistant(message, tools),
+                Role::Tool | Role::Function if !conv.steps.is_empty() => {
+                    let index = message
+                        .tool_call_id
+                        .as_deref()
+                        .and_then(|id| {
+                            conv.steps
+                                .iter()
+                                .rposition(|s| s.call_id.as_deref() == Some(id))
+                        })
+                        .unwrap_or(conv.steps.len() - 1);
+                    append_observation(&mut conv.steps[index], text);
+                }
+                _ if !conv.steps.is_empty() => {
+                    let last = conv.steps.len() - 1;
+                    append_observation(&mut conv.steps[last], text);
+                }
+                Role::System | Role::Developer => push_nonempty(&mut system, text),
+                Role::User | Role::Tool | Role::Function => push_nonempty(&mut task, text),
+            }
+        }
+        conv.system = system.join("\n\n");
+        conv.task = task.join("\n\n");
+        conv
+    }
+
+    fn push_assistant(&mut self, message: &ChatMessage, tools: &ToolSet) {
+        let turn = self.steps.last().map_or(0, |s| s.turn + 1);
+        let thought = message.content.trim().to_string();
+        if message.tool_calls.is_empty() {
+            self.steps.push(Step {
+                thought,
+                turn,
+                ..Step::default()
+            });
+            return;
+        }
+        for (i, call) in message.tool_calls.iter().enumerate() {
+            self.steps.push(Step {
+                thought: if i == 0 {
+                    thought.clone()
+                } else {
+                    String::new()
+                },
+                action: Some(tools.from_scaffold(&call.function.name, &call.function.arguments)),
+                observation: None,
+                call_id: call.id.clone(),
+                turn,
+            });
+        }
+    }
+}
+
+fn push_nonempty(parts: &mut Vec<String>, text: &str) {
+    if !text.trim().is_empty() {
+        parts.push(text.trim_end().to_string());
+    }
+}
+
+fn append_observation(step: &mut Step, text: &str) {
+    match &mut step.observation {
+        Some(obs) => {
+            obs.push_str("\n\n");
+            obs.push_str(text);
+        }
+        None => step.observation = Some(text.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::chat::ChatCompletionRequest;
+    use crate::profile::Profiles;
+    use serde_json::json;
+
+    fn conv(body: Value) -> Conversation {
+        let req = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
+        let profiles = Profiles::builtin().unwrap();
+        let tools = ToolSet::build(profiles.detect(&req.tools), &req.tools);
+        Conversation::from_messages(&req.messages, &tools)
+    }
+
+    fn tools() -> Value {
+        json!([
+            {"type": "function", "function": {"name": "terminal", "parameters": {"type": "object", "properties": {"command": {"type": "string"}, "security_risk": {"type": "string"}}, "required": ["command"]}}},
+            {"type": "function", "function": {"name": "file_editor", "parameters": {"type": "object", "properties": {"command": {"type": "string"}, "path": {"type": "string"}}}}},
+            {"type": "function", "function": {"name": "finish", "parameters": {"type": "object", "properties": {"message": {"type": "string"}}}}}
+        ])
+    }
+
+    #[test]
+    fn tool_results_match_by_id_and_parallel_calls_become_steps() {
+        let c = conv(json!({"tools": tools(), "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "fix it"},
+            {"role": "user", "content": "runtime info"},
+            {"role": "assistant", "content": "look", "tool_calls": [
+                {"id": "a", "function": {"name": "terminal", "arguments": "{\"command\": \"ls\", \"security_risk\": \"LOW\"}"}},
+                {"id": "b", "function": {"name": "file_editor", "arguments": {"command": "view", "path": "/x"}}}
+            ]},
+            {"role": "tool", "tool_call_id": "b", "content": "file x"},
+            {"role": "tool", "tool_call_id": "a", "content": "x y"},
+            {"role": "assistant", "content": "no idea"},
+            {"role": "user", "content": "Your reply had no tool call."},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "function": {"name": "finish", "arguments": "{\"message\": \"done\"}"}}]}
+        ]}));
+        assert_eq!(c.system, "sys");
+        assert_eq!(c.task, "fix it\n\nruntime info");
+        assert_eq!(c.steps.len(), 4);
+        assert_eq!(c.steps[0].thought, "look");
+        assert_eq!(
+            c.steps[0].action,
+            Some(Action::Call {
+                tag: "bash".into(),
+                arguments: Map::from_iter([("command".into(), json!("ls"))])
+            })
+        );
+        assert_eq!(c.steps[0].observation.as_deref(), Some("x y"));
+        assert_eq!(c.steps[1].thought, "");
+        assert_eq!(c.steps[1].observation.as_deref(), Some("file x"));
+        assert_eq!(c.steps[2].action, None);
+        assert_eq!(
+            c.steps[2].observation.as_deref(),
+            Some("Your reply had no tool call.")
+        );
+        assert_eq!(
+            c.steps[3].action,
+            Some(Action::Submit {
+                message: Some("done".into())
+            })
+        );
+    }
+}

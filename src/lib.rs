@@ -1,0 +1,21 @@
+//! asap-proxy: lets unmodified agent scaffolds drive pretrained base models through the
+//! OpenAI Chat Completions API (the ASAP method; see DESIGN.md in the project docs).
+//!
+//! One module per pipeline stage: [`openai`] (decode), [`session`], [`profile`],
+//! [`conversation`], [`render`], [`backend`], [`parse`], [`respond`], [`trace`]; [`pipeline`]
+//! calls them in order and [`server`] is the HTTP layer.
+
+pub mod backend;
+pub mod cli;
+pub mod config;
+pub mod conversation;
+pub mod error;
+pub mod openai;
+pub mod parse;
+pub mod pipeline;
+pub mod profile;
+pub mod render;
+pub mod respond;
+pub mod server;
+pub mod session;
+pub mod trace;

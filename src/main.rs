@@ -1,0 +1,69 @@
+//! Binary entry: parse the CLI, install tracing, run one subcommand, map the result to an exit
+//! code (0 success, 2 usage or configuration error, 1 runtime failure).
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+
+use asap_proxy::cli::{Cli, Command, RenderArgs, ServeArgs};
+use asap_proxy::config::{read_file, Config, PromptConfig};
+use asap_proxy::openai::chat::ChatCompletionRequest;
+use asap_proxy::pipeline::prepare;
+use asap_proxy::profile::Profiles;
+use asap_proxy::render::Renderer;
+use asap_proxy::server::{serve, AppState};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Serve(args) => run_serve(&args),
+        Command::Render(args) => run_render(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((code, message)) => {
+            eprintln!("asap-proxy: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+type RunResult = Result<(), (u8, String)>;
+
+fn run_serve(args: &ServeArgs) -> RunResult {
+    let config = Config::resolve(args).map_err(|e| (2, e.to_string()))?;
+    let state = AppState::from_config(&config).map_err(|e| (2, e.to_string()))?;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| (1, e.to_string()))?;
+    runtime
+        .block_on(serve(Arc::new(state), config.listen))
+        .map_err(|e| (1, format!("serving on {}: {e}", config.listen)))
+}
+
+fn run_render(args: &RenderArgs) -> RunResult {
+    let file = read_file(args.prompt.config.as_deref()).map_err(|e| (2, e.to_string()))?;
+    let config = PromptConfig::resolve(&args.prompt, &file);
+    let mut body = Vec::new();
+    let read = if args.request.as_os_str() == "-" {
+        std::io::stdin().read_to_end(&mut body).map(|_| ())
+    } else {
+        std::fs::read(&args.request).map(|b| body = b)
+    };
+    read.map_err(|e| (2, format!("reading {}: {e}", args.request.display())))?;
+    let request = ChatCompletionRequest::from_slice(&body).map_err(|e| (2, e.to_string()))?;
+    let profiles = Profiles::builtin().map_err(|e| (1, e.to_string()))?;
+    let renderer = Renderer::new().map_err(|e| (1, e.to_string()))?;
+    let prepared =
+        prepare(&request, &profiles, &renderer, &config).map_err(|e| (2, e.to_string()))?;
+    std::io::stdout()
+        .write_all(prepared.prompt.as_bytes())
+        .map_err(|e| (1, e.to_string()))
+}

@@ -1,0 +1,303 @@
+//! `POST /v1/chat/completions` request body, decoded leniently as real clients send it.
+//!
+//! Tolerated shapes (observed from LiteLLM, the `openai` SDK, SWE-agent, OpenHands and
+//! mini-swe-agent): `content` as a string, `null`, absent, `""` or a list of parts; unknown keys
+//! at top level and on messages (kept in `extra` so they can be logged); tool-call
+//! `arguments` as a JSON string, an object, `""` or absent; tool-call ids of any format.
+
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value};
+
+use crate::error::ProxyError;
+
+/// A chat completion request. Fields the proxy does not use are kept in `extra`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatCompletionRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub tools: Vec<Tool>,
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    /// Legacy name of `max_completion_tokens`; either bounds the completion length (tokens).
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    pub n: Option<u32>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ChatCompletionRequest {
+    /// Decodes a request body. Errors carry the JSON path of the bad field (`messages[1].role`)
+    /// so the 400 tells the client exactly what is wrong.
+    pub fn from_slice(body: &[u8]) -> Result<Self, ProxyError> {
+        let de = &mut serde_json::Deserializer::from_slice(body);
+        let request: Self = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let param = (path != ".").then_some(path);
+            let message = match &param {
+                Some(p) => format!("invalid request body at `{p}`: {inner}"),
+                None => format!("invalid request body: {inner}"),
+            };
+            ProxyError::InvalidRequest { message, param }
+        })?;
+        if request.messages.is_empty() {
+            return Err(ProxyError::InvalidRequest {
+                message: "`messages` must contain at least one message".into(),
+                param: Some("messages".into()),
+            });
+        }
+        if request.n.is_some_and(|n| n > 1) {
+            return Err(ProxyError::InvalidRequest {
+                message: "`n` > 1 is not supported: each step is one completion".into(),
+                param: Some("n".into()),
+            });
+        }
+        Ok(request)
+    }
+
+    /// Whether the client asked for SSE.
+    pub fn is_stream(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
+    /// Whether the final SSE chunk should carry `usage` (`stream_options.include_usage`).
+    pub fn include_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage.unwrap_or(false))
+    }
+
+    /// The client's completion-length bound, whichever name it used.
+    pub fn max_tokens(&self) -> Option<u32> {
+        self.max_completion_tokens.or(self.max_tokens)
+    }
+
+    /// Names of the top-level fields the proxy does not interpret, sorted (for the trace).
+    pub fn ignored_fields(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.extra.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+}
+
+/// `stream_options` of a streaming request.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// Message author. `developer` is the newer name of `system`; `function` is the legacy tool role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+    Function,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    /// Flattened text of `content` (string, or the text parts of a list joined by `\n`);
+    /// empty for `null`, absent and `""`.
+    #[serde(default, deserialize_with = "content_text")]
+    pub content: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A tool call in an assistant message of the history.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ToolCall {
+    #[serde(default, deserialize_with = "id_string")]
+    pub id: Option<String>,
+    pub function: FunctionCall,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `function` of a tool call: name and arguments.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// Arguments as a JSON object. A JSON string is decoded; `""`, `null` and absent become
+    /// `{}`; a string that is not a JSON object is kept under the key `"_raw"`.
+    #[serde(default, deserialize_with = "arguments_object")]
+    pub arguments: Map<String, Value>,
+}
+
+/// A tool offered by the client (`{"type": "function", "function": {...}}`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Tool {
+    pub function: FunctionDefinition,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Name, description and JSON-schema parameters of a tool.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FunctionDefinition {
+    pub name: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub description: String,
+    #[serde(default)]
+    pub parameters: Option<Value>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+fn content_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let value = Option::<Value>::deserialize(d)?;
+    match value {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s),
+        Some(Value::Array(parts)) => {
+            let texts: Vec<String> = parts.iter().filter_map(part_text).collect();
+            Ok(texts.join("\n"))
+        }
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "content must be a string, null or a list of parts, not {}",
+            json_kind(&other)
+        ))),
+    }
+}
+
+/// Text of one content part: `{"type":"text","text":…}`, a bare string, or a placeholder for
+/// non-text parts (images cannot reach a text-only base model).
+fn part_text(part: &Value) -> Option<String> {
+    match part {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => match o.get("text") {
+            Some(Value::String(s)) => Some(s.clone()),
+            _ => {
+                let kind = o.get("type").and_then(Value::as_str).unwrap_or("unknown");
+                Some(format!("[{kind} content omitted]"))
+            }
+        },
+        _ => None,
+    }
+}
+
+fn id_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(other) => Some(other.to_string()),
+    })
+}
+
+fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
+    Ok(match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(o)) => o,
+        Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(&s) {
+            Ok(Value::Object(o)) => o,
+            _ => Map::from_iter([("_raw".to_string(), Value::String(s))]),
+        },
+        Some(other) => Map::from_iter([("_raw".to_string(), other)]),
+    })
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn decode(v: Value) -> Result<ChatCompletionRequest, ProxyError> {
+        ChatCompletionRequest::from_slice(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn content_shapes_all_decode() {
+        let r = decode(json!({"messages": [
+            {"role": "system", "content": [{"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "b"}]},
+            {"role": "user", "content": ""},
+            {"role": "assistant", "tool_calls": [{"id": 0, "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]},
+            {"role": "tool", "tool_call_id": "0", "content": null, "name": "bash"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "toolu_01", "function": {"name": "submit", "arguments": ""}}]},
+            {"role": "assistant", "tool_calls": [{"function": {"name": "submit"}}]}
+        ], "prompt_cache_key": "k", "reasoning_effort": "high"}))
+        .unwrap();
+        assert_eq!(r.messages[0].content, "a\nb");
+        assert_eq!(r.messages[1].content, "");
+        assert_eq!(r.messages[2].tool_calls[0].id.as_deref(), Some("0"));
+        assert_eq!(
+            r.messages[2].tool_calls[0].function.arguments["command"],
+            "ls"
+        );
+        assert!(r.messages[4].tool_calls[0].function.arguments.is_empty());
+        assert!(r.messages[5].tool_calls[0].function.arguments.is_empty());
+        assert_eq!(
+            r.ignored_fields(),
+            vec!["prompt_cache_key", "reasoning_effort"]
+        );
+    }
+
+    #[test]
+    fn bad_role_names_its_path() {
+        let err =
+            decode(json!({"messages": [{"role": "user", "content": "x"}, {"role": "robot"}]}))
+                .unwrap_err();
+        match err {
+            ProxyError::InvalidRequest { param, message } => {
+                assert_eq!(param.as_deref(), Some("messages[1].role"));
+                assert!(message.contains("robot"), "{message}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn messages_must_be_a_non_empty_list() {
+        assert!(decode(json!({"messages": "hi"})).is_err());
+        assert!(decode(json!({"messages": []})).is_err());
+        assert!(decode(json!({"model": "m"})).is_err());
+    }
+}

@@ -1,0 +1,112 @@
+//! `POST {backend}/completions`: the legacy OpenAI completions API that vLLM, SGLang,
+//! llama.cpp's llama-server, TGI and Ollama serve for base models.
+//!
+//! Backends report the stop string that ended generation in different places and drop it from
+//! `text` (vLLM unless `include_stop_str_in_output`): vLLM `choices[0].stop_reason` (a string,
+//! or a token id), SGLang `choices[0].matched_stop`, llama-server `stopping_word` (top level of
+//! its native response, sometimes echoed in OpenAI-compatible mode). [`Choice::matched_stop`]
+//! reads whichever is present.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Request body sent to the backend.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompletionRequest {
+    pub model: String,
+    pub prompt: String,
+    pub max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    /// llama-server: reuse the KV cache of the previous prompt of this slot. Append-only
+    /// rendering makes every turn a cache hit; other backends ignore the field.
+    pub cache_prompt: bool,
+}
+
+/// Non-streaming response body (also the shape each SSE chunk has).
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionResponse {
+    #[serde(default)]
+    pub choices: Vec<Choice>,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// llama-server native field, when present at top level.
+    #[serde(default)]
+    pub stopping_word: Option<String>,
+}
+
+/// One completion choice.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Choice {
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    /// vLLM: the stop string (or stop token id) that ended generation.
+    #[serde(default)]
+    pub stop_reason: Option<Value>,
+    /// SGLang: the matched stop string or token id.
+    #[serde(default)]
+    pub matched_stop: Option<Value>,
+    /// llama-server, when echoed per choice.
+    #[serde(default)]
+    pub stopping_word: Option<String>,
+}
+
+impl Choice {
+    /// The stop string the backend reports as matched, whichever field carries it.
+    /// Token ids are rendered as decimal strings; empty strings count as none.
+    pub fn matched_stop(&self) -> Option<String> {
+        let from_value = |v: &Option<Value>| match v {
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        from_value(&self.stop_reason)
+            .or_else(|| from_value(&self.matched_stop))
+            .or_else(|| self.stopping_word.clone().filter(|s| !s.is_empty()))
+    }
+}
+
+/// Token counts as the backend reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn choice(v: Value) -> Choice {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn matched_stop_from_each_backend() {
+        let vllm =
+            choice(json!({"text": "x", "finish_reason": "stop", "stop_reason": "<observation>"}));
+        assert_eq!(vllm.matched_stop().as_deref(), Some("<observation>"));
+        let vllm_eos = choice(json!({"text": "x", "finish_reason": "stop", "stop_reason": null}));
+        assert_eq!(vllm_eos.matched_stop(), None);
+        let sglang =
+            choice(json!({"text": "x", "finish_reason": "stop", "matched_stop": "\n## Thinking"}));
+        assert_eq!(sglang.matched_stop().as_deref(), Some("\n## Thinking"));
+        let token = choice(json!({"text": "x", "finish_reason": "stop", "matched_stop": 106}));
+        assert_eq!(token.matched_stop().as_deref(), Some("106"));
+        let llama = choice(json!({"text": "x", "finish_reason": "stop", "stopping_word": ""}));
+        assert_eq!(llama.matched_stop(), None);
+    }
+}

@@ -1,0 +1,315 @@
+//! Generated text → the first complete action, or a classified failure (DESIGN.md "Parsing").
+//!
+//! Model text is not XML: commands contain `<`, `&`, `</div>`, even `</bash>` inside a heredoc.
+//! So this is a tolerant line scanner over the known tag names, not an XML parser:
+//! - An action counts only where its tag starts a line (leading spaces/tabs allowed) outside a
+//!   fenced code block; a tag inside prose or a quoted plan is not run.
+//! - The first action wins; anything after it (an invented observation, later steps) is dropped.
+//! - A line starting with `<observation` or (after the first line) `## Thinking` ends the
+//!   model's step: text after it is never read.
+//! - The closing tag is the first `</tag>` outside an open heredoc (`<<EOF`, `<<'EOF'`,
+//!   `<<-EOF`); if the heredoc is never terminated, the first `</tag>` at all.
+//! - A value wrapped in newlines (`<old_str>\n…\n</old_str>`) loses exactly that one leading
+//!   and one trailing newline; everything else is kept byte for byte.
+//! - Parameters are child tags; a tool with one visible parameter also accepts the bare body
+//!   (`<search>rivers</search>`), the shell's body is its command, and `<tag a="1">` attributes
+//!   (decoded by quick-xml) are parameters too.
+
+mod coerce;
+mod scan;
+
+pub use coerce::coerce;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::conversation::Action;
+use crate::profile::{ToolRole, ToolSet, ToolSpec};
+use scan::{find_close, heading_is_step, line_tag, strip_pad, LineTag};
+
+/// Why a completion yields no action (the paper's "parsable turn" is the absence of these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// No action tag at the start of a line.
+    NoAction,
+    /// A line-start tag that names no tool of this request.
+    UnknownTool,
+    /// An action (or parameter) tag that is never closed, e.g. cut by `max_tokens`.
+    UnclosedTag,
+    /// A required parameter is absent or empty.
+    MissingParameter,
+    /// A parameter does not fit its schema (type or enum).
+    InvalidParameter,
+}
+
+impl FailureClass {
+    /// The snake_case name used in traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoAction => "no_action",
+            Self::UnknownTool => "unknown_tool",
+            Self::UnclosedTag => "unclosed_tag",
+            Self::MissingParameter => "missing_parameter",
+            Self::InvalidParameter => "invalid_parameter",
+        }
+    }
+}
+
+/// A classified parse failure with a human-readable detail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParseFailure {
+    pub class: FailureClass,
+    pub detail: String,
+}
+
+/// Result of parsing one completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parsed {
+    /// Text before the action (or before the end of the step), trimmed, without a repeated
+    /// `## Thinking` heading.
+    pub thought: String,
+    pub outcome: Result<Action, ParseFailure>,
+    /// Bytes of the completion after the action or step end that were dropped.
+    pub dropped_bytes: usize,
+    /// Non-fatal oddities (ignored unknown parameters), for the trace.
+    pub notes: Vec<String>,
+}
+
+/// Parses a completion against the request's tools. Pure and synchronous.
+pub fn parse_completion(text: &str, tools: &ToolSet) -> Parsed {
+    let mut in_fence = false;
+    let mut first_unknown: Option<String> = None;
+    let mut offset = 0;
+    let mut end_of_step = text.len();
+    let mut thought_end = text.len();
+    while offset < text.len() {
+        let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+        let line = &text[offset..line_end];
+        let trimmed = line.trim_start_matches([' ', '\t']);
+        let indent = line.len() - trimmed.len();
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            in_fence = !in_fence;
+        } else if !in_fence {
+            if offset > 0 && heading_is_step(trimmed) {
+                end_of_step = offset;
+                break;
+            }
+            match line_tag(trimmed) {
+                Some(LineTag::Observation) => {
+                    end_of_step = offset;
+                    break;
+                }
+                Some(LineTag::Open(name)) => {
+                    if let Some(spec) = lookup(tools, name) {
+                        return parse_action(text, offset, offset + indent, name, spec);
+                    }
+                    if first_unknown.is_none() {
+                        first_unknown = Some(name.to_string());
+                        // The thought of an unparsable turn stops where the bad action starts.
+                        thought_end = offset;
+                    }
+                }
+                None => {}
+            }
+        }
+        offset = line_end + 1;
+    }
+    let failure = match first_unknown {
+        Some(name) => ParseFailure {
+            class: FailureClass::UnknownTool,
+            detail: format!("`<{name}>` is not a tool here; tools: {}", tag_list(tools)),
+        },
+        None => ParseFailure {
+            class: FailureClass::NoAction,
+            detail: "no action tag at the start of a line".to_string(),
+        },
+    };
+    Parsed {
+        thought: thought_of(&text[..end_of_step.min(thought_end)]),
+        outcome: Err(failure),
+        dropped_bytes: text.len().saturating_sub(end_of_step),
+        notes: Vec::new(),
+    }
+}
+
+fn lookup<'a>(tools: &'a ToolSet, name: &str) -> Option<&'a ToolSpec> {
+    tools
+        .get(name)
+        .or_else(|| tools.get(&name.to_ascii_lowercase()))
+}
+
+fn tag_list(tools: &ToolSet) -> String {
+    tools
+        .tools
+        .iter()
+        .map(|t| format!("<{}>", t.tag))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn thought_of(text: &str) -> String {
+    let t = text.trim();
+    let t = match t.strip_prefix("## Thinking") {
+        Some(rest) if rest.is_empty() || rest.starts_with('\n') || rest.starts_with("\r\n") => {
+            rest.trim()
+        }
+        _ => t,
+    };
+    t.to_string()
+}
+
+/// Parses the action whose tag starts at `tag_start` (line starts at `line_start`).
+fn parse_action(
+    text: &str,
+    line_start: usize,
+    tag_start: usize,
+    name: &str,
+    spec: &ToolSpec,
+) -> Parsed {
+    let thought = thought_of(&text[..line_start]);
+    let mut notes = Vec::new();
+    let fail = |class, detail: String, dropped: usize, notes: Vec<String>| Parsed {
+        thought: thought.clone(),
+        outcome: Err(ParseFailure { class, detail }),
+        dropped_bytes: dropped,
+        notes,
+    };
+    // The start tag ends at the first '>' on its line.
+    let line_end = text[tag_start..]
+        .find('\n')
+        .map_or(text.len(), |i| tag_start + i);
+    let Some(gt) = text[tag_start..line_end].find('>').map(|i| tag_start + i) else {
+        return fail(
+            FailureClass::UnclosedTag,
+            format!("the start tag `<{name}` is never closed with `>`"),
+            0,
+            notes,
+        );
+    };
+    let inner = &text[tag_start + 1..gt];
+    let self_closing = inner.ends_with('/');
+    let attrs_text = inner[name.len()..].trim_end_matches('/');
+    let mut raw: Vec<(String, String)> = match scan::attributes(attrs_text) {
+        Ok(a) => a,
+        Err(e) => {
+            return fail(
+                FailureClass::InvalidParameter,
+                format!("attributes of `<{name}>`: {e}"),
+                0,
+                notes,
+            )
+        }
+    };
+    let (body, end) = if self_closing {
+        (None, gt + 1)
+    } else {
+        match find_close(text, gt + 1, name) {
+            Some((close_start, close_end)) => (Some(&text[gt + 1..close_start]), close_end),
+            None => {
+                return fail(
+                    FailureClass::UnclosedTag,
+                    format!("`<{name}>` is never closed with `</{name}>`"),
+                    0,
+                    notes,
+                )
+            }
+        }
+    };
+    let dropped = text.len() - end;
+    if let Some(body) = body {
+        match body_arguments(body, spec) {
+            Ok(mut args) => raw.append(&mut args),
+            Err(e) => return fail(FailureClass::UnclosedTag, e, dropped, notes),
+        }
+    }
+
+    if spec.role == ToolRole::Submit {
+        let message = raw
+            .into_iter()
+            .next()
+            .map(|(_, v)| v.trim().to_string())
+            .filter(|m| !m.is_empty());
+        return Parsed {
+            thought,
+            outcome: Ok(Action::Submit { message }),
+            dropped_bytes: dropped,
+            notes,
+        };
+    }
+
+    let mut arguments = Map::new();
+    for (key, value) in raw {
+        let Some(param) = spec.param(&key) else {
+            notes.push(format!("ignored unknown parameter `{key}` of `<{name}>`"));
+            continue;
+        };
+        match coerce(&value, param) {
+            Ok(v) => {
+                arguments.insert(key, v);
+            }
+            Err(e) => {
+                return fail(
+                    FailureClass::InvalidParameter,
+                    format!("`<{name}>`: {e}"),
+                    dropped,
+                    notes,
+                )
+            }
+        }
+    }
+    for p in spec.visible_params().filter(|p| p.required) {
+        let empty = match arguments.get(&p.name) {
+            None => true,
+            Some(Value::String(s)) => {
+                s.trim().is_empty() && matches!(spec.role, ToolRole::Shell { .. })
+            }
+            Some(_) => false,
+        };
+        if empty {
+            return fail(
+                FailureClass::MissingParameter,
+                format!("`<{name}>` needs `{}`", p.name),
+                dropped,
+                notes,
+            );
+        }
+    }
+    Parsed {
+        thought,
+        outcome: Ok(Action::Call {
+            tag: spec.tag.clone(),
+            arguments,
+        }),
+        dropped_bytes: dropped,
+        notes,
+    }
+}
+
+/// The (name, text) pairs of an action body: child tags, or the whole body for the shell's
+/// command, a one-parameter tool, or a submit message.
+fn body_arguments(body: &str, spec: &ToolSpec) -> Result<Vec<(String, String)>, String> {
+    let names: Vec<&str> = spec.params.iter().map(|p| p.name.as_str()).collect();
+    let children = scan::children(body, &names)?;
+    if !children.is_empty() {
+        return Ok(children);
+    }
+    let value = strip_pad(body);
+    let single = match &spec.role {
+        ToolRole::Shell { command_parameter } => Some(command_parameter.clone()),
+        ToolRole::Submit => Some("message".to_string()),
+        _ => {
+            let mut visible = spec.visible_params();
+            match (visible.next(), visible.next()) {
+                (Some(only), None) => Some(only.name.clone()),
+                _ => None,
+            }
+        }
+    };
+    Ok(match single {
+        Some(param) if !value.trim().is_empty() || matches!(spec.role, ToolRole::Shell { .. }) => {
+            vec![(param, value.to_string())]
+        }
+        _ => Vec::new(),
+    })
+}

@@ -1,0 +1,209 @@
+//! Scaffold dialects: which tool is the shell, the editor and the end of the run, how to
+//! recognise a scaffold from its `tools`, and what metadata it needs filled in.
+//!
+//! Profiles are data (`profiles/*.toml`, compiled in) so that a new scaffold is a file, not
+//! code. Detection tries them in [`PROFILE_ORDER`] and falls back to `generic`.
+
+mod toolset;
+
+pub use toolset::{
+    ParamSpec, ScaffoldReply, SubmitTarget, ToolRole, ToolSet, ToolSpec, EDITOR_TAG, SHELL_TAG,
+    SUBMIT_TAG,
+};
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::openai::chat::Tool;
+
+/// Built-in profiles in detection order: the most specific tool sets first.
+pub const PROFILE_ORDER: [(&str, &str); 5] = [
+    (
+        "openhands-sdk",
+        include_str!("../../profiles/openhands-sdk.toml"),
+    ),
+    (
+        "openhands-codeact",
+        include_str!("../../profiles/openhands-codeact.toml"),
+    ),
+    ("swe-agent", include_str!("../../profiles/swe-agent.toml")),
+    (
+        "mini-swe-agent",
+        include_str!("../../profiles/mini-swe-agent.toml"),
+    ),
+    ("generic", include_str!("../../profiles/generic.toml")),
+];
+
+/// One scaffold dialect, as written in its TOML file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    #[serde(default)]
+    pub detect: Detect,
+    #[serde(default)]
+    pub shell: Option<ShellSpec>,
+    #[serde(default)]
+    pub editor: Option<EditorSpec>,
+    #[serde(default)]
+    pub submit: SubmitSpec,
+    /// Scaffold metadata parameters never shown to the model (e.g. `security_risk`).
+    #[serde(default)]
+    pub hidden_parameters: Vec<String>,
+    /// Values filled in for these parameters wherever a tool schema declares them and the
+    /// model gave none.
+    #[serde(default)]
+    pub parameter_defaults: Map<String, Value>,
+}
+
+/// Detection rule over the request's tool names. Empty rule: matches any request.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Detect {
+    /// All of these tool names are offered.
+    #[serde(default)]
+    pub all_of: Vec<String>,
+    /// Exactly these tool names are offered (any order).
+    #[serde(default)]
+    pub only: Option<Vec<String>>,
+}
+
+/// The scaffold's shell tool; the model writes it as `<bash>command</bash>`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellSpec {
+    pub tool: String,
+    pub command_parameter: String,
+}
+
+/// The scaffold's file editor; the model writes it as `<str_replace_editor>`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditorSpec {
+    pub tool: String,
+    /// Values of the editor's `command` parameter that modify files.
+    #[serde(default)]
+    pub modifying_commands: Vec<String>,
+}
+
+/// How `<submit/>` reaches the scaffold: the first of `tools` the request offers; else the
+/// shell `command`; else a plain content reply.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitSpec {
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub message_parameter: Option<String>,
+    #[serde(default)]
+    pub default_message: Option<String>,
+    #[serde(default)]
+    pub command: Option<String>,
+}
+
+/// Profile load or selection failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("profile file {file}: {source}")]
+    Parse {
+        file: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("unknown profile `{0}` (known: {1})")]
+    Unknown(String, String),
+}
+
+/// The loaded profiles, in detection order.
+#[derive(Debug, Clone)]
+pub struct Profiles {
+    profiles: Vec<Profile>,
+}
+
+impl Profiles {
+    /// Parses the built-in profiles. Fails only if a compiled-in file is broken.
+    pub fn builtin() -> Result<Self, ProfileError> {
+        let profiles = PROFILE_ORDER
+            .iter()
+            .map(|(file, text)| {
+                toml::from_str::<Profile>(text).map_err(|e| ProfileError::Parse {
+                    file: format!("profiles/{file}.toml"),
+                    source: Box::new(e),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { profiles })
+    }
+
+    /// Names of all profiles, in detection order.
+    pub fn names(&self) -> Vec<&str> {
+        self.profiles.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    /// Profile by name.
+    pub fn get(&self, name: &str) -> Result<&Profile, ProfileError> {
+        self.profiles
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| ProfileError::Unknown(name.to_string(), self.names().join(", ")))
+    }
+
+    /// The first profile whose rule matches the offered tools; `generic` matches everything.
+    pub fn detect(&self, tools: &[Tool]) -> &Profile {
+        let names: Vec<&str> = tools.iter().map(|t| t.function.name.as_str()).collect();
+        self.profiles
+            .iter()
+            .find(|p| p.detect.matches(&names))
+            .unwrap_or_else(|| &self.profiles[self.profiles.len() - 1])
+    }
+}
+
+impl Detect {
+    fn matches(&self, names: &[&str]) -> bool {
+        let all = self.all_of.iter().all(|n| names.contains(&n.as_str()));
+        let only = self.only.as_ref().is_none_or(|only| {
+            names.len() == only.len() && only.iter().all(|n| names.contains(&n.as_str()))
+        });
+        all && only
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::chat::ChatCompletionRequest;
+
+    fn fixture_tools(name: &str) -> Vec<Tool> {
+        let path = format!(
+            "{}/tests/fixtures/requests/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let body = std::fs::read(path).unwrap();
+        ChatCompletionRequest::from_slice(&body).unwrap().tools
+    }
+
+    #[test]
+    fn detects_each_fixture_scaffold() {
+        let profiles = Profiles::builtin().unwrap();
+        for (file, want) in [
+            ("swe-agent-1.json", "swe-agent"),
+            ("openhands-sdk-1.json", "openhands-sdk"),
+            ("openhands-codeact-1.json", "openhands-codeact"),
+            ("mini-swe-agent-1.json", "mini-swe-agent"),
+            ("browsecomp-plus-1.json", "generic"),
+            ("terminus-2-1.json", "generic"),
+        ] {
+            assert_eq!(profiles.detect(&fixture_tools(file)).name, want, "{file}");
+        }
+    }
+
+    #[test]
+    fn unknown_profile_lists_known_ones() {
+        let profiles = Profiles::builtin().unwrap();
+        let err = profiles.get("nope").unwrap_err().to_string();
+        assert!(
+            err.contains("swe-agent") && err.contains("generic"),
+            "{err}"
+        );
+    }
+}

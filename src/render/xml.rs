@@ -1,0 +1,114 @@
+//! Actions and tool examples written as the XML tags the model reads and writes.
+//!
+//! The inverse of [`crate::parse`]: `parse(write(action)) == action` for every action whose
+//! values the parser can represent (tested in `tests/render.rs`). A value containing a newline
+//! is written on its own lines (`<p>\nvalue\n</p>`), which the parser strips exactly once.
+
+use serde_json::{Map, Value};
+
+use crate::conversation::Action;
+use crate::profile::{ParamSpec, ToolRole, ToolSet, ToolSpec, SUBMIT_TAG};
+
+/// Writes a neutral action as XML.
+pub fn action(action: &Action, tools: &ToolSet) -> String {
+    match action {
+        Action::Submit { .. } => format!("<{SUBMIT_TAG}/>"),
+        Action::Call { tag, arguments } => {
+            let spec = tools.get(tag);
+            if let Some(ToolRole::Shell { command_parameter }) = spec.map(|s| &s.role) {
+                if let Some(Value::String(command)) = arguments.get(command_parameter) {
+                    return element(tag, command);
+                }
+            }
+            let mut children = String::new();
+            for (name, value) in ordered(arguments, spec) {
+                children.push('\n');
+                children.push_str(&element(name, &value_text(value)));
+            }
+            if children.is_empty() {
+                format!("<{tag}/>")
+            } else {
+                format!("<{tag}>{children}\n</{tag}>")
+            }
+        }
+    }
+}
+
+/// An example call of a tool for its documentation: required visible parameters with
+/// placeholder values (the first enum value, `1` for integers, the name in capitals for text).
+pub fn usage(spec: &ToolSpec) -> String {
+    match &spec.role {
+        ToolRole::Shell { .. } => format!("<{}>ls -la</{}>", spec.tag, spec.tag),
+        ToolRole::Submit => format!("<{}/>", spec.tag),
+        _ => {
+            let children: Vec<String> = spec
+                .visible_params()
+                .filter(|p| p.required)
+                .map(|p| element(&p.name, &placeholder(p)))
+                .collect();
+            if children.is_empty() {
+                format!("<{}/>", spec.tag)
+            } else {
+                format!("<{}>\n{}\n</{}>", spec.tag, children.join("\n"), spec.tag)
+            }
+        }
+    }
+}
+
+fn placeholder(p: &ParamSpec) -> String {
+    if let Some(first) = p.enum_values().into_iter().next() {
+        return first;
+    }
+    match p.type_label().as_str() {
+        "integer" | "number" => "1".to_string(),
+        "boolean" => "false".to_string(),
+        "array of integer" => "[1, 10]".to_string(),
+        t if t.starts_with("array") => "[]".to_string(),
+        "object" => "{}".to_string(),
+        _ => p.name.to_uppercase(),
+    }
+}
+
+fn element(name: &str, text: &str) -> String {
+    if text.contains('\n') {
+        format!("<{name}>\n{text}\n</{name}>")
+    } else {
+        format!("<{name}>{text}</{name}>")
+    }
+}
+
+fn value_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Array(items) if items.iter().all(|v| v.is_number()) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(Value::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// Arguments in the tool's schema order, unknown ones after in their given order.
+fn ordered<'a>(
+    arguments: &'a Map<String, Value>,
+    spec: Option<&ToolSpec>,
+) -> Vec<(&'a str, &'a Value)> {
+    let mut out: Vec<(&str, &Value)> = Vec::with_capacity(arguments.len());
+    if let Some(spec) = spec {
+        for p in &spec.params {
+            if let Some((k, v)) = arguments.get_key_value(&p.name) {
+                out.push((k.as_str(), v));
+            }
+        }
+    }
+    for (k, v) in arguments {
+        if spec.is_none_or(|s| s.param(k).is_none()) {
+            out.push((k.as_str(), v));
+        }
+    }
+    out
+}

@@ -1,0 +1,114 @@
+//! Handlers: thin adapters between HTTP and the pipeline.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, Stream, StreamExt};
+use serde_json::json;
+
+use super::AppState;
+use crate::error::ProxyError;
+use crate::openai::chat::ChatCompletionRequest;
+use crate::pipeline::{run_step, StepContext, StepOutcome};
+use crate::respond::{completion_id, completion_object, now_s, ChunkBuilder};
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Response, ProxyError> {
+    let request = ChatCompletionRequest::from_slice(&body)?;
+    let model = request.model.clone().unwrap_or_else(|| "base-model".into());
+    let id = completion_id();
+    let created = now_s();
+    if !request.is_stream() {
+        let outcome = step(state, request).await?;
+        return Ok(Json(completion_object(&outcome.reply, &id, &model, created)).into_response());
+    }
+    let chunks = ChunkBuilder {
+        id,
+        model,
+        created,
+        include_usage: request.include_usage(),
+    };
+    Ok(Sse::new(sse_stream(state, request, chunks))
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// Runs the step on its own task, so that a client that disconnects mid-generation does not
+/// cancel the backend call and the trace record is still written.
+async fn step(
+    state: Arc<AppState>,
+    request: ChatCompletionRequest,
+) -> Result<StepOutcome, ProxyError> {
+    tokio::spawn(async move {
+        let ctx = StepContext {
+            profiles: &state.profiles,
+            renderer: &state.renderer,
+            prompt_config: &state.prompt_config,
+            backend: &state.backend,
+            trace: &state.trace,
+            max_tokens: state.max_tokens,
+        };
+        run_step(&ctx, &request).await
+    })
+    .await
+    .map_err(|e| ProxyError::Internal(format!("step task failed: {e}")))?
+}
+
+/// SSE: the role chunk at once (so clients see the response start), the rest once the action
+/// is complete, `[DONE]` last. A failure becomes one `{"error": …}` event before `[DONE]`.
+fn sse_stream(
+    state: Arc<AppState>,
+    request: ChatCompletionRequest,
+    chunks: ChunkBuilder,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let first = event(&chunks.role());
+    let rest = stream::once(async move {
+        let events: Vec<Event> = match step(state, request).await {
+            Ok(outcome) => chunks.rest(&outcome.reply).iter().map(event).collect(),
+            Err(e) => {
+                tracing::error!(error = %e, "streamed request failed");
+                vec![event(&e.body())]
+            }
+        };
+        stream::iter(events)
+    })
+    .flatten();
+    stream::once(async move { first })
+        .chain(rest)
+        .chain(stream::once(async { Event::default().data("[DONE]") }))
+        .map(Ok)
+}
+
+fn event<T: serde::Serialize>(value: &T) -> Event {
+    match serde_json::to_string(value) {
+        Ok(s) => Event::default().data(s),
+        Err(e) => Event::default()
+            .data(json!({"error": {"message": e.to_string(), "type": "server_error"}}).to_string()),
+    }
+}
+
+/// `GET /v1/models`: the backend's model (configured or discovered).
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let id = state
+        .backend
+        .model_name()
+        .await
+        .unwrap_or_else(|| "base-model".to_string());
+    Json(json!({
+        "object": "list",
+        "data": [{"id": id, "object": "model", "created": 0, "owned_by": "asap-proxy"}]
+    }))
+}
+
+/// `GET /health`: the proxy is up (does not probe the backend).
+pub async fn health() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}

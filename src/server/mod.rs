@@ -1,0 +1,111 @@
+//! HTTP layer (axum): routes, shared state, graceful shutdown. Knows no templates: handlers
+//! decode, call [`crate::pipeline::run_step`], and encode JSON or SSE.
+
+mod handlers;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::backend::{Backend, OpenAiCompletions};
+use crate::config::{Config, ProfileChoice, PromptConfig};
+use crate::error::ProxyError;
+use crate::profile::Profiles;
+use crate::render::Renderer;
+use crate::trace::TraceWriter;
+
+/// Largest accepted request body: long trajectories with big observations reach several MB.
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// Everything handlers share.
+#[derive(Debug)]
+pub struct AppState {
+    pub profiles: Profiles,
+    pub renderer: Renderer,
+    pub prompt_config: PromptConfig,
+    pub backend: Backend,
+    pub trace: TraceWriter,
+    pub max_tokens: u32,
+}
+
+impl AppState {
+    /// Builds the state from a validated config: loads profiles and templates, checks the
+    /// configured profile exists.
+    pub fn from_config(config: &Config) -> Result<Self, ProxyError> {
+        let profiles = Profiles::builtin().map_err(|e| ProxyError::Internal(e.to_string()))?;
+        if let ProfileChoice::Named(name) = &config.prompt.profile {
+            profiles
+                .get(name)
+                .map_err(|e| ProxyError::invalid(e.to_string()))?;
+        }
+        let renderer = Renderer::new().map_err(|e| ProxyError::Internal(e.to_string()))?;
+        let backend = Backend::OpenAiCompletions(OpenAiCompletions::new(
+            config.backend.clone(),
+            config.backend_model.clone(),
+            config.backend_api_key.clone(),
+            config.backend_timeout_s,
+            config.backend_retries,
+        )?);
+        Ok(Self {
+            profiles,
+            renderer,
+            prompt_config: config.prompt.clone(),
+            backend,
+            trace: TraceWriter::new(
+                config.log_dir.clone(),
+                format!("{:?}", config.prompt.format),
+                config.backend.clone(),
+            ),
+            max_tokens: config.max_tokens,
+        })
+    }
+}
+
+/// The router, for the server and for in-process tests.
+pub fn app(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(handlers::chat_completions))
+        .route("/chat/completions", post(handlers::chat_completions))
+        .route("/v1/models", get(handlers::models))
+        .route("/health", get(handlers::health))
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Binds `addr`, logs the bound address (useful with port 0), and serves until Ctrl-C or
+/// SIGTERM; in-flight requests finish first. Signal handlers are installed before the address
+/// is announced, so a supervisor that signals right after start-up never kills us mid-way.
+pub async fn serve(state: Arc<AppState>, addr: SocketAddr) -> std::io::Result<()> {
+    let shutdown = shutdown_signal()?;
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tracing::info!(%local, "asap-proxy listening");
+    eprintln!("asap-proxy listening on http://{local}/v1");
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Registers Ctrl-C and SIGTERM now; the returned future resolves on the first of them.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    #[cfg(unix)]
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    #[cfg(unix)]
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    Ok(async move {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = terminate.recv() => {},
+            _ = interrupt.recv() => {},
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    })
+}

@@ -1,0 +1,198 @@
+//! The real binary: flags, environment, config file, exit codes, shutdown, `render`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::{fixture_json, fixture_path};
+
+const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
+
+/// A running `asap-proxy serve`, killed on drop.
+struct Served {
+    child: Child,
+    base: String,
+}
+
+impl Served {
+    fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args);
+        cmd.env_remove("RUST_LOG");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("asap-proxy listening on ") {
+                    let _ = tx.send(url.to_string());
+                }
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("proxy did not start");
+        Self { child, base }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn serve_binary_end_to_end_with_env_and_config_file() {
+    let backend = FakeBackend::start(vec![Scripted::text("Look.\n\n<bash>ls</bash>\n")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("asap.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "backend = \"{}\"\nmax_tokens = 50\nlog_dir = \"{}\"\n",
+            backend.url(),
+            dir.path().join("logs").display()
+        ),
+    )
+    .unwrap();
+    // env beats the file, the file beats the default.
+    let served = Served::start(
+        &["--config", config.to_str().unwrap()],
+        &[("ASAP_MAX_TOKENS", "60")],
+    );
+    let client = reqwest::Client::new();
+    let resp: Value = client
+        .post(format!("{}/chat/completions", served.base))
+        .json(&fixture_json("requests/swe-agent-1.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+        "bash"
+    );
+    assert_eq!(backend.requests()[0]["max_tokens"], 60);
+    let logs: Vec<_> = std::fs::read_dir(dir.path().join("logs"))
+        .unwrap()
+        .collect();
+    assert_eq!(logs.len(), 1);
+
+    // Error bodies from the real binary are OpenAI-shaped.
+    let err = client
+        .post(format!("{}/chat/completions", served.base))
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(err.status(), 400);
+    let body: Value = err.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+}
+
+#[test]
+fn sigterm_shuts_down_cleanly() {
+    let mut served = Served::start(&["--backend", "http://127.0.0.1:9/v1"], &[]);
+    let status = Command::new("kill")
+        .arg(served.child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let code = served.child.wait().unwrap();
+    assert!(code.success(), "{code:?}");
+}
+
+#[test]
+fn config_errors_exit_2_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "max_tokenz = 5\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_tokenz"));
+    let out = Command::new(BIN)
+        .args(["serve", "--backend", "localhost:8000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("backend"));
+    let out = Command::new(BIN)
+        .args(["serve", "--profile", "nope", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown profile"));
+}
+
+#[test]
+fn render_prints_the_continuation_document() {
+    let path = fixture_path("render/swe_agent_multi_turn.json");
+    let out = Command::new(BIN)
+        .args(["render", "--request", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("# Task\n"));
+    assert!(text.ends_with("</observation>\n\n## Thinking\n"));
+    assert!(text.contains("<str_replace_editor>\n<command>view</command>"));
+
+    // From standard input, with a forced profile.
+    let mut child = Command::new(BIN)
+        .args(["render", "--request", "-", "--profile", "generic"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(std::fs::read(&path).unwrap().as_slice())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let generic = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        generic.contains("## <str_replace_editor>")
+            && generic.contains("<bash>\n<command>ls /testbed</command>\n</bash>"),
+        "{generic}"
+    );
+
+    let out = Command::new(BIN)
+        .args(["render", "--request", "/nonexistent.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let bad = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(bad.path(), json!({"messages": 1}).to_string()).unwrap();
+    let out = Command::new(BIN)
+        .args(["render", "--request", bad.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("messages"));
+}

@@ -1,0 +1,13 @@
+//! One integration-test binary (fast to link), one module per area.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
+
+mod cli;
+mod parse;
+mod render;
+mod server;
+mod util;

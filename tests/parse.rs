@@ -1,0 +1,75 @@
+//! Golden tests of the parser and the scaffold mapping, one fixture file per case
+//! (`tests/fixtures/parse/*.txt`: a header naming the request whose tools apply and
+//! optionally the backend's finish_reason, `---`, then the raw completion). `err_` cases must
+//! fail to parse; all others must yield an action.
+
+use asap_proxy::backend::BackendCompletion;
+use asap_proxy::openai::chat::ChatCompletionRequest;
+use asap_proxy::parse::parse_completion;
+use asap_proxy::profile::{Profiles, ToolSet};
+use asap_proxy::respond;
+use asap_proxy::session::SessionId;
+use serde_json::{json, Value};
+
+use crate::util::fixture_path;
+
+pub fn tools_for(request_fixture: &str) -> ToolSet {
+    let body = std::fs::read(fixture_path(&format!("requests/{request_fixture}"))).unwrap();
+    let request = ChatCompletionRequest::from_slice(&body).unwrap();
+    let profiles = Profiles::builtin().unwrap();
+    ToolSet::build(profiles.detect(&request.tools), &request.tools)
+}
+
+#[test]
+fn golden_parse_cases() {
+    insta::glob!("fixtures/parse/*.txt", |path| {
+        let raw = std::fs::read_to_string(path).unwrap();
+        let (header, text) = raw.split_once("---\n").unwrap();
+        let mut tools_file = "";
+        let mut finish_reason = "stop";
+        for line in header.lines() {
+            match line.split_once(": ") {
+                Some(("tools", v)) => tools_file = v,
+                Some(("finish_reason", v)) => finish_reason = v,
+                _ => panic!("bad header line {line:?} in {}", path.display()),
+            }
+        }
+        let tools = tools_for(tools_file);
+        let parsed = parse_completion(text, &tools);
+        let name = path.file_name().unwrap().to_string_lossy();
+        assert_eq!(
+            name.starts_with("err_"),
+            parsed.outcome.is_err(),
+            "{name}: {:?}",
+            parsed.outcome
+        );
+        let completion = BackendCompletion {
+            text: text.to_string(),
+            finish_reason: Some(finish_reason.to_string()),
+            matched_stop: None,
+            usage: None,
+            model: "m".into(),
+            attempts: 1,
+        };
+        let reply = respond::reply(&parsed, &completion, &tools, &SessionId::mint(), 0);
+        let tool_call = reply.tool_call.as_ref().map(|c| {
+            json!({
+                "name": c.function.name,
+                "arguments": serde_json::from_str::<Value>(&c.function.arguments).unwrap(),
+            })
+        });
+        insta::assert_yaml_snapshot!(json!({
+            "profile": tools.profile,
+            "thought": parsed.thought,
+            "action": parsed.outcome.as_ref().ok(),
+            "error": parsed.outcome.as_ref().err(),
+            "dropped_bytes": parsed.dropped_bytes,
+            "notes": parsed.notes,
+            "response": {
+                "content": reply.content,
+                "tool_call": tool_call,
+                "finish_reason": reply.finish_reason,
+            },
+        }));
+    });
+}

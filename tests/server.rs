@@ -1,0 +1,563 @@
+//! Real HTTP on loopback: the proxy in-process in front of a fake base-model backend.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::proxy::Proxy;
+use crate::util::{fixture_json, read_trace};
+
+fn id_is_valid(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn tool_call(resp: &Value) -> &Value {
+    &resp["choices"][0]["message"]["tool_calls"][0]
+}
+
+fn arguments(resp: &Value) -> Value {
+    serde_json::from_str(tool_call(resp)["function"]["arguments"].as_str().unwrap()).unwrap()
+}
+
+/// Appends the assistant message of `resp` and a tool result to `body`.
+fn continue_with(body: &mut Value, resp: &Value, output: &str) {
+    let message = resp["choices"][0]["message"].clone();
+    let id = message["tool_calls"][0]["id"].clone();
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(message);
+    messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+}
+
+#[tokio::test]
+async fn swe_agent_tool_loop_over_http() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("I'll look at the repository layout first.\n\n<bash>ls /testbed</bash>\n\n"),
+        Scripted::LlamaServer {
+            text: "Open the module.\n\n<str_replace_editor>\n<command>view</command>\n<path>/testbed/inventory.py</path>\n<view_range>[1, 20]</view_range>\n</str_replace_editor>\n".into(),
+        },
+        Scripted::Sglang { text: "The fix is in.\n\n<submit/>\n".into() },
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+
+    let (status, r1) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{r1}");
+    assert_eq!(r1["object"], "chat.completion");
+    assert_eq!(r1["model"], "base-model");
+    assert_eq!(r1["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(
+        r1["choices"][0]["message"]["content"],
+        "I'll look at the repository layout first."
+    );
+    assert_eq!(tool_call(&r1)["type"], "function");
+    assert_eq!(tool_call(&r1)["function"]["name"], "bash");
+    assert_eq!(arguments(&r1), json!({"command": "ls /testbed"}));
+    assert!(r1["usage"]["prompt_tokens"].as_u64().unwrap() > 100);
+    continue_with(&mut body, &r1, "OBSERVATION:\ninventory.py\ntests\n");
+
+    let (_, r2) = proxy.post(&body).await;
+    assert_eq!(tool_call(&r2)["function"]["name"], "str_replace_editor");
+    assert_eq!(
+        arguments(&r2),
+        json!({"command": "view", "path": "/testbed/inventory.py", "view_range": [1, 20]})
+    );
+    continue_with(&mut body, &r2, "     1\tclass Line:\n");
+
+    let (_, r3) = proxy.post(&body).await;
+    assert_eq!(tool_call(&r3)["function"]["name"], "submit");
+    assert_eq!(tool_call(&r3)["function"]["arguments"], "{}");
+
+    let ids: Vec<&str> = [&r1, &r2, &r3]
+        .iter()
+        .map(|r| tool_call(r)["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.iter().all(|id| id_is_valid(id)), "{ids:?}");
+    assert_ne!(ids[0], ids[1]);
+    assert_ne!(ids[1], ids[2]);
+    let session = |id: &str| id.split('_').nth(2).unwrap().to_string();
+    assert_eq!(
+        session(ids[0]),
+        session(ids[2]),
+        "one trajectory keeps one session"
+    );
+
+    // Backend requests: our stop sequences, append-only prompts, the observation rendered.
+    let requests = backend.requests();
+    assert_eq!(backend.calls(), 3);
+    assert_eq!(
+        requests[0]["stop"],
+        json!(["<observation>", "\n## Thinking"])
+    );
+    assert_eq!(
+        requests[0]["model"], "fake-base",
+        "model discovered from GET /v1/models"
+    );
+    assert_eq!(requests[0]["temperature"], 0.0);
+    let prompts = backend.prompts();
+    for pair in prompts.windows(2) {
+        assert!(pair[1].starts_with(pair[0].strip_suffix("## Thinking\n").unwrap()));
+    }
+    assert!(prompts[1].contains("<observation>\nOBSERVATION:\ninventory.py\ntests\n</observation>"));
+    assert!(prompts[2].ends_with("</observation>\n\n## Thinking\n"));
+
+    // One trace file, a session record and three complete step records.
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let records = read_trace(&files[0]);
+    assert_eq!(records.len(), 4);
+    assert_eq!(records[0]["type"], "session");
+    assert_eq!(records[0]["data"]["profile"], "swe-agent");
+    let steps: Vec<&Value> = records[1..].iter().map(|r| &r["data"]).collect();
+    assert_eq!(
+        steps
+            .iter()
+            .map(|s| s["step"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    assert_eq!(steps[0]["prompt"]["prefix_bytes"], 0);
+    assert_eq!(steps[0]["prompt"]["delta"], prompts[0].as_str());
+    assert!(steps[1]["prompt"]["prefix_bytes"].as_u64().unwrap() > 0);
+    // The delta chain reconstructs each full prompt.
+    let mut full = String::new();
+    for (s, prompt) in steps.iter().zip(&prompts) {
+        let prefix = s["prompt"]["prefix_bytes"].as_u64().unwrap() as usize;
+        full = format!(
+            "{}{}",
+            &full[..prefix],
+            s["prompt"]["delta"].as_str().unwrap()
+        );
+        assert_eq!(&full, prompt);
+    }
+    assert_eq!(
+        steps[1]["completion"]["matched_stop"], "<observation>",
+        "llama-server stopping_word"
+    );
+    assert_eq!(
+        steps[2]["completion"]["matched_stop"], "\n## Thinking",
+        "SGLang matched_stop"
+    );
+    assert_eq!(steps[2]["parse"]["action"]["kind"], "submit");
+    assert_eq!(steps[0]["response"]["tool_call"]["id"], ids[0]);
+    assert!(steps[0]["timings"]["backend_ms"].as_f64().unwrap() >= 0.0);
+}
+
+#[tokio::test]
+async fn streaming_emits_spec_exact_chunks() {
+    let text =
+        "Let me look at it — ok 😀.\n\n<bash>grep -n \"total\" /testbed/inventory.py</bash>\n";
+    let backend = FakeBackend::start(vec![Scripted::text(text), Scripted::text(text)]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_, plain) = proxy.post(&body).await;
+
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let (status, data) = proxy.post_stream(&body).await;
+    assert_eq!(status, 200);
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let ids: Vec<&str> = chunks.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert!(ids.iter().all(|i| *i == ids[0]));
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+
+    // role, content, tool-call head, argument fragment(s), finish, usage.
+    let delta = |i: usize| &chunks[i]["choices"][0]["delta"];
+    assert_eq!(delta(0), &json!({"role": "assistant"}));
+    assert_eq!(delta(1), &json!({"content": "Let me look at it — ok 😀."}));
+    let head = &delta(2)["tool_calls"][0];
+    assert_eq!(head["index"], 0);
+    assert!(head["id"].as_str().unwrap().starts_with("call_asap_"));
+    assert_eq!(head["type"], "function");
+    assert_eq!(head["function"]["name"], "bash");
+    assert_eq!(head["function"]["arguments"], "");
+    let n = chunks.len();
+    let mut arguments = String::new();
+    for i in 3..n - 2 {
+        let tc = &delta(i)["tool_calls"][0];
+        assert_eq!(tc["index"], 0);
+        assert!(
+            tc.get("id").is_none()
+                && tc.get("type").is_none()
+                && tc["function"].get("name").is_none()
+        );
+        arguments.push_str(tc["function"]["arguments"].as_str().unwrap());
+    }
+    assert_eq!(
+        arguments,
+        tool_call(&plain)["function"]["arguments"].as_str().unwrap()
+    );
+    assert_eq!(chunks[n - 2]["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(delta(n - 2), &json!({}));
+    assert!(chunks[..n - 1]
+        .iter()
+        .all(|c| c["usage"].is_null() && c.get("usage").is_some()));
+    assert_eq!(chunks[n - 1]["choices"], json!([]));
+    assert_eq!(chunks[n - 1]["usage"], plain["usage"]);
+    for c in &chunks[..n - 1] {
+        assert!(c["choices"][0]["delta"]
+            .get("content")
+            .is_none_or(|t| !t.as_str().unwrap().contains('<')));
+    }
+}
+
+#[tokio::test]
+async fn streaming_without_usage_option_has_no_usage_key() {
+    let backend = FakeBackend::start(vec![Scripted::text("Nothing to do here.")]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    body["stream"] = json!(true);
+    let (_, data) = proxy.post_stream(&body).await;
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(chunks.iter().all(|c| c.get("usage").is_none()));
+    assert_eq!(chunks.len(), 3, "role, content, finish");
+    assert_eq!(
+        chunks[1]["choices"][0]["delta"]["content"],
+        "Nothing to do here."
+    );
+    assert_eq!(chunks[2]["choices"][0]["finish_reason"], "stop");
+}
+
+#[tokio::test]
+async fn unparsable_output_is_content_without_tool_call() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("The bug is in total(). I am not sure how to proceed."),
+        Scripted::IgnoresStop {
+            text: "Write it.\n\n<bash>\ncat <<'EOF' > x.py\nprint(".into(),
+        },
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let body = fixture_json("requests/swe-agent-1.json");
+    let (status, r) = proxy.post(&body).await;
+    assert_eq!(status, 200);
+    let message = &r["choices"][0]["message"];
+    assert_eq!(
+        message["content"],
+        "The bug is in total(). I am not sure how to proceed."
+    );
+    assert!(message.get("tool_calls").is_none());
+    assert_eq!(r["choices"][0]["finish_reason"], "stop");
+
+    let (_, cut) = proxy.post(&body).await;
+    assert_eq!(cut["choices"][0]["finish_reason"], "length");
+    assert_eq!(cut["choices"][0]["message"]["content"], "Write it.");
+    assert!(cut["choices"][0]["message"].get("tool_calls").is_none());
+
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 2, "two first turns are two sessions");
+    let classes: Vec<String> = files
+        .iter()
+        .map(|f| {
+            read_trace(f)[1]["data"]["parse"]["error"]["class"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut sorted = classes.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec!["no_action", "unclosed_tag"]);
+}
+
+#[tokio::test]
+async fn openhands_sdk_gets_its_own_tool_names_and_metadata() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Read the file.\n\n<bash>cat /workspace/project/calc.py</bash>\n"),
+        Scripted::text("add returns the sum now.\n\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/openhands-sdk-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    assert_eq!(tool_call(&r1)["function"]["name"], "terminal");
+    assert_eq!(
+        arguments(&r1),
+        json!({"command": "cat /workspace/project/calc.py", "security_risk": "LOW"})
+    );
+    continue_with(&mut body, &r1, "def add(a, b):\n    return a - b\n");
+    // openhands-sdk sends content as a list of parts, also on tool messages.
+    let last = body["messages"].as_array_mut().unwrap().last_mut().unwrap();
+    last["content"] = json!([{"type": "text", "text": "def add(a, b):\n    return a - b\n"}]);
+    let (_, r2) = proxy.post(&body).await;
+    assert_eq!(tool_call(&r2)["function"]["name"], "finish");
+    assert_eq!(
+        arguments(&r2),
+        json!({"message": "add returns the sum now."})
+    );
+    let prompt = &backend.prompts()[1];
+    assert!(
+        prompt.contains("<bash>cat /workspace/project/calc.py</bash>"),
+        "neutral vocabulary in history"
+    );
+    let tools_and_steps = prompt.split("\n# Tools\n").nth(1).unwrap();
+    assert!(
+        !tools_and_steps.contains("security_risk"),
+        "hidden metadata never reaches the model"
+    );
+}
+
+#[tokio::test]
+async fn mini_swe_agent_submits_with_its_sentinel_command() {
+    let backend = FakeBackend::start(vec![Scripted::text("Done.\n\n<submit/>\n")]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let (_, r) = proxy
+        .post(&fixture_json("requests/mini-swe-agent-1.json"))
+        .await;
+    assert_eq!(tool_call(&r)["function"]["name"], "bash");
+    assert_eq!(
+        arguments(&r),
+        json!({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})
+    );
+}
+
+#[tokio::test]
+async fn generic_tools_and_content_submit() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text(
+            "Search first.\n\n<search>\n<query>1931 fishing treaty</query>\n</search>\n",
+        ),
+        Scripted::text("Explanation: found it.\nExact Answer: Vell\n\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let body = fixture_json("requests/browsecomp-plus-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    assert_eq!(tool_call(&r1)["function"]["name"], "search");
+    assert_eq!(arguments(&r1), json!({"query": "1931 fishing treaty"}));
+    let (_, r2) = proxy.post(&body).await;
+    assert_eq!(r2["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        r2["choices"][0]["message"]["content"],
+        "Explanation: found it.\nExact Answer: Vell"
+    );
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_openai_errors() {
+    let backend = FakeBackend::start(vec![]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    for (body, param) in [
+        (json!({"model": "m", "messages": "hi"}), Some("messages")),
+        (json!({"model": "m"}), None),
+        (
+            json!({"messages": [{"role": "wizard", "content": "x"}]}),
+            Some("messages[0].role"),
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": 5}]}),
+            Some("messages[0].content"),
+        ),
+        (json!({"messages": []}), Some("messages")),
+    ] {
+        let (status, err) = proxy.post(&body).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(err["error"]["type"], "invalid_request_error");
+        assert!(err["error"]["message"].as_str().unwrap().len() > 10);
+        assert_eq!(err["error"]["param"].as_str(), param, "{err}");
+        assert!(err["error"]["code"].is_string());
+    }
+    let resp = proxy
+        .client
+        .post(proxy.url())
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let err: Value = resp.json().await.unwrap();
+    assert!(err["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("invalid request body"));
+    assert_eq!(backend.calls(), 0);
+}
+
+#[tokio::test]
+async fn retries_5xx_then_succeeds() {
+    let backend = FakeBackend::start(vec![
+        Scripted::Error {
+            status: 503,
+            message: "loading model".into(),
+        },
+        Scripted::Error {
+            status: 500,
+            message: "oops".into(),
+        },
+        Scripted::text("Look.\n\n<bash>ls</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let (status, r) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(backend.calls(), 3);
+    let record = &read_trace(&proxy.trace_files()[0])[1]["data"];
+    assert_eq!(record["completion"]["attempts"], 3);
+}
+
+#[tokio::test]
+async fn gives_up_after_bounded_retries_with_502() {
+    let backend = FakeBackend::start(vec![]).await; // every call: 500 "script exhausted"
+    let proxy = Proxy::start(&backend.url()).await;
+    let (status, err) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    assert_eq!(status, 502);
+    assert_eq!(err["error"]["type"], "server_error");
+    assert_eq!(backend.calls(), 3, "1 try + 2 retries");
+    // The failed step is still logged.
+    let records = read_trace(&proxy.trace_files()[0]);
+    assert!(records[1]["data"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("500"));
+}
+
+#[tokio::test]
+async fn unreachable_backend_is_502_and_streaming_gets_error_event() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}/v1", listener.local_addr().unwrap());
+    drop(listener);
+    let proxy = Proxy::start_with(&dead, |a| a.backend_retries = Some(1)).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (status, err) = proxy.post(&body).await;
+    assert_eq!(status, 502);
+    assert_eq!(err["error"]["code"], "backend_unavailable");
+    body["stream"] = json!(true);
+    let (status, data) = proxy.post_stream(&body).await;
+    assert_eq!(status, 200);
+    let error: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(error["error"]["code"], "backend_unavailable");
+    assert_eq!(data.last().unwrap(), "[DONE]");
+}
+
+#[tokio::test]
+async fn context_overflow_is_a_400_context_length_exceeded() {
+    let backend = FakeBackend::start(vec![Scripted::Error {
+        status: 400,
+        message: "the request exceeds the available context size, try increasing it".into(),
+    }])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let (status, err) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    assert_eq!(status, 400);
+    assert_eq!(err["error"]["code"], "context_length_exceeded");
+    assert_eq!(backend.calls(), 1, "a 4xx is not retried");
+}
+
+#[tokio::test]
+async fn backend_timeout_is_504() {
+    let backend = FakeBackend::start(vec![Scripted::Slow {
+        delay: Duration::from_secs(3),
+        text: "x".into(),
+    }])
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| a.backend_timeout = Some(1)).await;
+    let (status, err) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    assert_eq!(status, 504);
+    assert_eq!(err["error"]["code"], "backend_timeout");
+}
+
+#[tokio::test]
+async fn request_sampling_and_token_cap_reach_the_backend() {
+    let backend = FakeBackend::start(vec![Scripted::text("ok"), Scripted::text("ok")]).await;
+    let proxy = Proxy::start_with(&backend.url(), |a| {
+        a.max_tokens = Some(300);
+        a.backend_model = Some("my-base".into());
+    })
+    .await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    body["temperature"] = json!(0.7);
+    body["top_p"] = json!(0.9);
+    body["seed"] = json!(7);
+    body["max_tokens"] = json!(100);
+    proxy.post(&body).await;
+    body["max_tokens"] = json!(5000);
+    proxy.post(&body).await;
+    let r = backend.requests();
+    assert_eq!(
+        (
+            r[0]["temperature"].clone(),
+            r[0]["top_p"].clone(),
+            r[0]["seed"].clone()
+        ),
+        (json!(0.7), json!(0.9), json!(7))
+    );
+    assert_eq!(r[0]["max_tokens"], 100);
+    assert_eq!(r[1]["max_tokens"], 300, "--max-tokens caps the request");
+    assert_eq!(r[0]["model"], "my-base");
+    assert_eq!(r[0]["stream"], false);
+}
+
+#[tokio::test]
+async fn models_and_health() {
+    let backend = FakeBackend::start(vec![]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let health: Value = proxy
+        .client
+        .get(format!("http://{}/health", proxy.addr))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ok");
+    let models: Value = proxy
+        .client
+        .get(format!("http://{}/v1/models", proxy.addr))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "fake-base");
+}
+
+#[tokio::test]
+async fn lenient_history_shapes_are_accepted() {
+    let backend = FakeBackend::start(vec![Scripted::text("Next.\n\n<bash>pwd</bash>\n")]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    body["reasoning_effort"] = json!("high");
+    body["metadata"] = json!({"run": 1});
+    body["parallel_tool_calls"] = json!(true);
+    body["logprobs"] = json!(false);
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "tool_calls": [
+        {"id": "toolu_01XYZ", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}},
+        {"id": "0", "type": "function", "function": {"name": "submit", "arguments": ""}},
+        {"id": "abc123xyz", "type": "function", "function": {"name": "submit"}}
+    ], "provider_specific_fields": {"x": 1}}));
+    messages.push(json!({"role": "tool", "tool_call_id": "toolu_01XYZ", "content": [{"type": "text", "text": "a b", "cache_control": {"type": "ephemeral"}}], "name": "bash"}));
+    messages.push(json!({"role": "tool", "tool_call_id": "0", "content": null}));
+    messages.push(json!({"role": "user", "content": ""}));
+    messages.push(json!({"role": "user", "content": "again"}));
+    let (status, r) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(arguments(&r), json!({"command": "pwd"}));
+    let records = read_trace(&proxy.trace_files()[0]);
+    assert_eq!(
+        records[1]["data"]["ignored_fields"],
+        json!([
+            "logprobs",
+            "metadata",
+            "parallel_tool_calls",
+            "reasoning_effort"
+        ])
+    );
+}

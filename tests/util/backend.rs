@@ -1,0 +1,161 @@
+//! A fake completion backend: a real axum server on 127.0.0.1:0 that answers
+//! `POST /v1/completions` from a script of realistic base-model continuations (as vLLM,
+//! llama-server or SGLang would report them), records every request body, and counts calls.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Scripted {
+    /// vLLM style: text without the stop string, `stop_reason` names it.
+    Vllm {
+        text: String,
+        finish_reason: &'static str,
+    },
+    /// llama-server style: `stopping_word` at top level.
+    LlamaServer { text: String },
+    /// SGLang style: `matched_stop` in the choice.
+    Sglang { text: String },
+    /// A backend that ignored `stop` and wrote on (invented observation and later steps).
+    IgnoresStop { text: String },
+    /// An HTTP error with an OpenAI-style body.
+    Error { status: u16, message: String },
+    /// Sleep, then answer like `Vllm` with finish_reason "stop".
+    Slow { delay: Duration, text: String },
+}
+
+impl Scripted {
+    /// Shorthand for the common case.
+    pub fn text(text: &str) -> Self {
+        Self::Vllm {
+            text: text.to_string(),
+            finish_reason: "stop",
+        }
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    script: VecDeque<Scripted>,
+    requests: Vec<Value>,
+    calls: usize,
+}
+
+/// Handle to a running fake backend.
+#[derive(Clone)]
+pub struct FakeBackend {
+    pub addr: SocketAddr,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl FakeBackend {
+    /// Starts a backend that serves `script` in order (then 500s).
+    pub async fn start(script: Vec<Scripted>) -> Self {
+        let inner = Arc::new(Mutex::new(Inner {
+            script: script.into(),
+            ..Inner::default()
+        }));
+        let app = Router::new()
+            .route("/v1/completions", post(complete))
+            .route("/v1/models", get(models))
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { addr, inner }
+    }
+
+    /// Base URL as users pass it to `--backend`.
+    pub fn url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Request bodies received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.inner.lock().unwrap().requests.clone()
+    }
+
+    /// Prompts received so far.
+    pub fn prompts(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .map(|r| r["prompt"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Number of completion calls served (errors included).
+    pub fn calls(&self) -> usize {
+        self.inner.lock().unwrap().calls
+    }
+}
+
+async fn models() -> Json<Value> {
+    Json(
+        json!({"object": "list", "data": [{"id": "fake-base", "object": "model", "max_model_len": 8192}]}),
+    )
+}
+
+fn usage(prompt: &str, text: &str) -> Value {
+    let p = prompt.split_whitespace().count();
+    let c = text.split_whitespace().count();
+    json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c})
+}
+
+async fn complete(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value>) -> Response {
+    let next = {
+        let mut guard = inner.lock().unwrap();
+        guard.calls += 1;
+        guard.requests.push(body.clone());
+        guard.script.pop_front()
+    };
+    let prompt = body["prompt"].as_str().unwrap_or_default().to_string();
+    let ok = |choice: Value, extra: Value| {
+        let text = choice["text"].as_str().unwrap_or_default().to_string();
+        let mut out = json!({
+            "id": "cmpl-fake", "object": "text_completion", "created": 1, "model": "fake-base",
+            "choices": [choice], "usage": usage(&prompt, &text)
+        });
+        if let (Some(o), Value::Object(e)) = (out.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        Json(out).into_response()
+    };
+    match next {
+        None => (StatusCode::INTERNAL_SERVER_ERROR, "script exhausted").into_response(),
+        Some(Scripted::Vllm { text, finish_reason }) => {
+            let stop_reason = if finish_reason == "stop" { json!("<observation>") } else { Value::Null };
+            ok(json!({"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": null, "stop_reason": stop_reason}), json!({}))
+        }
+        Some(Scripted::LlamaServer { text }) => ok(
+            json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null}),
+            json!({"stopping_word": "<observation>", "stop_type": "word"}),
+        ),
+        Some(Scripted::Sglang { text }) => ok(
+            json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null, "matched_stop": "\n## Thinking"}),
+            json!({}),
+        ),
+        Some(Scripted::IgnoresStop { text }) => ok(
+            json!({"index": 0, "text": text, "finish_reason": "length", "logprobs": null}),
+            json!({}),
+        ),
+        Some(Scripted::Error { status, message }) => (
+            StatusCode::from_u16(status).unwrap(),
+            Json(json!({"error": {"message": message, "type": "exceed_context_size_error", "code": status}})),
+        )
+            .into_response(),
+        Some(Scripted::Slow { delay, text }) => {
+            tokio::time::sleep(delay).await;
+            ok(json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null, "stop_reason": "<observation>"}), json!({}))
+        }
+    }
+}
