@@ -20,6 +20,9 @@ pub enum ProxyError {
         message: String,
         param: Option<String>,
     },
+    /// The request body is larger than the limit in bytes (HTTP 413).
+    #[error("request body larger than {0} bytes")]
+    PayloadTooLarge(usize),
     /// The prompt plus `max_tokens` does not fit the backend's context window (HTTP 400,
     /// code `context_length_exceeded`, the code the OpenAI API uses for this case).
     #[error("{0}")]
@@ -53,6 +56,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::InvalidRequest { .. } | Self::ContextLengthExceeded(_) => StatusCode::BAD_REQUEST,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BackendUnavailable(_) | Self::Backend(_) => StatusCode::BAD_GATEWAY,
             Self::BackendTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -65,6 +69,7 @@ impl ProxyError {
             Self::InvalidRequest { param, .. } => {
                 ("invalid_request_error", "invalid_request", param.clone())
             }
+            Self::PayloadTooLarge(_) => ("invalid_request_error", "payload_too_large", None),
             Self::ContextLengthExceeded(_) => {
                 ("invalid_request_error", "context_length_exceeded", None)
             }

@@ -561,3 +561,17 @@ async fn lenient_history_shapes_are_accepted() {
         ])
     );
 }
+
+#[tokio::test]
+async fn large_histories_are_accepted() {
+    let backend = FakeBackend::start(vec![Scripted::text("Next.\n\n<bash>pwd</bash>\n")]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let big = "x".repeat(5 * 1024 * 1024);
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": "cat", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"cat big\"}"}}]}));
+    messages.push(json!({"role": "tool", "tool_call_id": "a", "content": big}));
+    let (status, r) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{r}");
+    assert!(backend.prompts()[0].len() > 5 * 1024 * 1024);
+}

@@ -22,10 +22,18 @@ pub const CUE: &str = "## Thinking\n";
 #[serde(rename_all = "snake_case")]
 pub enum Format {
     #[default]
+    #[value(name = "markdown_xml", alias = "markdown-xml")]
     MarkdownXml,
 }
 
 impl Format {
+    /// The name used in flags, config files and traces.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::MarkdownXml => "markdown_xml",
+        }
+    }
+
     /// Template name under `templates/`.
     pub fn template(self) -> &'static str {
         match self {

@@ -4,7 +4,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -20,8 +22,12 @@ use crate::respond::{completion_id, completion_object, now_s, ChunkBuilder};
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ProxyError> {
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ProxyError::PayloadTooLarge(super::MAX_BODY_BYTES),
+        _ => ProxyError::invalid(format!("reading request body: {e}")),
+    })?;
     let request = ChatCompletionRequest::from_slice(&body)?;
     let model = request.model.clone().unwrap_or_else(|| "base-model".into());
     let id = completion_id();

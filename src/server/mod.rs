@@ -6,10 +6,10 @@ mod handlers;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::net::TcpListener;
-use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::backend::{Backend, OpenAiCompletions};
@@ -58,7 +58,7 @@ impl AppState {
             backend,
             trace: TraceWriter::new(
                 config.log_dir.clone(),
-                format!("{:?}", config.prompt.format),
+                config.prompt.format.name().to_string(),
                 config.backend.clone(),
             ),
             max_tokens: config.max_tokens,
@@ -73,7 +73,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/chat/completions", post(handlers::chat_completions))
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
-        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -68,6 +68,7 @@ impl FakeBackend {
         let app = Router::new()
             .route("/v1/completions", post(complete))
             .route("/v1/models", get(models))
+            .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
