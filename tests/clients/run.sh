@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Run the real-client tests (OpenAI SDK, LiteLLM) against the built proxy binary.
+#
+# Creates or reuses a virtualenv at ${ASAP_CACHE:-$HOME/.cache/asap-proxy}/venv-clients,
+# rebuilt whenever tests/clients/requirements.txt changes (its sha256 is stamped in the
+# venv). Needs only PyPI. The proxy binary comes from ASAP_PROXY_BIN or
+# target/debug/asap-proxy (build it first). Extra arguments go to pytest.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cache="${ASAP_CACHE:-$HOME/.cache/asap-proxy}"
+venv="$cache/venv-clients"
+python="${PYTHON:-python3}"
+
+want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
+have="$(cat "$venv/.requirements.sha256" 2>/dev/null || true)"
+if [[ "$want" != "$have" || ! -x "$venv/bin/python" ]]; then
+    echo "run.sh: creating $venv" >&2
+    rm -rf "$venv"
+    mkdir -p "$cache"
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+    echo "$want" > "$venv/.requirements.sha256"
+fi
+
+# LiteLLM would otherwise fetch its model price map from the internet at import.
+export LITELLM_LOCAL_MODEL_COST_MAP=True
+cd "$repo"
+set +e
+"$venv/bin/python" -m pytest -q tests/clients "$@"
+status=$?
+set -e
+exit "$status"
