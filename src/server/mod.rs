@@ -59,10 +59,22 @@ impl AppState {
             trace: TraceWriter::new(
                 config.log_dir.clone(),
                 config.prompt.format.name().to_string(),
-                config.backend.clone(),
+                redact_url(&config.backend),
             ),
             max_tokens: config.max_tokens,
         })
+    }
+}
+
+/// The URL without user name or password, for logs.
+fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string().trim_end_matches('/').to_string()
+        }
+        Err(_) => "<unparsable url>".to_string(),
     }
 }
 
@@ -108,4 +120,15 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down");
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_never_reach_the_trace() {
+        assert_eq!(
+            super::redact_url("http://user:secret@host:8000/v1"),
+            "http://host:8000/v1"
+        );
+    }
 }
