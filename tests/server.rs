@@ -92,7 +92,7 @@ async fn swe_agent_tool_loop_over_http() {
     assert_eq!(backend.calls(), 3);
     assert_eq!(
         requests[0]["stop"],
-        json!(["<observation>", "\n## Thinking"])
+        json!(["<observation>", "</observation>", "\n## Thinking"])
     );
     assert_eq!(
         requests[0]["model"], "fake-base",

@@ -5,7 +5,8 @@
 //! - An action counts only where its tag starts a line (leading spaces/tabs allowed) outside a
 //!   fenced code block; a tag inside prose or a quoted plan is not run.
 //! - The first action wins; anything after it (an invented observation, later steps) is dropped.
-//! - A line starting with `<observation` or (after the first line) `## Thinking` ends the
+//! - A line starting with `<observation`, `</observation` or (after the first line)
+//!   `## Thinking` ends the
 //!   model's step: text after it is never read.
 //! - The closing tag is the first `</tag>` outside an open heredoc (`<<EOF`, `<<'EOF'`,
 //!   `<<-EOF`); if the heredoc is never terminated, the first `</tag>` at all.

@@ -5,7 +5,7 @@ use quick_xml::events::BytesStart;
 /// What a line starts with, as far as the scanner cares.
 #[derive(Debug, PartialEq, Eq)]
 pub enum LineTag<'a> {
-    /// `<observation…`: the model is inventing the environment's reply.
+    /// `<observation…` or `</observation…`: the model is inventing the environment's reply.
     Observation,
     /// `<name>`, `<name/>`, `<name attr="…">`.
     Open(&'a str),
@@ -13,6 +13,9 @@ pub enum LineTag<'a> {
 
 /// Classifies a line (already stripped of leading blanks) that starts with a tag.
 pub fn line_tag(line: &str) -> Option<LineTag<'_>> {
+    if line.starts_with("</observation") {
+        return Some(LineTag::Observation);
+    }
     let rest = line.strip_prefix('<')?;
     let len = rest
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
