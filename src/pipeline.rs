@@ -119,7 +119,14 @@ pub async fn run_step(
 
     let parse_started = Instant::now();
     let parsed: Parsed = parse_completion(&completion.text, &prepared.tools);
-    let reply = respond::reply(&parsed, &completion, &prepared.tools, &session, step);
+    let reply = respond::reply(
+        &parsed,
+        &completion,
+        &prepared.tools,
+        &session,
+        step,
+        !request.tool_choice_is_none(),
+    );
     let parse_ms = parse_started.elapsed().as_secs_f64() * 1e3;
 
     record.set_completion(&completion, &parsed, &reply);

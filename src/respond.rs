@@ -35,16 +35,33 @@ pub struct Reply {
     pub parse_error: Option<ParseFailure>,
 }
 
-/// Builds the reply for a parsed completion. Mints the tool-call id.
+/// Builds the reply for a parsed completion. Mints the tool-call id. With
+/// `tool_choice: "none"` (`allow_tool_call` false) an action is not sent: the thought comes
+/// back as content with `finish_reason: "stop"`, as the OpenAI API specifies for `none`.
 pub fn reply(
     parsed: &Parsed,
     completion: &BackendCompletion,
     tools: &ToolSet,
     session: &SessionId,
     step: usize,
+    allow_tool_call: bool,
 ) -> Reply {
     let usage = completion.usage.unwrap_or_default();
     let thought = parsed.thought.clone();
+    if !allow_tool_call {
+        return Reply {
+            content: Some(thought),
+            tool_call: None,
+            finish_reason: if completion.hit_length() && parsed.outcome.is_err() {
+                "length"
+            } else {
+                "stop"
+            },
+            usage,
+            action: parsed.outcome.as_ref().ok().cloned(),
+            parse_error: parsed.outcome.as_ref().err().cloned(),
+        };
+    }
     match &parsed.outcome {
         Ok(action) => match tools.to_scaffold(action, &thought) {
             ScaffoldReply::ToolCall { name, arguments } => Reply {

@@ -51,7 +51,7 @@ fn golden_parse_cases() {
             model: "m".into(),
             attempts: 1,
         };
-        let reply = respond::reply(&parsed, &completion, &tools, &SessionId::mint(), 0);
+        let reply = respond::reply(&parsed, &completion, &tools, &SessionId::mint(), 0, true);
         let tool_call = reply.tool_call.as_ref().map(|c| {
             json!({
                 "name": c.function.name,

@@ -92,7 +92,7 @@ async fn swe_agent_tool_loop_over_http() {
     assert_eq!(backend.calls(), 3);
     assert_eq!(
         requests[0]["stop"],
-        json!(["<observation>", "</observation>", "\n## Thinking"])
+        json!(["\n<observation>", "\n</observation>", "\n## Thinking"])
     );
     assert_eq!(
         requests[0]["model"], "fake-base",
@@ -136,7 +136,7 @@ async fn swe_agent_tool_loop_over_http() {
         assert_eq!(&full, prompt);
     }
     assert_eq!(
-        steps[1]["completion"]["matched_stop"], "<observation>",
+        steps[1]["completion"]["matched_stop"], "\n<observation>",
         "llama-server stopping_word"
     );
     assert_eq!(
@@ -574,4 +574,36 @@ async fn large_histories_are_accepted() {
     let (status, r) = proxy.post(&body).await;
     assert_eq!(status, 200, "{r}");
     assert!(backend.prompts()[0].len() > 5 * 1024 * 1024);
+}
+
+#[tokio::test]
+async fn tool_choice_none_gets_a_message_and_forced_choices_are_logged() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Summary: nothing changed yet.\n\n<bash>ls</bash>\n"),
+        Scripted::text("Look.\n\n<bash>ls</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    body["tool_choice"] = json!("none");
+    let (_, r) = proxy.post(&body).await;
+    assert!(
+        r["choices"][0]["message"].get("tool_calls").is_none(),
+        "{r}"
+    );
+    assert_eq!(
+        r["choices"][0]["message"]["content"],
+        "Summary: nothing changed yet."
+    );
+    assert_eq!(r["choices"][0]["finish_reason"], "stop");
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "bash"}});
+    let (_, r) = proxy.post(&body).await;
+    assert_eq!(tool_call(&r)["function"]["name"], "bash");
+    let logged: Vec<Value> = proxy
+        .trace_files()
+        .iter()
+        .map(|f| read_trace(f)[1]["data"]["ignored_fields"].clone())
+        .collect();
+    assert!(logged.contains(&json!(["tool_choice"])), "{logged:?}");
+    assert!(logged.contains(&json!([])), "{logged:?}");
 }

@@ -8,12 +8,13 @@ use super::{BackendCompletion, GenerationParams};
 use crate::error::ProxyError;
 use crate::openai::completions::{CompletionRequest, CompletionResponse};
 
-/// Stop sequences: the model's step is over when it starts writing the environment's reply
-/// (or closes one it imagined, as small base models do right after a command) or a new step.
-/// All follow a complete action, so the action itself is never cut, even when its
-/// body contains its own closing tag (heredocs); backends that ignore `stop` are handled by the
-/// parser, which drops everything after the first action.
-pub const STOP: [&str; 3] = ["<observation>", "</observation>", "\n## Thinking"];
+/// Stop sequences: the model's step is over when a line starts the environment's reply (or
+/// closes one it imagined, as small base models do right after a command) or a new step.
+/// These follow a complete action, so the action is not cut at its own closing tag (heredocs
+/// may contain `</bash>`); anchoring them at a line start keeps `grep '<observation>'` inside
+/// a command intact. Backends that ignore `stop` are handled by the parser, which drops
+/// everything after the first action.
+pub const STOP: [&str; 3] = ["\n<observation>", "\n</observation>", "\n## Thinking"];
 
 /// First retry delay; doubled on each further retry.
 const BACKOFF_START: Duration = Duration::from_millis(250);

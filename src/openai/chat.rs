@@ -62,6 +62,19 @@ impl ChatCompletionRequest {
                 param: Some("messages".into()),
             });
         }
+        if request.max_tokens() == Some(0) {
+            return Err(ProxyError::InvalidRequest {
+                message: "`max_tokens` must be at least 1".into(),
+                param: Some(
+                    if request.max_completion_tokens.is_some() {
+                        "max_completion_tokens"
+                    } else {
+                        "max_tokens"
+                    }
+                    .into(),
+                ),
+            });
+        }
         if request.n.is_some_and(|n| n > 1) {
             return Err(ProxyError::InvalidRequest {
                 message: "`n` > 1 is not supported: each step is one completion".into(),
@@ -89,10 +102,25 @@ impl ChatCompletionRequest {
     }
 
     /// Names of the top-level fields the proxy does not interpret, sorted (for the trace).
+    /// A `tool_choice` other than `auto`/`none` is listed: forcing a named or `required` tool
+    /// is not enforced (the model's own action is parsed as usual).
     pub fn ignored_fields(&self) -> Vec<String> {
         let mut keys: Vec<String> = self.extra.keys().cloned().collect();
+        if self.tool_choice.is_some() && !self.tool_choice_is_auto() && !self.tool_choice_is_none()
+        {
+            keys.push("tool_choice".to_string());
+        }
         keys.sort();
         keys
+    }
+
+    /// `tool_choice: "none"`: the client wants a message, not a tool call.
+    pub fn tool_choice_is_none(&self) -> bool {
+        self.tool_choice.as_ref().and_then(Value::as_str) == Some("none")
+    }
+
+    fn tool_choice_is_auto(&self) -> bool {
+        self.tool_choice.as_ref().and_then(Value::as_str) == Some("auto")
     }
 }
 
@@ -221,6 +249,9 @@ fn id_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error
     })
 }
 
+/// Key under which history `arguments` that are not a JSON object are kept.
+pub const RAW_ARGUMENTS: &str = "_raw";
+
 fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
     Ok(match Option::<Value>::deserialize(d)? {
         None | Some(Value::Null) => Map::new(),
@@ -228,9 +259,9 @@ fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value
         Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
         Some(Value::String(s)) => match serde_json::from_str::<Value>(&s) {
             Ok(Value::Object(o)) => o,
-            _ => Map::from_iter([("_raw".to_string(), Value::String(s))]),
+            _ => Map::from_iter([(RAW_ARGUMENTS.to_string(), Value::String(s))]),
         },
-        Some(other) => Map::from_iter([("_raw".to_string(), other)]),
+        Some(other) => Map::from_iter([(RAW_ARGUMENTS.to_string(), other)]),
     })
 }
 

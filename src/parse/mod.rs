@@ -79,7 +79,7 @@ pub struct Parsed {
 
 /// Parses a completion against the request's tools. Pure and synchronous.
 pub fn parse_completion(text: &str, tools: &ToolSet) -> Parsed {
-    let mut in_fence = false;
+    let mut fence: Option<(char, usize)> = None;
     let mut first_unknown: Option<String> = None;
     let mut offset = 0;
     let mut end_of_step = text.len();
@@ -89,9 +89,19 @@ pub fn parse_completion(text: &str, tools: &ToolSet) -> Parsed {
         let line = &text[offset..line_end];
         let trimmed = line.trim_start_matches([' ', '\t']);
         let indent = line.len() - trimmed.len();
-        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
-            in_fence = !in_fence;
-        } else if !in_fence {
+        if let Some((ch, len, rest)) = scan::fence_marker(trimmed) {
+            // CommonMark: a fence closes only with the same character, at least as many of
+            // them, and nothing else on the line.
+            fence = match fence {
+                None => Some((ch, len)),
+                Some((open_ch, open_len))
+                    if ch == open_ch && len >= open_len && rest.trim().is_empty() =>
+                {
+                    None
+                }
+                still_open => still_open,
+            };
+        } else if fence.is_none() {
             if offset > 0 && heading_is_step(trimmed) {
                 end_of_step = offset;
                 break;
@@ -134,10 +144,20 @@ pub fn parse_completion(text: &str, tools: &ToolSet) -> Parsed {
     }
 }
 
+/// The tool a tag names: its neutral tag, case-insensitively, or the scaffold's own tool name
+/// (`<terminal>`, `<finish>`), which a model that has seen the scaffold's prompt may write.
 fn lookup<'a>(tools: &'a ToolSet, name: &str) -> Option<&'a ToolSpec> {
     tools
-        .get(name)
-        .or_else(|| tools.get(&name.to_ascii_lowercase()))
+        .tools
+        .iter()
+        .find(|t| t.tag.eq_ignore_ascii_case(name))
+        .or_else(|| {
+            tools.tools.iter().find(|t| {
+                t.scaffold_name
+                    .as_deref()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(name))
+            })
+        })
 }
 
 fn tag_list(tools: &ToolSet) -> String {
@@ -149,8 +169,15 @@ fn tag_list(tools: &ToolSet) -> String {
         .join(", ")
 }
 
+/// The thought: trimmed, without a repeated `## Thinking` heading and without lines that are
+/// only a stray closing tag (`</bash>`), which are markup, not prose.
 fn thought_of(text: &str) -> String {
-    let t = text.trim();
+    let kept: Vec<&str> = text
+        .split('\n')
+        .filter(|line| !scan::is_stray_closing_tag(line.trim()))
+        .collect();
+    let joined = kept.join("\n");
+    let t = joined.trim();
     let t = match t.strip_prefix("## Thinking") {
         Some(rest) if rest.is_empty() || rest.starts_with('\n') || rest.starts_with("\r\n") => {
             rest.trim()

@@ -33,6 +33,26 @@ pub fn line_tag(line: &str) -> Option<LineTag<'_>> {
     }
 }
 
+/// A Markdown code fence at the start of a (blank-stripped) line: its character, its length
+/// (at least 3) and the rest of the line.
+pub fn fence_marker(line: &str) -> Option<(char, usize, &str)> {
+    let ch = line.chars().next().filter(|c| *c == '`' || *c == '~')?;
+    let len = line.len() - line.trim_start_matches(ch).len();
+    (len >= 3).then(|| (ch, len, &line[len..]))
+}
+
+/// Whether a line is nothing but a closing tag (`</bash>`, `</old_str>`).
+pub fn is_stray_closing_tag(line: &str) -> bool {
+    line.strip_prefix("</")
+        .and_then(|r| r.strip_suffix('>'))
+        .is_some_and(|name| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+}
+
 /// Whether a line is a `## Thinking` heading, i.e. the start of a new step.
 pub fn heading_is_step(line: &str) -> bool {
     line.strip_prefix("## Thinking")
@@ -40,12 +60,16 @@ pub fn heading_is_step(line: &str) -> bool {
 }
 
 /// Finds `</name>` after `from`, skipping the bodies of heredocs opened in between.
-/// Gives up (None) at a line-start `<observation` or `## Thinking` outside a heredoc.
+/// Gives up (None) at a line-start `<observation`, `</observation` or `## Thinking` outside a
+/// heredoc. A heredoc ends at its delimiter line, also when the closing tag follows the
+/// delimiter directly (`EOF</bash>`). On a line with several closing tags and no new start
+/// tag between them, one that ends the line wins (`echo "</bash>"</bash>`).
 /// If the heredoc-aware search finds nothing, a plain search is tried, so a heredoc the model
 /// forgot to terminate does not hide an otherwise complete action.
 /// Returns the byte range of the closing tag.
 pub fn find_close(text: &str, from: usize, name: &str) -> Option<(usize, usize)> {
     let close = format!("</{name}>");
+    let open = format!("<{name}>");
     let mut pending: Vec<(String, bool)> = Vec::new();
     let mut offset = from;
     let mut first = true;
@@ -59,11 +83,19 @@ pub fn find_close(text: &str, from: usize, name: &str) -> Option<(usize, usize)>
             } else {
                 line
             };
+            let indent = line.len() - candidate.len();
             if candidate.trim_end_matches('\r') == delim {
                 pending.remove(0);
+            } else if let Some(rest) = candidate.strip_prefix(delim.as_str()) {
+                if rest.trim_start_matches([' ', '\t']).starts_with(&close) && pending.len() == 1 {
+                    let k = indent
+                        + delim.len()
+                        + (rest.len() - rest.trim_start_matches([' ', '\t']).len());
+                    return Some((offset + k, offset + k + close.len()));
+                }
             }
         } else {
-            if let Some(k) = line.find(&close) {
+            if let Some(k) = pick_close(line, &close, &open) {
                 return Some((offset + k, offset + k + close.len()));
             }
             let trimmed = line.trim_start_matches([' ', '\t']);
@@ -88,6 +120,19 @@ pub fn find_close(text: &str, from: usize, name: &str) -> Option<(usize, usize)>
     text[from..limit]
         .find(&close)
         .map(|k| (from + k, from + k + close.len()))
+}
+
+/// The closing tag on one line: the first, unless a later one ends the line and no start
+/// tag lies between them.
+fn pick_close(line: &str, close: &str, open: &str) -> Option<usize> {
+    let first = line.find(close)?;
+    let last = line.rfind(close).unwrap_or(first);
+    let ends_line = line[last + close.len()..].trim().is_empty();
+    if last > first && ends_line && !line[first..last].contains(open) {
+        Some(last)
+    } else {
+        Some(first)
+    }
 }
 
 /// Delimiters of the heredocs a shell line opens: `<<EOF`, `<<'EOF'`, `<<"EOF"`, `<<-EOF`,
@@ -175,10 +220,12 @@ pub fn attributes(text: &str) -> Result<Vec<(String, String)>, String> {
 ///
 /// Errors: a parameter start tag without its closing tag.
 pub fn children(body: &str, names: &[&str]) -> Result<Vec<(String, String)>, String> {
-    let starts_param = |s: &str| -> Option<(String, usize, bool)> {
-        let rest = s.strip_prefix('<')?;
+    // Tag names match case-insensitively; ASCII lower-casing keeps byte offsets.
+    let lower = body.to_ascii_lowercase();
+    let starts_param = |at: usize| -> Option<(String, usize, bool)> {
+        let rest = lower[at..].strip_prefix('<')?;
         names.iter().find_map(|n| {
-            let after = rest.strip_prefix(n)?;
+            let after = rest.strip_prefix(n.to_ascii_lowercase().as_str())?;
             if after.starts_with('>') {
                 Some((n.to_string(), n.len() + 2, false))
             } else if after.starts_with("/>") {
@@ -192,9 +239,9 @@ pub fn children(body: &str, names: &[&str]) -> Result<Vec<(String, String)>, Str
     };
     let mut out = Vec::new();
     let mut i = 0;
-    while let Some(k) = body[i..].find('<') {
+    while let Some(k) = lower[i..].find('<') {
         let at = i + k;
-        let Some((name, open_len, empty)) = starts_param(&body[at..]) else {
+        let Some((name, open_len, empty)) = starts_param(at) else {
             i = at + 1;
             continue;
         };
@@ -204,8 +251,8 @@ pub fn children(body: &str, names: &[&str]) -> Result<Vec<(String, String)>, Str
             i = value_start;
             continue;
         }
-        let close = format!("</{name}>");
-        let mut candidates = body[value_start..]
+        let close = format!("</{}>", name.to_ascii_lowercase());
+        let mut candidates = lower[value_start..]
             .match_indices(&close)
             .map(|(j, _)| value_start + j)
             .peekable();
@@ -216,8 +263,9 @@ pub fn children(body: &str, names: &[&str]) -> Result<Vec<(String, String)>, Str
         };
         let chosen = candidates
             .find(|&c| {
-                let after = body[c + close.len()..].trim_start();
-                after.is_empty() || starts_param(after).is_some()
+                let after_at = c + close.len();
+                let blank = lower[after_at..].len() - lower[after_at..].trim_start().len();
+                after_at + blank == lower.len() || starts_param(after_at + blank).is_some()
             })
             .unwrap_or(first);
         out.push((name, strip_pad(&body[value_start..chosen]).to_string()));
@@ -260,6 +308,19 @@ mod tests {
         assert_eq!(strip_pad("\r\n  x\r\n"), "  x");
         assert_eq!(strip_pad("\na\nb\r\n"), "a\nb\r");
         assert_eq!(strip_pad("\n"), "");
+    }
+
+    #[test]
+    fn close_right_after_heredoc_delimiter() {
+        let text = "cat > a.sh <<EOF\necho '</bash>'\nEOF</bash>\n";
+        let (s, _) = find_close(text, 0, "bash").unwrap();
+        assert_eq!(&text[..s], "cat > a.sh <<EOF\necho '</bash>'\nEOF");
+        let text = "echo \"</bash>\"</bash>\n";
+        let (s, _) = find_close(text, 0, "bash").unwrap();
+        assert_eq!(&text[..s], "echo \"</bash>\"");
+        let text = "ls</bash> then <bash>pwd</bash>";
+        let (s, _) = find_close(text, 0, "bash").unwrap();
+        assert_eq!(&text[..s], "ls");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use serde_json::{Map, Value};
 
 use crate::conversation::Action;
+use crate::openai::chat::RAW_ARGUMENTS;
 use crate::profile::{ParamSpec, ToolRole, ToolSet, ToolSpec, SUBMIT_TAG};
 
 /// Writes a neutral action as XML.
@@ -14,6 +15,11 @@ pub fn action(action: &Action, tools: &ToolSet) -> String {
     match action {
         Action::Submit { .. } => format!("<{SUBMIT_TAG}/>"),
         Action::Call { tag, arguments } => {
+            // Arguments that were not a JSON object in the history: show the model the raw
+            // text it (or another model) wrote, not an invented `_raw` parameter.
+            if let (1, Some(raw)) = (arguments.len(), arguments.get(RAW_ARGUMENTS)) {
+                return element(tag, &value_text(raw));
+            }
             let spec = tools.get(tag);
             if let Some(ToolRole::Shell { command_parameter }) = spec.map(|s| &s.role) {
                 if let Some(Value::String(command)) = arguments.get(command_parameter) {

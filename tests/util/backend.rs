@@ -134,12 +134,12 @@ async fn complete(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value
     match next {
         None => (StatusCode::INTERNAL_SERVER_ERROR, "script exhausted").into_response(),
         Some(Scripted::Vllm { text, finish_reason }) => {
-            let stop_reason = if finish_reason == "stop" { json!("<observation>") } else { Value::Null };
+            let stop_reason = if finish_reason == "stop" { json!("\n<observation>") } else { Value::Null };
             ok(json!({"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": null, "stop_reason": stop_reason}), json!({}))
         }
         Some(Scripted::LlamaServer { text }) => ok(
             json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null}),
-            json!({"stopping_word": "<observation>", "stop_type": "word"}),
+            json!({"stopping_word": "\n<observation>", "stop_type": "word"}),
         ),
         Some(Scripted::Sglang { text }) => ok(
             json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null, "matched_stop": "\n## Thinking"}),
@@ -156,7 +156,7 @@ async fn complete(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value
             .into_response(),
         Some(Scripted::Slow { delay, text }) => {
             tokio::time::sleep(delay).await;
-            ok(json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null, "stop_reason": "<observation>"}), json!({}))
+            ok(json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null, "stop_reason": "\n<observation>"}), json!({}))
         }
     }
 }
