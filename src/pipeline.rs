@@ -14,7 +14,7 @@ use crate::parse::{parse_completion, Parsed};
 use crate::profile::{Profiles, ToolSet};
 use crate::render::{Renderer, CUE};
 use crate::respond::{self, Reply};
-use crate::session::{self, SessionId};
+use crate::session::{SessionId, SessionIndex};
 use crate::trace::{StepRecord, Timings, TraceWriter};
 
 /// A request turned into a prompt.
@@ -59,6 +59,7 @@ pub struct StepContext<'a> {
     pub prompt_config: &'a PromptConfig,
     pub backend: &'a Backend,
     pub trace: &'a TraceWriter,
+    pub sessions: &'a SessionIndex,
     /// Cap on generated tokens (config `max_tokens`).
     pub max_tokens: u32,
 }
@@ -79,7 +80,7 @@ pub async fn run_step(
 ) -> Result<StepOutcome, ProxyError> {
     let started = Instant::now();
     let prepared = prepare(request, ctx.profiles, ctx.renderer, ctx.prompt_config)?;
-    let session = session::recover(&request.messages).unwrap_or_else(SessionId::mint);
+    let (session, recovered) = ctx.sessions.session_of(&request.messages);
     let step = prepared.conversation.steps.len();
     let render_ms = started.elapsed().as_secs_f64() * 1e3;
 
@@ -97,7 +98,12 @@ pub async fn run_step(
         .complete(&prepared.prompt, &params, request.model.as_deref())
         .await;
     let backend_ms = backend_started.elapsed().as_secs_f64() * 1e3;
-    let previous_prompt = previous_prompt(ctx, &prepared);
+    // A new session's file must be readable on its own: its first prompt is stored whole.
+    let previous_prompt = if recovered {
+        previous_prompt(ctx, &prepared)
+    } else {
+        None
+    };
 
     let mut record = StepRecord::new(&session, step, &prepared, previous_prompt.as_deref());
     record.ignored_fields = request.ignored_fields();
@@ -128,6 +134,11 @@ pub async fn run_step(
         !request.tool_choice_is_none(),
     );
     let parse_ms = parse_started.elapsed().as_secs_f64() * 1e3;
+    if reply.tool_call.is_none() {
+        if let Some(content) = &reply.content {
+            ctx.sessions.remember(content, &session);
+        }
+    }
 
     record.set_completion(&completion, &parsed, &reply);
     record.timings = Timings {

@@ -7,8 +7,18 @@
 //! until the nudge rules use it) and `nonce` 8 hex digits that make every id unique. The next
 //! request's history carries the id back, so any replica can serve any request and a restart
 //! loses nothing. Ids match `^[A-Za-z0-9_-]{1,64}$` (at most 48 bytes here).
+//!
+//! Turns without a tool call (an unparsable reply, a content-format answer) carry no id. For
+//! those, [`SessionIndex`] remembers the SHA-256 of the content the proxy sent and the session
+//! it belonged to, in memory and bounded: a history whose latest proxy-made turn has no id is
+//! matched through it. That part is per process, so replicas serving such turns need sticky
+//! routing, and two rollouts whose whole histories are identical share a session.
 
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::sync::Mutex;
+
+use sha2::{Digest, Sha256};
 
 use crate::openai::chat::{ChatMessage, Role};
 
@@ -82,6 +92,77 @@ pub fn recover(messages: &[ChatMessage]) -> Option<SessionId> {
         .map(|c| c.session)
 }
 
+/// Content hash → session, for turns the proxy answered without a tool call.
+#[derive(Debug)]
+pub struct SessionIndex {
+    capacity: usize,
+    inner: Mutex<IndexInner>,
+}
+
+#[derive(Debug, Default)]
+struct IndexInner {
+    map: HashMap<[u8; 32], SessionId>,
+    order: VecDeque<[u8; 32]>,
+}
+
+/// Entries kept by default (oldest evicted first): about 5 MB.
+pub const DEFAULT_INDEX_CAPACITY: usize = 65_536;
+
+fn content_key(content: &str) -> [u8; 32] {
+    Sha256::digest(content.trim().as_bytes()).into()
+}
+
+impl SessionIndex {
+    /// An empty index holding at most `capacity` entries.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            inner: Mutex::new(IndexInner::default()),
+        }
+    }
+
+    /// Remembers that `content` (sent without a tool call) belongs to `session`.
+    pub fn remember(&self, content: &str, session: &SessionId) {
+        let key = content_key(content);
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        if inner.map.insert(key, session.clone()).is_none() {
+            inner.order.push_back(key);
+            while inner.order.len() > self.capacity {
+                if let Some(old) = inner.order.pop_front() {
+                    inner.map.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// The session of a history: from the latest proxy-minted id, or, when a later assistant
+    /// turn has no tool call, from the content index. Returns the session and whether it was
+    /// recovered (false: freshly minted).
+    pub fn session_of(&self, messages: &[ChatMessage]) -> (SessionId, bool) {
+        let Ok(inner) = self.inner.lock() else {
+            return recover(messages).map_or_else(|| (SessionId::mint(), false), |s| (s, true));
+        };
+        for m in messages.iter().rev().filter(|m| m.role == Role::Assistant) {
+            if let Some(call) = m
+                .tool_calls
+                .iter()
+                .rev()
+                .find_map(|c| c.id.as_deref().and_then(CallId::parse))
+            {
+                return (call.session, true);
+            }
+            if m.tool_calls.is_empty() {
+                if let Some(s) = inner.map.get(&content_key(&m.content)) {
+                    return (s.clone(), true);
+                }
+            }
+        }
+        (SessionId::mint(), false)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +182,32 @@ mod tests {
             .bytes()
             .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-'));
         assert_eq!(CallId::parse(&a), Some(call));
+    }
+
+    #[test]
+    fn index_recovers_sessions_of_turns_without_ids_and_evicts_oldest() {
+        let index = SessionIndex::new(2);
+        let a = SessionId::mint();
+        index.remember("I am not sure.", &a);
+        let msg = |role: Role, content: &str| ChatMessage {
+            role,
+            content: content.to_string(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+            extra: serde_json::Map::new(),
+        };
+        let history = vec![
+            msg(Role::User, "task"),
+            msg(Role::Assistant, " I am not sure.\n"),
+            msg(Role::User, "Please call a tool."),
+        ];
+        assert_eq!(index.session_of(&history), (a.clone(), true));
+        index.remember("x", &SessionId::mint());
+        index.remember("y", &SessionId::mint());
+        let (other, recovered) = index.session_of(&history);
+        assert!(!recovered);
+        assert_ne!(other, a);
     }
 
     #[test]

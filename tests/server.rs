@@ -607,3 +607,55 @@ async fn tool_choice_none_gets_a_message_and_forced_choices_are_logged() {
     assert!(logged.contains(&json!(["tool_choice"])), "{logged:?}");
     assert!(logged.contains(&json!([])), "{logged:?}");
 }
+
+/// A turn without a tool call carries no id: the session continues through the content index,
+/// in one trace file whose deltas rebuild every prompt.
+#[tokio::test]
+async fn format_error_turns_stay_in_their_session() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Hmm, not sure."),
+        Scripted::text("Still thinking."),
+        Scripted::text("Ok.\n<bash>ls</bash>\n"),
+        Scripted::text("Done.\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    for _ in 0..2 {
+        let (_, r) = proxy.post(&body).await;
+        let messages = body["messages"].as_array_mut().unwrap();
+        messages.push(r["choices"][0]["message"].clone());
+        messages.push(
+            json!({"role": "user", "content": "Your last output did not use any tool calls!"}),
+        );
+    }
+    let (_, r3) = proxy.post(&body).await;
+    continue_with(&mut body, &r3, "a.py");
+    proxy.post(&body).await;
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let records = read_trace(&files[0]);
+    assert_eq!(records.len(), 5);
+    let prompts = backend.prompts();
+    let mut full = String::new();
+    for (r, prompt) in records[1..].iter().zip(&prompts) {
+        let p = &r["data"]["prompt"];
+        let prefix = p["prefix_bytes"].as_u64().unwrap() as usize;
+        full = format!("{}{}", &full[..prefix], p["delta"].as_str().unwrap());
+        assert_eq!(&full, prompt);
+    }
+    // A history with a foreign id starts a new session whose file stands alone.
+    let mut foreign = fixture_json("requests/swe-agent-1.json");
+    let messages = foreign["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": "x", "tool_calls": [{"id": "call_A", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]}));
+    messages.push(json!({"role": "tool", "tool_call_id": "call_A", "content": "a.py"}));
+    let backend2 = FakeBackend::start(vec![Scripted::text("Next.\n<bash>pwd</bash>\n")]).await;
+    let proxy2 = Proxy::start(&backend2.url()).await;
+    proxy2.post(&foreign).await;
+    let record = &read_trace(&proxy2.trace_files()[0])[1]["data"];
+    assert_eq!(record["prompt"]["prefix_bytes"], 0);
+    assert_eq!(
+        record["prompt"]["delta"].as_str().unwrap(),
+        backend2.prompts()[0]
+    );
+}

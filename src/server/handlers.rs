@@ -60,6 +60,7 @@ async fn step(
             prompt_config: &state.prompt_config,
             backend: &state.backend,
             trace: &state.trace,
+            sessions: &state.sessions,
             max_tokens: state.max_tokens,
         };
         run_step(&ctx, &request).await

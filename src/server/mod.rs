@@ -17,6 +17,7 @@ use crate::config::{Config, ProfileChoice, PromptConfig};
 use crate::error::ProxyError;
 use crate::profile::Profiles;
 use crate::render::Renderer;
+use crate::session::{SessionIndex, DEFAULT_INDEX_CAPACITY};
 use crate::trace::TraceWriter;
 
 /// Largest accepted request body: long trajectories with big observations reach several MB.
@@ -30,6 +31,7 @@ pub struct AppState {
     pub prompt_config: PromptConfig,
     pub backend: Backend,
     pub trace: TraceWriter,
+    pub sessions: SessionIndex,
     pub max_tokens: u32,
 }
 
@@ -61,6 +63,7 @@ impl AppState {
                 config.prompt.format.name().to_string(),
                 redact_url(&config.backend),
             ),
+            sessions: SessionIndex::new(DEFAULT_INDEX_CAPACITY),
             max_tokens: config.max_tokens,
         })
     }
