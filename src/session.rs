@@ -121,8 +121,12 @@ impl SessionIndex {
         }
     }
 
-    /// Remembers that `content` (sent without a tool call) belongs to `session`.
+    /// Remembers that `content` (sent without a tool call) belongs to `session`. Blank
+    /// content is not remembered: it would tie unrelated sessions together.
     pub fn remember(&self, content: &str, session: &SessionId) {
+        if content.trim().is_empty() {
+            return;
+        }
         let key = content_key(content);
         let Ok(mut inner) = self.inner.lock() else {
             return;
@@ -153,7 +157,7 @@ impl SessionIndex {
             {
                 return (call.session, true);
             }
-            if m.tool_calls.is_empty() {
+            if m.tool_calls.is_empty() && !m.content.trim().is_empty() {
                 if let Some(s) = inner.map.get(&content_key(&m.content)) {
                     return (s.clone(), true);
                 }
