@@ -20,6 +20,10 @@ find_python312() {
     return 1
 }
 
+mkdir -p "$cache"
+# One venv build at a time (parallel runs would delete each other's venv).
+exec 9>"$cache/venv-e2e.lock"
+flock 9
 want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
 have="$(cat "$venv/.requirements.sha256" 2>/dev/null || true)"
 if [[ "$want" != "$have" || ! -x "$venv/bin/python" ]]; then
@@ -31,6 +35,7 @@ if [[ "$want" != "$have" || ! -x "$venv/bin/python" ]]; then
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt"
     echo "$want" > "$venv/.requirements.sha256"
 fi
+flock -u 9
 
 export LITELLM_LOCAL_MODEL_COST_MAP=True MSWEA_COST_TRACKING=ignore_errors MSWEA_CONFIGURED=true
 cd "$repo"
