@@ -20,7 +20,6 @@ use sha2::{Digest, Sha256};
 
 use crate::backend::BackendCompletion;
 use crate::conversation::Action;
-use crate::openai::completions::Usage;
 use crate::openai::response::ToolCallOut;
 use crate::parse::{ParseFailure, Parsed};
 use crate::pipeline::Prepared;
@@ -59,18 +58,6 @@ pub struct PromptRecord {
     pub delta: String,
     pub sha256: String,
     pub bytes: usize,
-}
-
-/// The backend's answer.
-#[derive(Debug, Serialize)]
-pub struct CompletionRecord {
-    pub text: String,
-    /// Backend-reported finish reason (not the one sent to the client).
-    pub finish_reason: Option<String>,
-    pub matched_stop: Option<String>,
-    pub usage: Option<Usage>,
-    pub model: String,
-    pub attempts: u32,
 }
 
 /// What the parser made of the completion.
@@ -112,7 +99,8 @@ pub struct StepRecord {
     /// Top-level request fields the proxy did not interpret.
     pub ignored_fields: Vec<String>,
     pub prompt: PromptRecord,
-    pub completion: Option<CompletionRecord>,
+    /// The backend's answer; its `finish_reason` is the backend's, not the one sent.
+    pub completion: Option<BackendCompletion>,
     pub parse: Option<ParseRecord>,
     pub response: Option<ResponseRecord>,
     /// The error returned to the client, when the step failed.
@@ -167,14 +155,7 @@ impl StepRecord {
         parsed: &Parsed,
         reply: &Reply,
     ) {
-        self.completion = Some(CompletionRecord {
-            text: completion.text.clone(),
-            finish_reason: completion.finish_reason.clone(),
-            matched_stop: completion.matched_stop.clone(),
-            usage: completion.usage,
-            model: completion.model.clone(),
-            attempts: completion.attempts,
-        });
+        self.completion = Some(completion.clone());
         self.parse = Some(ParseRecord {
             thought: parsed.thought.clone(),
             action: parsed.outcome.as_ref().ok().cloned(),

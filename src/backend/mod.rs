@@ -18,8 +18,8 @@ pub struct GenerationParams {
     pub seed: Option<i64>,
 }
 
-/// What a backend generated for one prompt.
-#[derive(Debug, Clone, PartialEq)]
+/// What a backend generated for one prompt. Also the `completion` object of a trace step.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct BackendCompletion {
     /// Generated text, without the matched stop string (backends drop it).
     pub text: String,
