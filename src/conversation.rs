@@ -7,8 +7,15 @@
 //! - Each assistant message is one step per tool call (the first carries the message text as
 //!   the thought), or one step without action when it has no tool call (an unparsable turn).
 //! - A `tool`/`function` message is the observation of the step whose call id it names, else
-//!   of the latest step. A `user` or `system` message after the first assistant message (e.g.
-//!   a scaffold's format-error reply) is appended to the latest step's observation.
+//!   of the latest step.
+//! - A `user` or `system` message after the first assistant message (e.g. a scaffold's
+//!   format-error reply) is the observation of the latest step if that step has none yet
+//!   (the scaffold kept the failed turn, as SWE-agent does); otherwise it is a *feedback step*:
+//!   no thought, no action, the message as observation (the scaffold dropped the failed turn,
+//!   as mini-swe-agent does). Either way the prompt only grows at its end (append-only).
+//! - A profile may limit the task to its first N user messages (`task_user_messages`): later
+//!   ones before any assistant message are feedback steps too (mini-swe-agent's format error
+//!   on the very first turn).
 
 use serde_json::{Map, Value};
 
@@ -57,8 +64,10 @@ impl Conversation {
         let mut conv = Conversation::default();
         let mut system = Vec::new();
         let mut task = Vec::new();
+        let mut task_users = 0;
         for message in messages {
             let text = message.content.as_str();
+            let task_full = tools.task_user_messages.is_some_and(|n| task_users >= n);
             match message.role {
                 Role::Assistant => conv.push_assistant(message, tools),
                 Role::Tool | Role::Function if !conv.steps.is_empty() => {
@@ -75,15 +84,42 @@ impl Conversation {
                 }
                 _ if !conv.steps.is_empty() => {
                     let last = conv.steps.len() - 1;
-                    append_observation(&mut conv.steps[last], text);
+                    if conv.steps[last].observation.is_none() {
+                        append_observation(&mut conv.steps[last], text);
+                    } else {
+                        conv.push_feedback(text);
+                    }
                 }
+                Role::User if task_full => conv.push_feedback(text),
                 Role::System | Role::Developer => push_nonempty(&mut system, text),
-                Role::User | Role::Tool | Role::Function => push_nonempty(&mut task, text),
+                Role::User | Role::Tool | Role::Function => {
+                    task_users += usize::from(message.role == Role::User);
+                    push_nonempty(&mut task, text);
+                }
             }
         }
         conv.system = system.join("\n\n");
         conv.task = task.join("\n\n");
         conv
+    }
+
+    /// A step with only an observation: scaffold feedback on a turn it did not keep.
+    fn push_feedback(&mut self, text: &str) {
+        let turn = self.steps.last().map_or(0, |s| s.turn + 1);
+        self.steps.push(Step {
+            observation: Some(text.to_string()),
+            turn,
+            ..Step::default()
+        });
+    }
+
+    /// Number of trailing feedback steps (no thought, no action).
+    pub fn trailing_feedback(&self) -> usize {
+        self.steps
+            .iter()
+            .rev()
+            .take_while(|s| s.action.is_none() && s.thought.is_empty() && s.call_id.is_none())
+            .count()
     }
 
     fn push_assistant(&mut self, message: &ChatMessage, tools: &ToolSet) {

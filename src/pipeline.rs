@@ -80,7 +80,12 @@ pub async fn run_step(
 ) -> Result<StepOutcome, ProxyError> {
     let started = Instant::now();
     let prepared = prepare(request, ctx.profiles, ctx.renderer, ctx.prompt_config)?;
-    let (session, recovered) = ctx.sessions.session_of(&request.messages);
+    let found = ctx
+        .sessions
+        .find(&request.messages)
+        .or_else(|| session_by_prompt(ctx, &prepared));
+    let recovered = found.is_some();
+    let session = found.unwrap_or_else(SessionId::mint);
     let step = prepared.conversation.steps.len();
     let render_ms = started.elapsed().as_secs_f64() * 1e3;
 
@@ -135,9 +140,8 @@ pub async fn run_step(
     );
     let parse_ms = parse_started.elapsed().as_secs_f64() * 1e3;
     if reply.tool_call.is_none() {
-        if let Some(content) = &reply.content {
-            ctx.sessions.remember(content, &session);
-        }
+        let content = reply.content.as_deref().unwrap_or_default();
+        ctx.sessions.remember(content, &prepared.prompt, &session);
     }
 
     record.set_completion(&completion, &parsed, &reply);
@@ -152,6 +156,21 @@ pub async fn run_step(
         reply,
         session,
         step,
+    })
+}
+
+/// For a history that ends in feedback steps (the scaffold dropped turns the proxy answered
+/// without a tool call and appended its reply), the session of the prompt before them.
+fn session_by_prompt(ctx: &StepContext<'_>, prepared: &Prepared) -> Option<SessionId> {
+    let steps = &prepared.conversation.steps;
+    (1..=prepared.conversation.trailing_feedback()).find_map(|dropped| {
+        let mut conversation = prepared.conversation.clone();
+        conversation.steps.truncate(steps.len() - dropped);
+        let prompt = ctx
+            .renderer
+            .render(ctx.prompt_config.format, &conversation, &prepared.tools)
+            .ok()?;
+        ctx.sessions.find_prompt(&prompt)
     })
 }
 

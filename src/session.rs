@@ -9,9 +9,10 @@
 //! loses nothing. Ids match `^[A-Za-z0-9_-]{1,64}$` (at most 48 bytes here).
 //!
 //! Turns without a tool call (an unparsable reply, a content-format answer) carry no id. For
-//! those, [`SessionIndex`] remembers the SHA-256 of the content the proxy sent and the session
-//! it belonged to, in memory and bounded: a history whose latest proxy-made turn has no id is
-//! matched through it. That part is per process, so replicas serving such turns need sticky
+//! those, [`SessionIndex`] remembers the SHA-256 of the content the proxy sent and of the
+//! prompt it answered, with the session, in memory and bounded: a history whose latest
+//! proxy-made turn has no id is matched through the content, and one that dropped that turn
+//! and appended feedback is matched through the prompt it extends. That part is per process, so replicas serving such turns need sticky
 //! routing, and two rollouts whose whole histories are identical share a session.
 
 use std::collections::{HashMap, VecDeque};
@@ -92,7 +93,9 @@ pub fn recover(messages: &[ChatMessage]) -> Option<SessionId> {
         .map(|c| c.session)
 }
 
-/// Content hash → session, for turns the proxy answered without a tool call.
+/// Hash → session, for turns the proxy answered without a tool call: keyed by the content
+/// sent (scaffolds that keep the failed turn in their history) and by the prompt it answered
+/// (scaffolds that drop the failed turn and only append their feedback).
 #[derive(Debug)]
 pub struct SessionIndex {
     capacity: usize,
@@ -108,8 +111,12 @@ struct IndexInner {
 /// Entries kept by default (oldest evicted first): about 5 MB.
 pub const DEFAULT_INDEX_CAPACITY: usize = 65_536;
 
-fn content_key(content: &str) -> [u8; 32] {
-    Sha256::digest(content.trim().as_bytes()).into()
+fn key(kind: &str, text: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(kind.as_bytes());
+    h.update([0]);
+    h.update(text.trim().as_bytes());
+    h.finalize().into()
 }
 
 impl SessionIndex {
@@ -121,33 +128,32 @@ impl SessionIndex {
         }
     }
 
-    /// Remembers that `content` (sent without a tool call) belongs to `session`. Blank
-    /// content is not remembered: it would tie unrelated sessions together.
-    pub fn remember(&self, content: &str, session: &SessionId) {
-        if content.trim().is_empty() {
-            return;
-        }
-        let key = content_key(content);
+    /// Remembers a turn answered without a tool call: the `content` sent (ignored when blank:
+    /// it would tie unrelated sessions together) and the `prompt` it answered.
+    pub fn remember(&self, content: &str, prompt: &str, session: &SessionId) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        if inner.map.insert(key, session.clone()).is_none() {
-            inner.order.push_back(key);
-            while inner.order.len() > self.capacity {
-                if let Some(old) = inner.order.pop_front() {
-                    inner.map.remove(&old);
-                }
+        let mut keys = vec![key("prompt", prompt)];
+        if !content.trim().is_empty() {
+            keys.push(key("content", content));
+        }
+        for k in keys {
+            if inner.map.insert(k, session.clone()).is_none() {
+                inner.order.push_back(k);
+            }
+        }
+        while inner.order.len() > self.capacity {
+            if let Some(old) = inner.order.pop_front() {
+                inner.map.remove(&old);
             }
         }
     }
 
     /// The session of a history: from the latest proxy-minted id, or, when a later assistant
-    /// turn has no tool call, from the content index. Returns the session and whether it was
-    /// recovered (false: freshly minted).
-    pub fn session_of(&self, messages: &[ChatMessage]) -> (SessionId, bool) {
-        let Ok(inner) = self.inner.lock() else {
-            return recover(messages).map_or_else(|| (SessionId::mint(), false), |s| (s, true));
-        };
+    /// turn has no tool call, from the content it had.
+    pub fn find(&self, messages: &[ChatMessage]) -> Option<SessionId> {
+        let inner = self.inner.lock().ok();
         for m in messages.iter().rev().filter(|m| m.role == Role::Assistant) {
             if let Some(call) = m
                 .tool_calls
@@ -155,15 +161,24 @@ impl SessionIndex {
                 .rev()
                 .find_map(|c| c.id.as_deref().and_then(CallId::parse))
             {
-                return (call.session, true);
+                return Some(call.session);
             }
             if m.tool_calls.is_empty() && !m.content.trim().is_empty() {
-                if let Some(s) = inner.map.get(&content_key(&m.content)) {
-                    return (s.clone(), true);
+                if let Some(s) = inner
+                    .as_ref()
+                    .and_then(|i| i.map.get(&key("content", &m.content)))
+                {
+                    return Some(s.clone());
                 }
             }
         }
-        (SessionId::mint(), false)
+        None
+    }
+
+    /// The session whose turn answered exactly this prompt without a tool call.
+    pub fn find_prompt(&self, prompt: &str) -> Option<SessionId> {
+        let inner = self.inner.lock().ok()?;
+        inner.map.get(&key("prompt", prompt)).cloned()
     }
 }
 
@@ -192,7 +207,7 @@ mod tests {
     fn index_recovers_sessions_of_turns_without_ids_and_evicts_oldest() {
         let index = SessionIndex::new(2);
         let a = SessionId::mint();
-        index.remember("I am not sure.", &a);
+        index.remember("I am not sure.", "P1", &a);
         let msg = |role: Role, content: &str| ChatMessage {
             role,
             content: content.to_string(),
@@ -206,12 +221,13 @@ mod tests {
             msg(Role::Assistant, " I am not sure.\n"),
             msg(Role::User, "Please call a tool."),
         ];
-        assert_eq!(index.session_of(&history), (a.clone(), true));
-        index.remember("x", &SessionId::mint());
-        index.remember("y", &SessionId::mint());
-        let (other, recovered) = index.session_of(&history);
-        assert!(!recovered);
-        assert_ne!(other, a);
+        assert_eq!(index.find(&history), Some(a.clone()));
+        assert_eq!(index.find_prompt("P1"), Some(a.clone()));
+        index.remember("", "P2", &SessionId::mint());
+        index.remember("", "P3", &SessionId::mint());
+        assert_eq!(index.find(&history), None, "evicted");
+        assert_eq!(index.find_prompt("P1"), None, "evicted");
+        assert!(index.find_prompt("P3").is_some());
     }
 
     #[test]

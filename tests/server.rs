@@ -659,3 +659,49 @@ async fn format_error_turns_stay_in_their_session() {
         backend2.prompts()[0]
     );
 }
+
+/// mini-swe-agent drops a reply without a tool call and appends its format error as a user
+/// message (also before any assistant turn): the session and the append-only prompt survive.
+#[tokio::test]
+async fn dropped_failed_turns_keep_session_and_prefix() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("I will think about it."),
+        Scripted::text("Look.\n<bash>ls</bash>\n"),
+        Scripted::text("Hmm."),
+        Scripted::text("Done.\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let error = json!({"role": "user", "content": "No tool calls found in the response."});
+    let (_, r1) = proxy.post(&body).await;
+    assert!(r1["choices"][0]["message"].get("tool_calls").is_none());
+    body["messages"].as_array_mut().unwrap().push(error.clone());
+    let (_, r2) = proxy.post(&body).await;
+    continue_with(
+        &mut body,
+        &r2,
+        "<returncode>0</returncode>\n<output>\na.py\n</output>",
+    );
+    proxy.post(&body).await;
+    body["messages"].as_array_mut().unwrap().push(error.clone());
+    let (_, r4) = proxy.post(&body).await;
+    assert_eq!(
+        arguments(&r4),
+        json!({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})
+    );
+
+    let prompts = backend.prompts();
+    for pair in prompts.windows(2) {
+        assert!(pair[1].starts_with(pair[0].strip_suffix("## Thinking\n").unwrap()));
+    }
+    assert!(prompts[1].ends_with("## Thinking\n\n<observation>\nNo tool calls found in the response.\n</observation>\n\n## Thinking\n"));
+    let task = prompts[1].split("# Tools").next().unwrap();
+    assert!(
+        !task.contains("No tool calls found"),
+        "feedback is not part of the task"
+    );
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(read_trace(&files[0]).len(), 5);
+}

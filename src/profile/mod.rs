@@ -55,6 +55,10 @@ pub struct Profile {
     /// model gave none.
     #[serde(default)]
     pub parameter_defaults: Map<String, Value>,
+    /// How many leading user messages form the task; later ones before the first assistant
+    /// message are scaffold feedback. Absent: all of them are the task.
+    #[serde(default)]
+    pub task_user_messages: Option<usize>,
 }
 
 /// Detection rule over the request's tool names. Empty rule: matches any request.

@@ -26,6 +26,8 @@ pub struct ToolSet {
     pub tools: Vec<ToolSpec>,
     /// How `<submit/>` is delivered.
     pub submit: SubmitTarget,
+    /// Profile `task_user_messages`: leading user messages that form the task (None: all).
+    pub task_user_messages: Option<usize>,
     defaults: Map<String, Value>,
     modifying_commands: Vec<String>,
 }
@@ -201,6 +203,7 @@ impl ToolSet {
             profile: profile.name.clone(),
             tools: all,
             submit,
+            task_user_messages: profile.task_user_messages,
             defaults: profile.parameter_defaults.clone(),
             modifying_commands: profile
                 .editor
@@ -216,6 +219,7 @@ impl ToolSet {
             profile: "generic".to_string(),
             tools: vec![synthetic_submit()],
             submit: SubmitTarget::Content,
+            task_user_messages: None,
             defaults: Map::new(),
             modifying_commands: Vec::new(),
         }
