@@ -113,12 +113,13 @@ impl Conversation {
         });
     }
 
-    /// Number of trailing feedback steps (no thought, no action).
-    pub fn trailing_feedback(&self) -> usize {
+    /// Number of trailing steps without an action: feedback steps and failed turns the
+    /// scaffold kept. Each was produced by a request whose prompt rendered the steps before it.
+    pub fn trailing_actionless(&self) -> usize {
         self.steps
             .iter()
             .rev()
-            .take_while(|s| s.action.is_none() && s.thought.is_empty() && s.call_id.is_none())
+            .take_while(|s| s.action.is_none())
             .count()
     }
 

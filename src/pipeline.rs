@@ -159,11 +159,12 @@ pub async fn run_step(
     })
 }
 
-/// For a history that ends in feedback steps (the scaffold dropped turns the proxy answered
-/// without a tool call and appended its reply), the session of the prompt before them.
+/// For a history that ends in steps without an action (turns the proxy answered without a
+/// tool call, kept or dropped by the scaffold, followed by its feedback), the session of the
+/// prompt that produced the first of them.
 fn session_by_prompt(ctx: &StepContext<'_>, prepared: &Prepared) -> Option<SessionId> {
     let steps = &prepared.conversation.steps;
-    (1..=prepared.conversation.trailing_feedback()).find_map(|dropped| {
+    (1..=prepared.conversation.trailing_actionless()).find_map(|dropped| {
         let mut conversation = prepared.conversation.clone();
         conversation.steps.truncate(steps.len() - dropped);
         let prompt = ctx

@@ -705,3 +705,27 @@ async fn dropped_failed_turns_keep_session_and_prefix() {
     assert_eq!(files.len(), 1, "{files:?}");
     assert_eq!(read_trace(&files[0]).len(), 5);
 }
+
+/// openhands-sdk keeps an empty reply and answers it with a corrective user message: blank
+/// content cannot identify the session, the prompt it answered can.
+#[tokio::test]
+async fn empty_replies_kept_by_the_scaffold_stay_in_their_session() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text(""),
+        Scripted::text("  "),
+        Scripted::text("Plan.\n<task_tracker>\n<command>view</command>\n</task_tracker>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/openhands-sdk-1.json");
+    for _ in 0..2 {
+        let (_, r) = proxy.post(&body).await;
+        assert_eq!(r["choices"][0]["message"]["content"], "");
+        let messages = body["messages"].as_array_mut().unwrap();
+        messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": ""}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "text", "text": "Your last response was empty."}]}));
+    }
+    let (_, r) = proxy.post(&body).await;
+    assert_eq!(tool_call(&r)["function"]["name"], "task_tracker");
+    assert_eq!(proxy.trace_files().len(), 1);
+}

@@ -11,6 +11,6 @@ repo="$(cd "$here/../.." && pwd)"
 # scripts/venv.sh, which the quick start shares.
 python="$(bash "$repo/scripts/venv.sh")"
 
-export LITELLM_LOCAL_MODEL_COST_MAP=True MSWEA_COST_TRACKING=ignore_errors MSWEA_CONFIGURED=true
+export LITELLM_LOCAL_MODEL_COST_MAP=True MSWEA_COST_TRACKING=ignore_errors MSWEA_CONFIGURED=true OPENHANDS_SUPPRESS_BANNER=1
 cd "$repo"
 "$python" -m pytest -q -p no:cacheprovider tests/e2e "$@"
