@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The project's test command (README "Tests"): Rust unit, golden and HTTP tests, then the
-# real-client tests (the `openai` SDK and LiteLLM driving the proxy over loopback).
-# Needs: the Rust toolchain, python3 with venv, PyPI access on first run (cached after).
+# The project's test command (README): Rust unit, golden and HTTP tests; the real-client tests
+# (the `openai` SDK and LiteLLM driving the proxy over loopback); then the end-to-end tests
+# (real scaffolds on the real base model, scripts/e2e.sh; skipped with ASAP_SKIP_E2E=1).
+# Needs: the Rust toolchain, python3 with venv (and Python 3.12 for openhands-sdk), PyPI
+# access on first run (cached in ~/.cache/asap-proxy after).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,3 +13,8 @@ cargo test --locked
 echo "== real clients (openai, litellm)" >&2
 cargo build --locked --bin asap-proxy
 ASAP_PROXY_BIN="$PWD/target/debug/asap-proxy" bash tests/clients/run.sh
+
+if [[ "${ASAP_SKIP_E2E:-0}" != "1" ]]; then
+    echo "== end-to-end: real scaffolds on the real base model" >&2
+    bash scripts/e2e.sh
+fi
