@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::pipeline::OnTerminate;
 use crate::render::Format;
 
 /// asap-proxy: drive pretrained base models from unmodified agent scaffolds.
@@ -72,6 +73,19 @@ pub struct ServeArgs {
     /// from 250 ms [default: 3].
     #[arg(long, env = "ASAP_BACKEND_RETRIES")]
     pub backend_retries: Option<u32>,
+    /// Actions per trajectory before the proxy ends it [default: 100].
+    #[arg(long, env = "ASAP_MAX_STEPS")]
+    pub max_steps: Option<usize>,
+    /// Consecutive unparsable outputs that end a trajectory [default: 5].
+    #[arg(long, env = "ASAP_MAX_UNPARSABLE")]
+    pub max_unparsable: Option<usize>,
+    /// Recent actions among which the same action three times ends a trajectory [default: 10].
+    #[arg(long, env = "ASAP_LOOP_WINDOW")]
+    pub loop_window: Option<usize>,
+    /// When a rule ends a trajectory: answer with the profile's finish action (`submit`) or
+    /// with an error (`error`) [default: submit].
+    #[arg(long, env = "ASAP_ON_TERMINATE", value_enum)]
+    pub on_terminate: Option<OnTerminate>,
     #[command(flatten)]
     pub prompt: PromptArgs,
 }

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::cli::{PromptArgs, ServeArgs};
+use crate::pipeline::OnTerminate;
+use crate::policy::Limits;
 use crate::render::Format;
 
 /// Default listen address: loopback only (DESIGN.md "Commands").
@@ -36,6 +38,10 @@ pub struct FileConfig {
     pub backend_retries: Option<u32>,
     pub profile: Option<String>,
     pub format: Option<Format>,
+    pub max_steps: Option<usize>,
+    pub max_unparsable: Option<usize>,
+    pub loop_window: Option<usize>,
+    pub on_terminate: Option<OnTerminate>,
 }
 
 /// Which profile serves requests.
@@ -67,6 +73,9 @@ pub struct Config {
     pub backend_timeout_s: u64,
     pub backend_retries: u32,
     pub prompt: PromptConfig,
+    /// Termination thresholds (ASAP failure recovery).
+    pub limits: Limits,
+    pub on_terminate: OnTerminate,
 }
 
 /// A configuration that cannot be used.
@@ -152,7 +161,36 @@ impl Config {
                 reason: "must be at least 1".into(),
             });
         }
+        let defaults = Limits::default();
+        let limits = Limits {
+            max_steps: args
+                .max_steps
+                .or(file.max_steps)
+                .unwrap_or(defaults.max_steps),
+            max_unparsable: args
+                .max_unparsable
+                .or(file.max_unparsable)
+                .unwrap_or(defaults.max_unparsable),
+            loop_window: args
+                .loop_window
+                .or(file.loop_window)
+                .unwrap_or(defaults.loop_window),
+        };
+        for (field, value, min) in [
+            ("max_steps", limits.max_steps, 1),
+            ("max_unparsable", limits.max_unparsable, 1),
+            ("loop_window", limits.loop_window, 3),
+        ] {
+            if value < min {
+                return Err(ConfigError::Invalid {
+                    field,
+                    reason: format!("must be at least {min}"),
+                });
+            }
+        }
         Ok(Self {
+            limits,
+            on_terminate: args.on_terminate.or(file.on_terminate).unwrap_or_default(),
             listen,
             backend,
             backend_model: args.backend_model.clone().or(file.backend_model.clone()),

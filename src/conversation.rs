@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::openai::chat::{ChatMessage, Role};
 use crate::profile::ToolSet;
+use crate::session::NudgeKind;
 
 /// An action in the neutral vocabulary. Serialised in traces as
 /// `{"kind": "call", "tag": …, "arguments": {…}}` or `{"kind": "submit", "message": …}`.
@@ -46,6 +47,9 @@ pub struct Step {
     pub call_id: Option<String>,
     /// Index of the assistant message this step came from (parallel calls share one).
     pub turn: usize,
+    /// Set on a step the scaffold never saw: an action the proxy rejected with this nudge,
+    /// and the hint as its observation (re-rendered from the ids on every later turn).
+    pub nudge: Option<NudgeKind>,
 }
 
 /// A whole conversation in neutral form.
@@ -113,6 +117,23 @@ impl Conversation {
         });
     }
 
+    /// Steps that carry an action the scaffold ran (nudged steps excluded): the step index
+    /// of the next action, stable across requeries of a failed turn.
+    pub fn action_count(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| s.action.is_some() && s.nudge.is_none())
+            .count()
+    }
+
+    /// Actions the scaffold ran, in order (nudged steps excluded).
+    pub fn actions(&self) -> impl Iterator<Item = &Action> {
+        self.steps
+            .iter()
+            .filter(|s| s.nudge.is_none())
+            .filter_map(|s| s.action.as_ref())
+    }
+
     /// Number of trailing steps without an action: feedback steps and failed turns the
     /// scaffold kept. Each was produced by a request whose prompt rendered the steps before it.
     pub fn trailing_actionless(&self) -> usize {
@@ -145,6 +166,7 @@ impl Conversation {
                 observation: None,
                 call_id: call.id.clone(),
                 turn,
+                nudge: None,
             });
         }
     }

@@ -38,6 +38,10 @@ pub enum ProxyError {
     /// The completion backend did not answer within the configured timeout (HTTP 504).
     #[error("completion backend timed out after {0} s")]
     BackendTimeout(u64),
+    /// A termination rule ended the trajectory and `--on-terminate error` is set (HTTP 400,
+    /// code `trajectory_terminated`).
+    #[error("trajectory terminated: {0}")]
+    Terminated(String),
     /// A bug or an environment fault inside the proxy (HTTP 500), e.g. a template error.
     #[error("internal error: {0}")]
     Internal(String),
@@ -55,7 +59,9 @@ impl ProxyError {
     /// HTTP status for this error.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::InvalidRequest { .. } | Self::ContextLengthExceeded(_) => StatusCode::BAD_REQUEST,
+            Self::InvalidRequest { .. } | Self::ContextLengthExceeded(_) | Self::Terminated(_) => {
+                StatusCode::BAD_REQUEST
+            }
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BackendUnavailable(_) | Self::Backend(_) => StatusCode::BAD_GATEWAY,
             Self::BackendTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -70,6 +76,7 @@ impl ProxyError {
                 ("invalid_request_error", "invalid_request", param.clone())
             }
             Self::PayloadTooLarge(_) => ("invalid_request_error", "payload_too_large", None),
+            Self::Terminated(_) => ("invalid_request_error", "trajectory_terminated", None),
             Self::ContextLengthExceeded(_) => {
                 ("invalid_request_error", "context_length_exceeded", None)
             }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod openai;
 pub mod parse;
 pub mod pipeline;
+pub mod policy;
 pub mod profile;
 pub mod render;
 pub mod respond;

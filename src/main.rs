@@ -14,6 +14,7 @@ use asap_proxy::pipeline::prepare;
 use asap_proxy::profile::Profiles;
 use asap_proxy::render::Renderer;
 use asap_proxy::server::{serve, AppState};
+use asap_proxy::session::SessionIndex;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -61,8 +62,10 @@ fn run_render(args: &RenderArgs) -> RunResult {
     let request = ChatCompletionRequest::from_slice(&body).map_err(|e| (2, e.to_string()))?;
     let profiles = Profiles::builtin().map_err(|e| (1, e.to_string()))?;
     let renderer = Renderer::new().map_err(|e| (1, e.to_string()))?;
-    let prepared =
-        prepare(&request, &profiles, &renderer, &config).map_err(|e| (2, e.to_string()))?;
+    // Ids in the history carry the session's nudges; there is no content index offline.
+    let sessions = SessionIndex::new(1);
+    let prepared = prepare(&request, &profiles, &renderer, &config, &sessions)
+        .map_err(|e| (2, e.to_string()))?;
     std::io::stdout()
         .write_all(prepared.prompt.as_bytes())
         .map_err(|e| (1, e.to_string()))

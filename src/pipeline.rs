@@ -1,7 +1,7 @@
 //! The stages of one request, called in order (DESIGN.md "One request, start to end"):
-//! decode → session → profile → conversation → render → backend → parse → respond → trace.
-//! [`prepare`] is the pure front half, shared by `serve` and `render`; [`run_step`] adds the
-//! backend call, the parse and the trace record.
+//! decode → session → profile → conversation → render → backend → parse → policy → respond
+//! → trace. [`prepare`] is the I/O-free front half, shared by `serve` and `render`;
+//! [`run_step`] adds the backend calls, the parse, the nudge/termination policy and the trace.
 
 use std::time::Instant;
 
@@ -11,21 +11,29 @@ use crate::conversation::Conversation;
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::parse::{parse_completion, Parsed};
+use crate::policy::{self, Decision, Limits};
 use crate::profile::{Profiles, ToolSet};
 use crate::render::{Renderer, CUE};
 use crate::respond::{self, Reply};
-use crate::session::{SessionId, SessionIndex};
-use crate::trace::{StepRecord, Timings, TraceWriter};
+use crate::session::{CallId, SessionId, SessionIndex, SessionState};
+use crate::trace::{NudgeRecord, StepRecord, Timings, TraceWriter};
 
 /// A request turned into a prompt.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     pub tools: ToolSet,
+    /// The conversation with this session's nudged steps in place.
     pub conversation: Conversation,
     pub prompt: String,
+    /// The session the history belongs to (fresh if none is found).
+    pub session: SessionState,
+    /// Prompt of the history alone (no nudged steps): the key under which a turn answered
+    /// without a tool call is remembered.
+    base_prompt: String,
 }
 
-/// Profile, conversation and prompt for a request. Pure: no I/O.
+/// Session, profile, conversation and prompt for a request. No I/O; `sessions` is consulted
+/// for histories whose latest turns carry no minted id.
 ///
 /// Errors: an unknown profile name (400), a template failure (500).
 pub fn prepare(
@@ -33,6 +41,7 @@ pub fn prepare(
     profiles: &Profiles,
     renderer: &Renderer,
     config: &PromptConfig,
+    sessions: &SessionIndex,
 ) -> Result<Prepared, ProxyError> {
     let profile = match &config.profile {
         ProfileChoice::Auto => profiles.detect(&request.tools),
@@ -41,15 +50,61 @@ pub fn prepare(
             .map_err(|e| ProxyError::invalid(e.to_string()))?,
     };
     let tools = ToolSet::build(profile, &request.tools);
-    let conversation = Conversation::from_messages(&request.messages, &tools);
-    let prompt = renderer
-        .render(config.format, &conversation, &tools)
-        .map_err(|e| ProxyError::Internal(e.to_string()))?;
+    let base = Conversation::from_messages(&request.messages, &tools);
+    let render = |c: &Conversation| {
+        renderer
+            .render(config.format, c, &tools)
+            .map_err(|e| ProxyError::Internal(e.to_string()))
+    };
+    let base_prompt = render(&base)?;
+    let session = match sessions.find(&request.messages) {
+        Some(found) => found,
+        None => session_by_prompt(&base, &render, sessions)?.unwrap_or_else(SessionState::fresh),
+    };
+    let mut conversation = base;
+    policy::insert_nudged_steps(&mut conversation, &session.nudges, &tools);
+    let prompt = if session.nudges.0.is_empty() {
+        base_prompt.clone()
+    } else {
+        render(&conversation)?
+    };
     Ok(Prepared {
         tools,
         conversation,
         prompt,
+        session,
+        base_prompt,
     })
+}
+
+/// For a history that ends in steps without an action (turns the proxy answered without a
+/// tool call, kept or dropped by the scaffold, followed by its feedback), the session of the
+/// history that produced the first of them.
+fn session_by_prompt(
+    base: &Conversation,
+    render: &impl Fn(&Conversation) -> Result<String, ProxyError>,
+    sessions: &SessionIndex,
+) -> Result<Option<SessionState>, ProxyError> {
+    for dropped in 1..=base.trailing_actionless() {
+        let mut truncated = base.clone();
+        truncated.steps.truncate(base.steps.len() - dropped);
+        if let Some(found) = sessions.find_prompt(&render(&truncated)?) {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
+
+/// What the proxy does when a rule ends a trajectory (`--on-terminate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTerminate {
+    /// Answer with the profile's finish action (SWE-agent `submit`, OpenHands `finish`,
+    /// mini-swe-agent's completion command, plain content for `generic`).
+    #[default]
+    Submit,
+    /// Answer with an error (HTTP 400, code `trajectory_terminated`).
+    Error,
 }
 
 /// Everything a step needs from the server, borrowed.
@@ -62,6 +117,8 @@ pub struct StepContext<'a> {
     pub sessions: &'a SessionIndex,
     /// Cap on generated tokens (config `max_tokens`).
     pub max_tokens: u32,
+    pub limits: Limits,
+    pub on_terminate: OnTerminate,
 }
 
 /// The outcome of one step, ready to be sent in either dialect.
@@ -72,23 +129,35 @@ pub struct StepOutcome {
     pub step: usize,
 }
 
-/// Runs one step: prepare, call the backend, parse, build the reply, write the trace record.
-/// The trace record is written before returning, also when the backend fails.
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Runs one step: prepare, then generate–parse–decide until the policy accepts the output or
+/// ends the trajectory (a nudge appends the rejected action and its hint and generates again,
+/// at most once per kind), build the reply, and write one trace record per completion call.
+/// Records are written before returning, also when the backend fails.
 pub async fn run_step(
     ctx: &StepContext<'_>,
     request: &ChatCompletionRequest,
 ) -> Result<StepOutcome, ProxyError> {
     let started = Instant::now();
-    let prepared = prepare(request, ctx.profiles, ctx.renderer, ctx.prompt_config)?;
-    let found = ctx
-        .sessions
-        .find(&request.messages)
-        .or_else(|| session_by_prompt(ctx, &prepared));
-    let recovered = found.is_some();
-    let session = found.unwrap_or_else(SessionId::mint);
-    let step = prepared.conversation.steps.len();
-    let render_ms = started.elapsed().as_secs_f64() * 1e3;
-
+    let mut prepared = prepare(
+        request,
+        ctx.profiles,
+        ctx.renderer,
+        ctx.prompt_config,
+        ctx.sessions,
+    )?;
+    let session = prepared.session.session.clone();
+    let mut nudges = prepared.session.nudges.clone();
+    let step = prepared.conversation.action_count();
+    // A new session's file must be readable on its own: its first prompt is stored whole.
+    let mut previous = if prepared.session.recovered {
+        previous_prompt(ctx, &prepared)
+    } else {
+        None
+    };
     let params = GenerationParams {
         max_tokens: request
             .max_tokens()
@@ -97,91 +166,146 @@ pub async fn run_step(
         top_p: request.top_p,
         seed: request.seed,
     };
-    let backend_started = Instant::now();
-    let completion = ctx
-        .backend
-        .complete(&prepared.prompt, &params, request.model.as_deref())
-        .await;
-    let backend_ms = backend_started.elapsed().as_secs_f64() * 1e3;
-    // A new session's file must be readable on its own: its first prompt is stored whole.
-    let previous_prompt = if recovered {
-        previous_prompt(ctx, &prepared)
-    } else {
-        None
-    };
+    let mut render_ms = ms_since(started);
+    let mut attempt = 0;
+    loop {
+        let attempt_started = Instant::now();
+        let completion = ctx
+            .backend
+            .complete(&prepared.prompt, &params, request.model.as_deref())
+            .await;
+        let backend_ms = ms_since(attempt_started);
+        let mut record = StepRecord::new(&session, step, attempt, &prepared, previous.as_deref());
+        record.ignored_fields = request.ignored_fields();
+        record.stream = request.is_stream();
+        let completion: BackendCompletion = match completion {
+            Ok(c) => c,
+            Err(e) => {
+                record.error = Some(e.to_string());
+                record.timings = Timings {
+                    render_ms,
+                    backend_ms,
+                    parse_ms: 0.0,
+                    total_ms: ms_since(started),
+                };
+                ctx.trace.write_step(&session, record).await;
+                return Err(e);
+            }
+        };
 
-    let mut record = StepRecord::new(&session, step, &prepared, previous_prompt.as_deref());
-    record.ignored_fields = request.ignored_fields();
-    record.stream = request.is_stream();
-    let completion: BackendCompletion = match completion {
-        Ok(c) => c,
-        Err(e) => {
-            record.error = Some(e.to_string());
-            record.timings = Timings {
-                render_ms,
-                backend_ms,
-                parse_ms: 0.0,
-                total_ms: started.elapsed().as_secs_f64() * 1e3,
-            };
+        let parse_started = Instant::now();
+        let parsed: Parsed = parse_completion(&completion.text, &prepared.tools);
+        let decision = policy::decide(
+            &prepared.conversation,
+            &parsed.outcome,
+            &nudges,
+            &prepared.tools,
+            &ctx.limits,
+        );
+        let parse_ms = ms_since(parse_started);
+        let timings = |render_ms| Timings {
+            render_ms,
+            backend_ms,
+            parse_ms,
+            total_ms: ms_since(started),
+        };
+
+        if let Decision::Nudge(kind) = decision {
+            let place = prepared
+                .conversation
+                .steps
+                .iter()
+                .filter(|s| s.nudge.is_none())
+                .count();
+            nudges.push(kind, place);
+            let nudged = policy::nudged_step(&prepared.conversation.steps, kind, &prepared.tools);
+            record.set_parse(&completion, &parsed);
+            record.nudge = Some(NudgeRecord {
+                kind,
+                rejected: parsed.outcome.as_ref().ok().cloned(),
+                hint: nudged.observation.clone().unwrap_or_default(),
+            });
+            record.timings = timings(render_ms);
             ctx.trace.write_step(&session, record).await;
-            return Err(e);
+            tracing::info!(%session, step, ?kind, "nudge: generating again");
+
+            let render_started = Instant::now();
+            previous = prepared.prompt.strip_suffix(CUE).map(str::to_string);
+            prepared.conversation.steps.push(nudged);
+            prepared.prompt = ctx
+                .renderer
+                .render(
+                    ctx.prompt_config.format,
+                    &prepared.conversation,
+                    &prepared.tools,
+                )
+                .map_err(|e| ProxyError::Internal(e.to_string()))?;
+            render_ms = ms_since(render_started);
+            attempt += 1;
+            continue;
         }
-    };
 
-    let parse_started = Instant::now();
-    let parsed: Parsed = parse_completion(&completion.text, &prepared.tools);
-    let reply = respond::reply(
-        &parsed,
-        &completion,
-        &prepared.tools,
-        &session,
-        step,
-        !request.tool_choice_is_none(),
-    );
-    let parse_ms = parse_started.elapsed().as_secs_f64() * 1e3;
-    if reply.tool_call.is_none() {
-        let content = reply.content.as_deref().unwrap_or_default();
-        ctx.sessions.remember(content, &prepared.prompt, &session);
+        let reply = match decision {
+            Decision::Terminate(termination) => {
+                record.termination = Some(termination);
+                tracing::info!(%session, step, reason = termination.describe(), "trajectory terminated");
+                if ctx.on_terminate == OnTerminate::Error {
+                    let error = ProxyError::Terminated(termination.describe());
+                    record.set_parse(&completion, &parsed);
+                    record.error = Some(error.to_string());
+                    record.timings = timings(render_ms);
+                    ctx.trace.write_step(&session, record).await;
+                    return Err(error);
+                }
+                respond::termination(
+                    &parsed,
+                    &completion,
+                    &prepared.tools,
+                    &session,
+                    step,
+                    &nudges,
+                    &termination,
+                )
+            }
+            _ => respond::reply(
+                &parsed,
+                &completion,
+                &prepared.tools,
+                &CallId {
+                    session: session.clone(),
+                    step,
+                    nudges: nudges.clone(),
+                },
+                !request.tool_choice_is_none(),
+            ),
+        };
+        if reply.tool_call.is_none() {
+            let content = reply.content.as_deref().unwrap_or_default();
+            ctx.sessions
+                .remember(content, &prepared.base_prompt, &session, &nudges);
+        }
+        record.set_completion(&completion, &parsed, &reply);
+        record.timings = timings(render_ms);
+        ctx.trace.write_step(&session, record).await;
+        return Ok(StepOutcome {
+            reply,
+            session,
+            step,
+        });
     }
-
-    record.set_completion(&completion, &parsed, &reply);
-    record.timings = Timings {
-        render_ms,
-        backend_ms,
-        parse_ms,
-        total_ms: started.elapsed().as_secs_f64() * 1e3,
-    };
-    ctx.trace.write_step(&session, record).await;
-    Ok(StepOutcome {
-        reply,
-        session,
-        step,
-    })
 }
 
-/// For a history that ends in steps without an action (turns the proxy answered without a
-/// tool call, kept or dropped by the scaffold, followed by its feedback), the session of the
-/// prompt that produced the first of them.
-fn session_by_prompt(ctx: &StepContext<'_>, prepared: &Prepared) -> Option<SessionId> {
-    let steps = &prepared.conversation.steps;
-    (1..=prepared.conversation.trailing_actionless()).find_map(|dropped| {
-        let mut conversation = prepared.conversation.clone();
-        conversation.steps.truncate(steps.len() - dropped);
-        let prompt = ctx
-            .renderer
-            .render(ctx.prompt_config.format, &conversation, &prepared.tools)
-            .ok()?;
-        ctx.sessions.find_prompt(&prompt)
-    })
-}
-
-/// The prompt of the previous step, re-rendered from the history without its last step, so
-/// the trace can store this step's prompt as a delta. `None` on the first step.
+/// The prompt of the previous request, re-rendered from the history without its last turn
+/// (nudged steps before that turn stay), so the trace can store this prompt as a delta.
+/// `None` on the first step.
 fn previous_prompt(ctx: &StepContext<'_>, prepared: &Prepared) -> Option<String> {
     let steps = &prepared.conversation.steps;
-    let last_turn = steps.last()?.turn;
+    let last_turn = steps.iter().rev().find(|s| s.nudge.is_none())?.turn;
     // All tool calls of one assistant message form one turn: drop them together.
-    let turn_start = steps.iter().position(|s| s.turn == last_turn).unwrap_or(0);
+    let turn_start = steps
+        .iter()
+        .position(|s| s.turn == last_turn && s.nudge.is_none())
+        .unwrap_or(0);
     let mut conversation = prepared.conversation.clone();
     conversation.steps.truncate(turn_start);
     ctx.renderer

@@ -16,8 +16,9 @@ use crate::openai::response::{
     FunctionDelta, FunctionOut, ToolCallDelta, ToolCallOut,
 };
 use crate::parse::{ParseFailure, Parsed};
+use crate::policy::Termination;
 use crate::profile::{ScaffoldReply, ToolSet};
-use crate::session::{CallId, SessionId};
+use crate::session::{CallId, NudgeState, SessionId};
 
 /// Bytes of `arguments` per streamed fragment.
 const ARGUMENT_FRAGMENT: usize = 256;
@@ -42,8 +43,7 @@ pub fn reply(
     parsed: &Parsed,
     completion: &BackendCompletion,
     tools: &ToolSet,
-    session: &SessionId,
-    step: usize,
+    call_id: &CallId,
     allow_tool_call: bool,
 ) -> Reply {
     let usage = completion.usage.unwrap_or_default();
@@ -67,12 +67,7 @@ pub fn reply(
             ScaffoldReply::ToolCall { name, arguments } => Reply {
                 content: Some(thought).filter(|t| !t.is_empty()),
                 tool_call: Some(ToolCallOut {
-                    id: CallId {
-                        session: session.clone(),
-                        step,
-                        flags: 0,
-                    }
-                    .mint(),
+                    id: call_id.mint(),
                     r#type: "function",
                     function: FunctionOut {
                         name,
@@ -106,6 +101,44 @@ pub fn reply(
             parse_error: Some(failure.clone()),
         },
     }
+}
+
+/// The reply that ends a trajectory: the profile's finish action (a `submit`/`finish` call,
+/// mini-swe-agent's completion command, or content), whose message names the reason. The
+/// model's thought is the content.
+pub fn termination(
+    parsed: &Parsed,
+    completion: &BackendCompletion,
+    tools: &ToolSet,
+    session: &SessionId,
+    step: usize,
+    nudges: &NudgeState,
+    why: &Termination,
+) -> Reply {
+    let finish = Parsed {
+        thought: parsed.thought.clone(),
+        outcome: Ok(Action::Submit {
+            message: Some(format!(
+                "asap-proxy ended the trajectory: {}.",
+                why.describe()
+            )),
+        }),
+        dropped_bytes: 0,
+        notes: Vec::new(),
+    };
+    let call_id = CallId {
+        session: session.clone(),
+        step,
+        nudges: nudges.clone(),
+    };
+    let mut out = reply(&finish, completion, tools, &call_id, true);
+    if let Some(content) = &out.content {
+        // A content-style finish carries the reason, a tool call keeps the thought.
+        if out.tool_call.is_some() && content.starts_with("asap-proxy ended") {
+            out.content = None;
+        }
+    }
+    out
 }
 
 /// A fresh `chatcmpl-…` id.

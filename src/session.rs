@@ -2,11 +2,14 @@
 //!
 //! Chat completions are stateless: the scaffold resends the whole history each turn. The proxy
 //! mints every tool-call id it returns and encodes in it what it must remember:
-//! `call_asap_<session>_<step>_<flags>_<nonce>` where `session` is 12 lowercase hex digits,
-//! `step` the 0-based step index, `flags` a lowercase hex bit set (nudges already used; `0`
-//! until the nudge rules use it) and `nonce` 8 hex digits that make every id unique. The next
-//! request's history carries the id back, so any replica can serve any request and a restart
-//! loses nothing. Ids match `^[A-Za-z0-9_-]{1,64}$` (at most 48 bytes here).
+//! `call_asap_<session>_<step>_<nudges>_<nonce>` where `session` is 12 lowercase hex digits,
+//! `step` the 0-based step index (actions in the history: a requery of a failed turn keeps
+//! it), `nudges` the nudges already used, in the order they fired, each as its kind letter and
+//! the place it was rendered (`s5` = submit-before-edit after 5 history steps, `r9` = repeated
+//! action after 9; `0` for none; see [`NudgeState`]), and `nonce` 8 hex digits that make every
+//! id unique. The next request's history carries the id back, so any replica can serve any
+//! request and a restart loses nothing. Ids match `^[A-Za-z0-9_-]{1,64}$` (at most 54 bytes).
+//! Ids of any other shape are never decoded as state.
 //!
 //! Turns without a tool call (an unparsable reply, a content-format answer) carry no id. For
 //! those, [`SessionIndex`] remembers the SHA-256 of the content the proxy sent and of the
@@ -47,21 +50,105 @@ impl fmt::Display for SessionId {
     }
 }
 
+/// The two nudges of the paper (ASAP, failure recovery): each fires at most once per session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NudgeKind {
+    /// A submit before any file edit.
+    SubmitBeforeEdit,
+    /// An action identical to the previous one.
+    RepeatedAction,
+}
+
+impl NudgeKind {
+    fn letter(self) -> char {
+        match self {
+            Self::SubmitBeforeEdit => 's',
+            Self::RepeatedAction => 'r',
+        }
+    }
+
+    fn from_letter(c: char) -> Option<Self> {
+        match c {
+            's' => Some(Self::SubmitBeforeEdit),
+            'r' => Some(Self::RepeatedAction),
+            _ => None,
+        }
+    }
+}
+
+/// Nudges used in a session, in the order they fired, each with its place: the number of
+/// history steps (scaffold-visible steps, not counting earlier nudges) before which its
+/// rejected action and hint are rendered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NudgeState(pub Vec<(NudgeKind, usize)>);
+
+impl NudgeState {
+    /// Whether `kind` was already used.
+    pub fn used(&self, kind: NudgeKind) -> bool {
+        self.0.iter().any(|(k, _)| *k == kind)
+    }
+
+    /// Records that `kind` fired after `place` history steps.
+    pub fn push(&mut self, kind: NudgeKind, place: usize) {
+        if !self.used(kind) {
+            self.0.push((kind, place));
+        }
+    }
+
+    fn encode(&self) -> String {
+        if self.0.is_empty() {
+            return "0".to_string();
+        }
+        self.0
+            .iter()
+            .map(|(k, p)| format!("{}{p}", k.letter()))
+            .collect()
+    }
+
+    fn decode(text: &str) -> Option<Self> {
+        if text == "0" {
+            return Some(Self::default());
+        }
+        let mut out = Vec::new();
+        let mut chars = text.char_indices().peekable();
+        while let Some((i, c)) = chars.next() {
+            let kind = NudgeKind::from_letter(c)?;
+            let mut end = i + 1;
+            while let Some((j, d)) = chars.peek().copied() {
+                if !d.is_ascii_digit() {
+                    break;
+                }
+                end = j + 1;
+                chars.next();
+            }
+            let place = text.get(i + 1..end)?.parse().ok()?;
+            if out.iter().any(|(k, _)| *k == kind) {
+                return None;
+            }
+            out.push((kind, place));
+        }
+        Some(Self(out))
+    }
+}
+
 /// What a minted tool-call id carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallId {
     pub session: SessionId,
     pub step: usize,
-    pub flags: u32,
+    pub nudges: NudgeState,
 }
 
 impl CallId {
-    /// Mints a unique id string for this session, step and flags.
+    /// Mints a unique id string for this session, step and nudge state.
     pub fn mint(&self) -> String {
         let nonce = &uuid::Uuid::new_v4().simple().to_string()[..8];
         format!(
-            "{PREFIX}{}_{}_{:x}_{nonce}",
-            self.session, self.step, self.flags
+            "{PREFIX}{}_{}_{}_{nonce}",
+            self.session,
+            self.step,
+            self.nudges.encode()
         )
     }
 
@@ -71,26 +158,39 @@ impl CallId {
         let mut parts = rest.split('_');
         let session = parts.next()?;
         let step = parts.next()?.parse().ok()?;
-        let flags = u32::from_str_radix(parts.next()?, 16).ok()?;
+        let nudges = NudgeState::decode(parts.next()?)?;
         let nonce = parts.next()?;
-        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+        let hex = |s: &str, n: usize| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
         (hex(session, 12) && hex(nonce, 8) && parts.next().is_none()).then(|| Self {
             session: SessionId(session.to_string()),
             step,
-            flags,
+            nudges,
         })
     }
 }
 
-/// The session of the latest proxy-minted tool-call id in the history, if any.
-pub fn recover(messages: &[ChatMessage]) -> Option<SessionId> {
-    messages
-        .iter()
-        .rev()
-        .filter(|m| m.role == Role::Assistant)
-        .flat_map(|m| m.tool_calls.iter().rev())
-        .find_map(|c| c.id.as_deref().and_then(CallId::parse))
-        .map(|c| c.session)
+/// A session recovered from a history, or a fresh one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionState {
+    pub session: SessionId,
+    pub nudges: NudgeState,
+    /// False for a freshly minted session.
+    pub recovered: bool,
+}
+
+impl SessionState {
+    /// A fresh session with no nudges used.
+    pub fn fresh() -> Self {
+        Self {
+            session: SessionId::mint(),
+            nudges: NudgeState::default(),
+            recovered: false,
+        }
+    }
 }
 
 /// Hash → session, for turns the proxy answered without a tool call: keyed by the content
@@ -104,7 +204,7 @@ pub struct SessionIndex {
 
 #[derive(Debug, Default)]
 struct IndexInner {
-    map: HashMap<[u8; 32], SessionId>,
+    map: HashMap<[u8; 32], (SessionId, NudgeState)>,
     order: VecDeque<[u8; 32]>,
 }
 
@@ -130,7 +230,7 @@ impl SessionIndex {
 
     /// Remembers a turn answered without a tool call: the `content` sent (ignored when blank:
     /// it would tie unrelated sessions together) and the `prompt` it answered.
-    pub fn remember(&self, content: &str, prompt: &str, session: &SessionId) {
+    pub fn remember(&self, content: &str, prompt: &str, session: &SessionId, nudges: &NudgeState) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
@@ -139,7 +239,11 @@ impl SessionIndex {
             keys.push(key("content", content));
         }
         for k in keys {
-            if inner.map.insert(k, session.clone()).is_none() {
+            if inner
+                .map
+                .insert(k, (session.clone(), nudges.clone()))
+                .is_none()
+            {
                 inner.order.push_back(k);
             }
         }
@@ -152,7 +256,7 @@ impl SessionIndex {
 
     /// The session of a history: from the latest proxy-minted id, or, when a later assistant
     /// turn has no tool call, from the content it had.
-    pub fn find(&self, messages: &[ChatMessage]) -> Option<SessionId> {
+    pub fn find(&self, messages: &[ChatMessage]) -> Option<SessionState> {
         let inner = self.inner.lock().ok();
         for m in messages.iter().rev().filter(|m| m.role == Role::Assistant) {
             if let Some(call) = m
@@ -161,14 +265,22 @@ impl SessionIndex {
                 .rev()
                 .find_map(|c| c.id.as_deref().and_then(CallId::parse))
             {
-                return Some(call.session);
+                return Some(SessionState {
+                    session: call.session,
+                    nudges: call.nudges,
+                    recovered: true,
+                });
             }
             if m.tool_calls.is_empty() && !m.content.trim().is_empty() {
-                if let Some(s) = inner
+                let hit = inner
                     .as_ref()
-                    .and_then(|i| i.map.get(&key("content", &m.content)))
-                {
-                    return Some(s.clone());
+                    .and_then(|i| i.map.get(&key("content", &m.content)));
+                if let Some((session, nudges)) = hit {
+                    return Some(SessionState {
+                        session: session.clone(),
+                        nudges: nudges.clone(),
+                        recovered: true,
+                    });
                 }
             }
         }
@@ -176,9 +288,16 @@ impl SessionIndex {
     }
 
     /// The session whose turn answered exactly this prompt without a tool call.
-    pub fn find_prompt(&self, prompt: &str) -> Option<SessionId> {
+    pub fn find_prompt(&self, prompt: &str) -> Option<SessionState> {
         let inner = self.inner.lock().ok()?;
-        inner.map.get(&key("prompt", prompt)).cloned()
+        inner
+            .map
+            .get(&key("prompt", prompt))
+            .map(|(session, nudges)| SessionState {
+                session: session.clone(),
+                nudges: nudges.clone(),
+                recovered: true,
+            })
     }
 }
 
@@ -191,7 +310,10 @@ mod tests {
         let call = CallId {
             session: SessionId::mint(),
             step: 41,
-            flags: 0x3,
+            nudges: NudgeState(vec![
+                (NudgeKind::RepeatedAction, 12),
+                (NudgeKind::SubmitBeforeEdit, 40),
+            ]),
         };
         let a = call.mint();
         let b = call.mint();
@@ -200,14 +322,21 @@ mod tests {
         assert!(a
             .bytes()
             .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-'));
+        assert!(a.contains("_41_r12s40_"), "{a}");
         assert_eq!(CallId::parse(&a), Some(call));
+        let none = CallId {
+            session: SessionId::mint(),
+            step: 0,
+            nudges: NudgeState::default(),
+        };
+        assert_eq!(CallId::parse(&none.mint()), Some(none));
     }
 
     #[test]
     fn index_recovers_sessions_of_turns_without_ids_and_evicts_oldest() {
         let index = SessionIndex::new(2);
         let a = SessionId::mint();
-        index.remember("I am not sure.", "P1", &a);
+        index.remember("I am not sure.", "P1", &a, &NudgeState::default());
         let msg = |role: Role, content: &str| ChatMessage {
             role,
             content: content.to_string(),
@@ -221,10 +350,10 @@ mod tests {
             msg(Role::Assistant, " I am not sure.\n"),
             msg(Role::User, "Please call a tool."),
         ];
-        assert_eq!(index.find(&history), Some(a.clone()));
-        assert_eq!(index.find_prompt("P1"), Some(a.clone()));
-        index.remember("", "P2", &SessionId::mint());
-        index.remember("", "P3", &SessionId::mint());
+        assert_eq!(index.find(&history).map(|s| s.session), Some(a.clone()));
+        assert_eq!(index.find_prompt("P1").map(|s| s.session), Some(a.clone()));
+        index.remember("", "P2", &SessionId::mint(), &NudgeState::default());
+        index.remember("", "P3", &SessionId::mint(), &NudgeState::default());
         assert_eq!(index.find(&history), None, "evicted");
         assert_eq!(index.find_prompt("P1"), None, "evicted");
         assert!(index.find_prompt("P3").is_some());

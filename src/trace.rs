@@ -23,8 +23,9 @@ use crate::conversation::Action;
 use crate::openai::response::ToolCallOut;
 use crate::parse::{ParseFailure, Parsed};
 use crate::pipeline::Prepared;
+use crate::policy::Termination;
 use crate::respond::Reply;
-use crate::session::SessionId;
+use crate::session::{NudgeKind, SessionId};
 
 /// Writes trace records; cheap to share.
 #[derive(Debug, Clone)]
@@ -70,6 +71,14 @@ pub struct ParseRecord {
     pub notes: Vec<String>,
 }
 
+/// A rejected output: the nudge, the action it rejected, the hint shown.
+#[derive(Debug, Serialize)]
+pub struct NudgeRecord {
+    pub kind: NudgeKind,
+    pub rejected: Option<Action>,
+    pub hint: String,
+}
+
 /// What was sent to the client.
 #[derive(Debug, Serialize)]
 pub struct ResponseRecord {
@@ -91,8 +100,10 @@ pub struct Timings {
 #[derive(Debug, Serialize)]
 pub struct StepRecord {
     pub session: String,
-    /// 0-based step index (number of steps in the history).
+    /// 0-based step index: actions in the history (a requery of a failed turn keeps it).
     pub step: usize,
+    /// Completion call within the request: 0, then 1 and 2 after nudges.
+    pub attempt: usize,
     pub time_ms: u64,
     pub profile: String,
     pub stream: bool,
@@ -103,6 +114,12 @@ pub struct StepRecord {
     pub completion: Option<BackendCompletion>,
     pub parse: Option<ParseRecord>,
     pub response: Option<ResponseRecord>,
+    /// Set when this completion was rejected and generated again (no response was sent).
+    pub nudge: Option<NudgeRecord>,
+    /// Set when a rule ended the trajectory with this completion.
+    pub termination: Option<Termination>,
+    /// Nudges used in the session before this completion, in order: kind and place.
+    pub nudges_used: Vec<(NudgeKind, usize)>,
     /// The error returned to the client, when the step failed.
     pub error: Option<String>,
     pub timings: Timings,
@@ -120,6 +137,7 @@ impl StepRecord {
     pub fn new(
         session: &SessionId,
         step: usize,
+        attempt: usize,
         prepared: &Prepared,
         previous_prompt: Option<&str>,
     ) -> Self {
@@ -130,6 +148,7 @@ impl StepRecord {
         Self {
             session: session.to_string(),
             step,
+            attempt,
             time_ms: unix_ms(),
             profile: prepared.tools.profile.clone(),
             stream: false,
@@ -143,9 +162,24 @@ impl StepRecord {
             completion: None,
             parse: None,
             response: None,
+            nudge: None,
+            termination: None,
+            nudges_used: prepared.session.nudges.0.clone(),
             error: None,
             timings: Timings::default(),
         }
+    }
+
+    /// Fills the completion and parse parts.
+    pub fn set_parse(&mut self, completion: &BackendCompletion, parsed: &Parsed) {
+        self.completion = Some(completion.clone());
+        self.parse = Some(ParseRecord {
+            thought: parsed.thought.clone(),
+            action: parsed.outcome.as_ref().ok().cloned(),
+            error: parsed.outcome.as_ref().err().cloned(),
+            dropped_bytes: parsed.dropped_bytes,
+            notes: parsed.notes.clone(),
+        });
     }
 
     /// Fills the completion, parse and response parts.
@@ -155,14 +189,7 @@ impl StepRecord {
         parsed: &Parsed,
         reply: &Reply,
     ) {
-        self.completion = Some(completion.clone());
-        self.parse = Some(ParseRecord {
-            thought: parsed.thought.clone(),
-            action: parsed.outcome.as_ref().ok().cloned(),
-            error: parsed.outcome.as_ref().err().cloned(),
-            dropped_bytes: parsed.dropped_bytes,
-            notes: parsed.notes.clone(),
-        });
+        self.set_parse(completion, parsed);
         self.response = Some(ResponseRecord {
             content: reply.content.clone(),
             tool_call: reply.tool_call.clone(),

@@ -7,6 +7,7 @@
 )]
 
 mod cli;
+mod nudges;
 mod parse;
 mod render;
 mod server;

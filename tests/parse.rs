@@ -8,7 +8,7 @@ use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_completion;
 use asap_proxy::profile::{Profiles, ToolSet};
 use asap_proxy::respond;
-use asap_proxy::session::SessionId;
+use asap_proxy::session::{CallId, NudgeState, SessionId};
 use serde_json::{json, Value};
 
 use crate::util::fixture_path;
@@ -51,7 +51,12 @@ fn golden_parse_cases() {
             model: "m".into(),
             attempts: 1,
         };
-        let reply = respond::reply(&parsed, &completion, &tools, &SessionId::mint(), 0, true);
+        let call_id = CallId {
+            session: SessionId::mint(),
+            step: 0,
+            nudges: NudgeState::default(),
+        };
+        let reply = respond::reply(&parsed, &completion, &tools, &call_id, true);
         let tool_call = reply.tool_call.as_ref().map(|c| {
             json!({
                 "name": c.function.name,

@@ -25,7 +25,8 @@ fn render_value(body: &Value) -> String {
     let request = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
     let profiles = Profiles::builtin().unwrap();
     let renderer = Renderer::new().unwrap();
-    prepare(&request, &profiles, &renderer, &prompt_config())
+    let sessions = asap_proxy::session::SessionIndex::new(16);
+    prepare(&request, &profiles, &renderer, &prompt_config(), &sessions)
         .unwrap()
         .prompt
 }

@@ -36,7 +36,7 @@ fn continue_with(body: &mut Value, resp: &Value, output: &str) {
 #[tokio::test]
 async fn swe_agent_tool_loop_over_http() {
     let backend = FakeBackend::start(vec![
-        Scripted::text("I'll look at the repository layout first.\n\n<bash>ls /testbed</bash>\n\n"),
+        Scripted::text("Fix the price first.\n\n<bash>sed -i 's/l.qty/l.qty * l.unit_price/' /testbed/inventory.py</bash>\n\n"),
         Scripted::LlamaServer {
             text: "Open the module.\n\n<str_replace_editor>\n<command>view</command>\n<path>/testbed/inventory.py</path>\n<view_range>[1, 20]</view_range>\n</str_replace_editor>\n".into(),
         },
@@ -53,11 +53,14 @@ async fn swe_agent_tool_loop_over_http() {
     assert_eq!(r1["choices"][0]["finish_reason"], "tool_calls");
     assert_eq!(
         r1["choices"][0]["message"]["content"],
-        "I'll look at the repository layout first."
+        "Fix the price first."
     );
     assert_eq!(tool_call(&r1)["type"], "function");
     assert_eq!(tool_call(&r1)["function"]["name"], "bash");
-    assert_eq!(arguments(&r1), json!({"command": "ls /testbed"}));
+    assert_eq!(
+        arguments(&r1),
+        json!({"command": "sed -i 's/l.qty/l.qty * l.unit_price/' /testbed/inventory.py"})
+    );
     assert!(r1["usage"]["prompt_tokens"].as_u64().unwrap() > 100);
     continue_with(&mut body, &r1, "OBSERVATION:\ninventory.py\ntests\n");
 
@@ -277,7 +280,9 @@ async fn unparsable_output_is_content_without_tool_call() {
 #[tokio::test]
 async fn openhands_sdk_gets_its_own_tool_names_and_metadata() {
     let backend = FakeBackend::start(vec![
-        Scripted::text("Read the file.\n\n<bash>cat /workspace/project/calc.py</bash>\n"),
+        Scripted::text(
+            "Fix it.\n\n<bash>sed -i 's/a - b/a + b/' /workspace/project/calc.py</bash>\n",
+        ),
         Scripted::text("add returns the sum now.\n\n<submit/>\n"),
     ])
     .await;
@@ -287,7 +292,7 @@ async fn openhands_sdk_gets_its_own_tool_names_and_metadata() {
     assert_eq!(tool_call(&r1)["function"]["name"], "terminal");
     assert_eq!(
         arguments(&r1),
-        json!({"command": "cat /workspace/project/calc.py", "security_risk": "LOW"})
+        json!({"command": "sed -i 's/a - b/a + b/' /workspace/project/calc.py", "security_risk": "LOW"})
     );
     continue_with(&mut body, &r1, "def add(a, b):\n    return a - b\n");
     // openhands-sdk sends content as a list of parts, also on tool messages.
@@ -301,7 +306,7 @@ async fn openhands_sdk_gets_its_own_tool_names_and_metadata() {
     );
     let prompt = &backend.prompts()[1];
     assert!(
-        prompt.contains("<bash>cat /workspace/project/calc.py</bash>"),
+        prompt.contains("<bash>sed -i 's/a - b/a + b/' /workspace/project/calc.py</bash>"),
         "neutral vocabulary in history"
     );
     let tools_and_steps = prompt.split("\n# Tools\n").nth(1).unwrap();
@@ -313,11 +318,16 @@ async fn openhands_sdk_gets_its_own_tool_names_and_metadata() {
 
 #[tokio::test]
 async fn mini_swe_agent_submits_with_its_sentinel_command() {
-    let backend = FakeBackend::start(vec![Scripted::text("Done.\n\n<submit/>\n")]).await;
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Fix.\n<bash>sed -i 's/-/ /' slug.py</bash>\n"),
+        Scripted::text("Done.\n\n<submit/>\n"),
+    ])
+    .await;
     let proxy = Proxy::start(&backend.url()).await;
-    let (_, r) = proxy
-        .post(&fixture_json("requests/mini-swe-agent-1.json"))
-        .await;
+    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let (_, edit) = proxy.post(&body).await;
+    continue_with(&mut body, &edit, "<returncode>0</returncode>");
+    let (_, r) = proxy.post(&body).await;
     assert_eq!(tool_call(&r)["function"]["name"], "bash");
     assert_eq!(
         arguments(&r),
@@ -616,7 +626,7 @@ async fn format_error_turns_stay_in_their_session() {
         Scripted::text("Hmm, not sure."),
         Scripted::text("Still thinking."),
         Scripted::text("Ok.\n<bash>ls</bash>\n"),
-        Scripted::text("Done.\n<submit/>\n"),
+        Scripted::text("Next.\n<bash>pwd</bash>\n"),
     ])
     .await;
     let proxy = Proxy::start(&backend.url()).await;
@@ -668,7 +678,7 @@ async fn dropped_failed_turns_keep_session_and_prefix() {
         Scripted::text("I will think about it."),
         Scripted::text("Look.\n<bash>ls</bash>\n"),
         Scripted::text("Hmm."),
-        Scripted::text("Done.\n<submit/>\n"),
+        Scripted::text("Fix.\n<bash>sed -i 's/ /-/' slug.py</bash>\n"),
     ])
     .await;
     let proxy = Proxy::start(&backend.url()).await;
@@ -688,7 +698,7 @@ async fn dropped_failed_turns_keep_session_and_prefix() {
     let (_, r4) = proxy.post(&body).await;
     assert_eq!(
         arguments(&r4),
-        json!({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})
+        json!({"command": "sed -i 's/ /-/' slug.py"})
     );
 
     let prompts = backend.prompts();

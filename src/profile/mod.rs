@@ -55,10 +55,23 @@ pub struct Profile {
     /// model gave none.
     #[serde(default)]
     pub parameter_defaults: Map<String, Value>,
+    /// Hint observations of the nudges (ASAP failure recovery).
+    pub hints: Hints,
     /// How many leading user messages form the task; later ones before the first assistant
     /// message are scaffold feedback. Absent: all of them are the task.
     #[serde(default)]
     pub task_user_messages: Option<usize>,
+}
+
+/// Hint observations the proxy shows the model with a nudge. Written in the neutral
+/// vocabulary (`<submit/>`), never task-specific.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hints {
+    /// After a submit before any file edit.
+    pub submit_before_edit: String,
+    /// After an action identical to the previous one.
+    pub repeated_action: String,
 }
 
 /// Detection rule over the request's tool names. Empty rule: matches any request.

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use super::Profile;
+use super::{Hints, Profile};
 use crate::conversation::Action;
 use crate::openai::chat::Tool;
 
@@ -28,6 +28,8 @@ pub struct ToolSet {
     pub submit: SubmitTarget,
     /// Profile `task_user_messages`: leading user messages that form the task (None: all).
     pub task_user_messages: Option<usize>,
+    /// Profile hints for the nudges.
+    pub hints: Hints,
     defaults: Map<String, Value>,
     modifying_commands: Vec<String>,
 }
@@ -204,6 +206,7 @@ impl ToolSet {
             tools: all,
             submit,
             task_user_messages: profile.task_user_messages,
+            hints: profile.hints.clone(),
             defaults: profile.parameter_defaults.clone(),
             modifying_commands: profile
                 .editor
@@ -216,6 +219,7 @@ impl ToolSet {
     /// A set with only the synthetic `<submit/>` (no tools offered, generic profile).
     pub fn empty() -> Self {
         Self {
+            hints: Hints::default(),
             profile: "generic".to_string(),
             tools: vec![synthetic_submit()],
             submit: SubmitTarget::Content,
@@ -228,6 +232,14 @@ impl ToolSet {
     /// The tool the model writes as `<tag>`.
     pub fn get(&self, tag: &str) -> Option<&ToolSpec> {
         self.tools.iter().find(|t| t.tag == tag)
+    }
+
+    /// Whether the tools can change files (a shell or an editor): only then does a submit
+    /// before any edit count as premature.
+    pub fn can_edit(&self) -> bool {
+        self.tools
+            .iter()
+            .any(|t| matches!(t.role, ToolRole::Shell { .. } | ToolRole::Editor))
     }
 
     /// Editor commands that modify files (profile `editor.modifying_commands`).

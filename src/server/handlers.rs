@@ -62,6 +62,8 @@ async fn step(
             trace: &state.trace,
             sessions: &state.sessions,
             max_tokens: state.max_tokens,
+            limits: state.limits,
+            on_terminate: state.on_terminate,
         };
         run_step(&ctx, &request).await
     })

@@ -15,6 +15,8 @@ use tower_http::trace::TraceLayer;
 use crate::backend::{Backend, OpenAiCompletions};
 use crate::config::{Config, ProfileChoice, PromptConfig};
 use crate::error::ProxyError;
+use crate::pipeline::OnTerminate;
+use crate::policy::Limits;
 use crate::profile::Profiles;
 use crate::render::Renderer;
 use crate::session::{SessionIndex, DEFAULT_INDEX_CAPACITY};
@@ -33,6 +35,8 @@ pub struct AppState {
     pub trace: TraceWriter,
     pub sessions: SessionIndex,
     pub max_tokens: u32,
+    pub limits: Limits,
+    pub on_terminate: OnTerminate,
 }
 
 impl AppState {
@@ -65,6 +69,8 @@ impl AppState {
             ),
             sessions: SessionIndex::new(DEFAULT_INDEX_CAPACITY),
             max_tokens: config.max_tokens,
+            limits: config.limits,
+            on_terminate: config.on_terminate,
         })
     }
 }

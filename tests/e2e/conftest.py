@@ -111,8 +111,9 @@ def task_repo(tmp_path):
 
 
 def check_trace_complete(proxy, min_steps=1):
-    """Every step record is complete: prompt, completion, parse outcome, response in the
-    scaffold's dialect. Returns all step records."""
+    """Every step record is complete: prompt, completion, parse outcome, and either a response
+    in the scaffold's dialect or a nudge (a rejected completion generated again inside the
+    same request). Returns the answered records: one per request."""
     traces = proxy.traces()
     assert traces, "no trace file written"
     steps = []
@@ -129,6 +130,10 @@ def check_trace_complete(proxy, min_steps=1):
             if parse["error"] is not None:
                 assert parse["error"]["class"] in {
                     "no_action", "unknown_tool", "unclosed_tag", "missing_parameter", "invalid_parameter"}
+            if d["nudge"] is not None:
+                assert d["response"] is None and d["nudge"]["kind"] in {"submit_before_edit", "repeated_action"}
+                assert d["nudge"]["hint"]
+                continue
             response = d["response"]
             assert response["finish_reason"] in {"tool_calls", "stop", "length"}
             if response["tool_call"] is not None:

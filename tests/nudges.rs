@@ -1,0 +1,419 @@
+//! The paper's nudge rules and termination over HTTP, across stateless requests: the state
+//! travels in the minted tool-call ids (issue 4).
+
+use serde_json::{json, Value};
+
+use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::proxy::Proxy;
+use crate::util::{fixture_json, read_trace};
+
+fn call(resp: &Value) -> &Value {
+    &resp["choices"][0]["message"]["tool_calls"][0]
+}
+
+fn args(resp: &Value) -> Value {
+    serde_json::from_str(call(resp)["function"]["arguments"].as_str().unwrap()).unwrap()
+}
+
+/// The fields of a minted id: session, step, nudges.
+fn id_parts(resp: &Value) -> (String, String, String) {
+    let id = call(resp)["id"].as_str().unwrap();
+    let parts: Vec<&str> = id.trim_start_matches("call_asap_").split('_').collect();
+    (parts[0].into(), parts[1].into(), parts[2].into())
+}
+
+fn push_result(body: &mut Value, resp: &Value, output: &str) {
+    let message = resp["choices"][0]["message"].clone();
+    let id = message["tool_calls"][0]["id"].clone();
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(message);
+    messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+}
+
+fn steps(proxy: &Proxy) -> Vec<Value> {
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    read_trace(&files[0])[1..]
+        .iter()
+        .map(|r| r["data"].clone())
+        .collect()
+}
+
+fn assert_append_only(prompts: &[String]) {
+    for (i, pair) in prompts.windows(2).enumerate() {
+        let stem = pair[0].strip_suffix("## Thinking\n").unwrap();
+        assert!(
+            pair[1].starts_with(stem),
+            "prompt {} does not extend prompt {i}",
+            i + 1
+        );
+    }
+}
+
+#[tokio::test]
+async fn submit_before_edit_is_nudged_once_then_the_second_one_ends_the_run() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Looks fine.\n<submit/>\n"),
+        Scripted::text("Let me look first.\n<bash>ls</bash>\n"),
+        Scripted::text("Done now.\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    assert_eq!(backend.calls(), 2, "nudged inside the same request");
+    assert_eq!(call(&r1)["function"]["name"], "bash");
+    assert_eq!(r1["choices"][0]["message"]["content"], "Let me look first.");
+    assert_eq!(id_parts(&r1).2, "s0", "nudge used before history step 0");
+    let prompts = backend.prompts();
+    let tail = prompts[1]
+        .strip_prefix(prompts[0].strip_suffix("## Thinking\n").unwrap())
+        .unwrap();
+    let hint = "You submitted, but no file has been changed yet";
+    assert!(
+        tail.starts_with("## Thinking\n\n<submit/>\n\n<observation>\n") && tail.contains(hint),
+        "{tail}"
+    );
+
+    push_result(&mut body, &r1, "a.py");
+    let (_, r2) = proxy.post(&body).await;
+    assert_eq!(
+        call(&r2)["function"]["name"],
+        "submit",
+        "the second violation ends the run"
+    );
+    assert_eq!(id_parts(&r2).2, "s0");
+    let prompts = backend.prompts();
+    assert_append_only(&prompts);
+
+    let records = steps(&proxy);
+    assert_eq!(records.len(), 3);
+    assert_eq!(records[0]["attempt"], 0);
+    assert_eq!(records[0]["nudge"]["kind"], "submit_before_edit");
+    assert_eq!(records[0]["nudge"]["rejected"]["kind"], "submit");
+    assert!(records[0]["nudge"]["hint"]
+        .as_str()
+        .unwrap()
+        .starts_with(hint));
+    assert!(records[0]["response"].is_null());
+    assert_eq!(records[1]["attempt"], 1);
+    assert_eq!(records[1]["nudge"], Value::Null);
+    assert_eq!(
+        records[2]["termination"]["reason"],
+        "submit_before_edit_again"
+    );
+    assert_eq!(
+        records[2]["nudges_used"],
+        json!([["submit_before_edit", 0]])
+    );
+}
+
+#[tokio::test]
+async fn repeated_action_is_nudged_once_then_the_second_one_ends_the_run_streaming() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("List.\n<bash>ls</bash>\n"),
+        Scripted::text("List again.\n<bash>ls </bash>\n"),
+        Scripted::text("Where am I?\n<bash>pwd</bash>\n"),
+        Scripted::text("Again.\n<bash>pwd</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/openhands-sdk-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    push_result(&mut body, &r1, "calc.py");
+    body["stream"] = json!(true);
+    let (_, data) = proxy.post_stream(&body).await;
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let head = chunks
+        .iter()
+        .find_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["id"].as_str())
+        .unwrap();
+    assert!(head.contains("_1_r1_"), "{head}");
+    let arguments: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str())
+        .collect();
+    assert_eq!(
+        serde_json::from_str::<Value>(&arguments).unwrap()["command"],
+        "pwd"
+    );
+    // Rebuild the non-streamed message to continue the conversation.
+    let r2 = json!({"choices": [{"message": {"role": "assistant", "content": "Where am I?", "tool_calls": [
+        {"id": head, "type": "function", "function": {"name": "terminal", "arguments": arguments}}]}}]});
+    push_result(&mut body, &r2, "/workspace");
+    body["stream"] = json!(false);
+    let (_, r3) = proxy.post(&body).await;
+    assert_eq!(call(&r3)["function"]["name"], "finish");
+    assert!(args(&r3)["message"]
+        .as_str()
+        .unwrap()
+        .contains("repeated the previous action again"));
+    assert_append_only(&backend.prompts());
+    let records = steps(&proxy);
+    assert_eq!(records[1]["nudge"]["kind"], "repeated_action");
+    assert_eq!(
+        records[1]["nudge"]["rejected"]["arguments"]["command"],
+        "ls "
+    );
+    assert_eq!(records[3]["termination"]["reason"], "repeated_action_again");
+}
+
+#[tokio::test]
+async fn termination_uses_each_scaffolds_finish_action_or_an_error() {
+    // mini-swe-agent: its completion command.
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Done.\n<submit/>\n"),
+        Scripted::text("Done!\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let (_, r) = proxy
+        .post(&fixture_json("requests/mini-swe-agent-1.json"))
+        .await;
+    assert_eq!(
+        args(&r),
+        json!({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})
+    );
+    // OpenHands CodeAct: finish with the reason.
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Done.\n<submit/>\n"),
+        Scripted::text("Done!\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let (_, r) = proxy
+        .post(&fixture_json("requests/openhands-codeact-1.json"))
+        .await;
+    assert_eq!(call(&r)["function"]["name"], "finish");
+    assert!(args(&r)["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("asap-proxy ended the trajectory: submitted again"));
+    // --on-terminate error.
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Done.\n<submit/>\n"),
+        Scripted::text("Done!\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| {
+        a.on_terminate = Some(asap_proxy::pipeline::OnTerminate::Error)
+    })
+    .await;
+    let (status, err) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    assert_eq!(status, 400);
+    assert_eq!(err["error"]["code"], "trajectory_terminated");
+    let records = steps(&proxy);
+    assert_eq!(
+        records[1]["termination"]["reason"],
+        "submit_before_edit_again"
+    );
+}
+
+#[tokio::test]
+async fn step_cap_and_unparsable_streak_end_the_run() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("One.\n<bash>echo 1</bash>\n"),
+        Scripted::text("Two.\n<bash>echo 2</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| a.max_steps = Some(1)).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    push_result(&mut body, &r1, "1");
+    let (_, r2) = proxy.post(&body).await;
+    assert_eq!(call(&r2)["function"]["name"], "submit");
+    assert_eq!(
+        steps(&proxy)[1]["termination"],
+        json!({"reason": "step_cap", "max_steps": 1})
+    );
+
+    let backend = FakeBackend::start(
+        (0..3)
+            .map(|i| Scripted::text(&format!("No idea {i}.")))
+            .collect(),
+    )
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| a.max_unparsable = Some(3)).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    for i in 0..3 {
+        let (_, r) = proxy.post(&body).await;
+        if i < 2 {
+            assert!(r["choices"][0]["message"].get("tool_calls").is_none());
+            let messages = body["messages"].as_array_mut().unwrap();
+            messages.push(r["choices"][0]["message"].clone());
+            messages.push(
+                json!({"role": "user", "content": "Your last output did not use any tool calls!"}),
+            );
+        } else {
+            assert_eq!(call(&r)["function"]["name"], "submit");
+        }
+    }
+    assert_eq!(
+        steps(&proxy)[2]["termination"],
+        json!({"reason": "unparsable", "consecutive": 3})
+    );
+}
+
+/// 30 turns, both nudges fired, every prompt (turns and re-generations) extends the last.
+#[tokio::test]
+async fn thirty_turn_session_with_both_nudges_stays_append_only() {
+    let mut script = Vec::new();
+    for i in 0..30 {
+        match i {
+            5 => {
+                script.push(Scripted::text("Same again.\n<bash>echo 4</bash>\n"));
+                script.push(Scripted::text("Different.\n<bash>echo 5</bash>\n"));
+            }
+            12 => {
+                script.push(Scripted::text("Finished?\n<submit/>\n"));
+                script.push(Scripted::text("Not yet.\n<bash>echo 12</bash>\n"));
+            }
+            _ => script.push(Scripted::text(&format!(
+                "Step {i}.\n<bash>echo {i}</bash>\n"
+            ))),
+        }
+    }
+    let backend = FakeBackend::start(script).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut last = Value::Null;
+    for i in 0..30 {
+        let (status, r) = proxy.post(&body).await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(args(&r)["command"], format!("echo {i}"), "turn {i}");
+        push_result(&mut body, &r, &format!("{i}\n"));
+        last = r;
+    }
+    assert_eq!(backend.calls(), 32);
+    assert_eq!(id_parts(&last).2, "r5s12");
+    assert_eq!(id_parts(&last).1, "29");
+    let prompts = backend.prompts();
+    assert_append_only(&prompts);
+    let last_prompt = prompts.last().unwrap();
+    assert_eq!(
+        last_prompt
+            .matches("<observation>\nThis action is the same as the previous one")
+            .count(),
+        1
+    );
+    assert_eq!(
+        last_prompt
+            .matches("<submit/>\n\n<observation>\nYou submitted")
+            .count(),
+        1
+    );
+    assert_eq!(steps(&proxy).len(), 32);
+}
+
+#[tokio::test]
+async fn concurrent_rollouts_of_one_task_never_share_state() {
+    let script: Vec<Scripted> = (0..40)
+        .map(|i| Scripted::text(&format!("Try {i}.\n<bash>echo {i}</bash>\n")))
+        .collect();
+    let backend = FakeBackend::start(script).await;
+    let proxy = std::sync::Arc::new(Proxy::start(&backend.url()).await);
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let proxy = proxy.clone();
+        handles.push(tokio::spawn(async move {
+            let mut body = fixture_json("requests/swe-agent-1.json");
+            let mut sessions = Vec::new();
+            for turn in 0..3 {
+                let (_, r) = proxy.post(&body).await;
+                let (session, step, nudges) = id_parts(&r);
+                assert_eq!(step, turn.to_string());
+                assert_eq!(nudges, "0");
+                sessions.push(session);
+                push_result(&mut body, &r, "ok");
+            }
+            sessions
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        let sessions = h.await.unwrap();
+        assert!(sessions.iter().all(|s| *s == sessions[0]), "{sessions:?}");
+        all.push(sessions[0].clone());
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 8);
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 8);
+    assert!(files.iter().all(|f| read_trace(f).len() == 4));
+}
+
+#[tokio::test]
+async fn a_restarted_proxy_continues_the_session_and_its_nudges() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Done?\n<submit/>\n"),
+        Scripted::text("Look.\n<bash>ls</bash>\n"),
+        Scripted::text("Done.\n<submit/>\n"),
+    ])
+    .await;
+    let first = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_, r1) = first.post(&body).await;
+    drop(first);
+    let second = Proxy::start(&backend.url()).await;
+    push_result(&mut body, &r1, "a.py");
+    let (_, r2) = second.post(&body).await;
+    assert_eq!(id_parts(&r2).0, id_parts(&r1).0, "same session");
+    assert_eq!(call(&r2)["function"]["name"], "submit");
+    let records = steps(&second);
+    assert_eq!(
+        records[0]["termination"]["reason"], "submit_before_edit_again",
+        "the nudge state survived"
+    );
+    assert_append_only(&backend.prompts());
+}
+
+#[tokio::test]
+async fn requeries_keep_session_and_step() {
+    // SWE-agent: re-sends the rejected reply plus an error message.
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look.\n<bash>ls</bash>\n"),
+        Scripted::text("Hmm."),
+        Scripted::text("Read.\n<bash>cat a.py</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    push_result(&mut body, &r1, "a.py");
+    let (_, bad) = proxy.post(&body).await;
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(bad["choices"][0]["message"].clone());
+    messages
+        .push(json!({"role": "user", "content": "Your last output did not use any tool calls!"}));
+    let (_, r3) = proxy.post(&body).await;
+    assert_eq!(id_parts(&r3).0, id_parts(&r1).0);
+    assert_eq!(id_parts(&r3).1, "1", "a requery retries step 1");
+    let records = steps(&proxy);
+    assert_eq!(
+        records
+            .iter()
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![0, 1, 1]
+    );
+
+    // OpenHands: a canned user turn after an empty reply (kept in the history).
+    let backend = FakeBackend::start(vec![
+        Scripted::text(""),
+        Scripted::text("Look.\n<bash>ls</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/openhands-sdk-1.json");
+    proxy.post(&body).await;
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": ""}));
+    messages.push(json!({"role": "user", "content": "Please continue; use a tool."}));
+    let (_, r) = proxy.post(&body).await;
+    assert_eq!(id_parts(&r).1, "0");
+    assert_eq!(steps(&proxy).len(), 2);
+}
