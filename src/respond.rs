@@ -131,14 +131,7 @@ pub fn termination(
         step,
         nudges: nudges.clone(),
     };
-    let mut out = reply(&finish, completion, tools, &call_id, true);
-    if let Some(content) = &out.content {
-        // A content-style finish carries the reason, a tool call keeps the thought.
-        if out.tool_call.is_some() && content.starts_with("asap-proxy ended") {
-            out.content = None;
-        }
-    }
-    out
+    reply(&finish, completion, tools, &call_id, true)
 }
 
 /// A fresh `chatcmpl-…` id.

@@ -401,6 +401,28 @@ async fn requeries_keep_session_and_step() {
         vec![0, 1, 1]
     );
 
+    // mini-swe-agent: drops the reply and appends its format error.
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look.\n<bash>ls</bash>\n"),
+        Scripted::text("Hmm."),
+        Scripted::text("Read.\n<bash>cat a.py</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    push_result(&mut body, &r1, "a.py");
+    proxy.post(&body).await;
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "No tool calls found."}));
+    let (_, r3) = proxy.post(&body).await;
+    assert_eq!(
+        (id_parts(&r3).0, id_parts(&r3).1),
+        (id_parts(&r1).0, "1".to_string())
+    );
+
     // OpenHands: a canned user turn after an empty reply (kept in the history).
     let backend = FakeBackend::start(vec![
         Scripted::text(""),
