@@ -40,6 +40,13 @@ pub struct PromptArgs {
     /// TOML configuration file (keys as the long flags, with `_` for `-`).
     #[arg(long, env = "ASAP_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Directory of reference prefixes (`*.json`, `*.jsonl`); repeatable
+    /// [default: ./prefixes when it exists].
+    #[arg(long = "prefixes", env = "ASAP_PREFIXES", value_delimiter = ',')]
+    pub prefixes: Vec<PathBuf>,
+    /// Reference steps rendered before the live ones; 0 disables prefixes [default: 3].
+    #[arg(long, env = "ASAP_PREFIX_K")]
+    pub prefix_k: Option<usize>,
 }
 
 /// `asap-proxy serve`.

@@ -38,6 +38,8 @@ pub struct FileConfig {
     pub backend_retries: Option<u32>,
     pub profile: Option<String>,
     pub format: Option<Format>,
+    pub prefixes: Option<Vec<PathBuf>>,
+    pub prefix_k: Option<usize>,
     pub max_steps: Option<usize>,
     pub max_unparsable: Option<usize>,
     pub loop_window: Option<usize>,
@@ -53,11 +55,18 @@ pub enum ProfileChoice {
     Named(String),
 }
 
+/// Default K: the paper's choice (K=3; longer prefixes began to leak gold patches).
+pub const DEFAULT_PREFIX_K: usize = 3;
+
 /// How requests become prompts (shared by `serve` and `render`).
 #[derive(Debug, Clone)]
 pub struct PromptConfig {
     pub profile: ProfileChoice,
     pub format: Format,
+    /// Directories of reference prefixes.
+    pub prefixes: Vec<PathBuf>,
+    /// Steps of a prefix to render; 0 disables prefixes.
+    pub prefix_k: usize,
 }
 
 /// Everything `serve` needs, validated.
@@ -119,9 +128,19 @@ impl PromptConfig {
             .or_else(|| file.profile.clone())
             .filter(|p| p != "auto")
             .map_or(ProfileChoice::Auto, ProfileChoice::Named);
+        let mut prefixes = if args.prefixes.is_empty() {
+            file.prefixes.clone().unwrap_or_default()
+        } else {
+            args.prefixes.clone()
+        };
+        if prefixes.is_empty() && Path::new("prefixes").is_dir() {
+            prefixes.push(PathBuf::from("prefixes"));
+        }
         Self {
             profile,
             format: args.format.or(file.format).unwrap_or_default(),
+            prefixes,
+            prefix_k: args.prefix_k.or(file.prefix_k).unwrap_or(DEFAULT_PREFIX_K),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod openai;
 pub mod parse;
 pub mod pipeline;
 pub mod policy;
+pub mod prefix;
 pub mod profile;
 pub mod render;
 pub mod respond;

@@ -18,6 +18,8 @@ fn prompt_config() -> PromptConfig {
     PromptConfig {
         profile: ProfileChoice::Auto,
         format: Format::MarkdownXml,
+        prefixes: Vec::new(),
+        prefix_k: 0,
     }
 }
 

@@ -1,0 +1,410 @@
+//! Reference-trajectory prefixes (ASAP, "prefix"): the first K steps of a reference run of the
+//! same task, rendered before the live steps, identical for every evaluated model.
+//!
+//! Prefix files are JSON (one prefix, or an array) or JSONL (one prefix per line) in the
+//! neutral action model, so one prefix serves every format and profile:
+//!
+//! ```json
+//! {"instance_id": "astropy__astropy-12907",
+//!  "task_text": "text that identifies the task (e.g. the problem statement)",
+//!  "source": {"model": "…", "date": "2026-11-30", "scaffold": "swe-agent"},
+//!  "steps": [{"thought": "…", "action": {"tool": "bash", "arguments": {"command": "ls"}},
+//!             "observation": "…"}],
+//!  "leaks": []}
+//! ```
+//!
+//! `tool` is a neutral tag (`bash`, `str_replace_editor`, `submit`, or another tool's name);
+//! `leaks` lists gold-patch lines found by `prefix build --allow-leaks` (empty when clean).
+//!
+//! Matching a request to its prefix ([`PrefixStore::select`]), first hit wins: an explicit task
+//! id (`X-ASAP-Task` header, or `metadata.instance_id` in the body); the task text found in the
+//! first user message (whitespace-normalised, through an index of fixed-length windows, so the
+//! cost does not grow with the number of prefixes); the profile's default demonstration; none.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::conversation::{Action, Step};
+use crate::profile::SUBMIT_TAG;
+
+/// Built-in demonstrations, selected by a profile's `default_prefix`.
+pub const BUILTIN: [(&str, &str); 1] = [(
+    "shell-demo",
+    include_str!("../../prefixes/defaults/shell-demo.json"),
+)];
+
+/// Characters of normalised task text that form one fingerprint window.
+pub const WINDOW: usize = 64;
+
+/// One reference prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prefix {
+    pub instance_id: String,
+    /// Text identifying the task, found in the first user message of its requests.
+    #[serde(default)]
+    pub task_text: String,
+    #[serde(default)]
+    pub source: Source,
+    pub steps: Vec<PrefixStep>,
+    /// Gold-patch lines this prefix was found to contain (kept with `--allow-leaks`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaks: Vec<String>,
+    /// Only for demonstrations: the made-up task the steps belong to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demo_task: Option<String>,
+}
+
+/// Where a prefix came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaffold: Option<String>,
+}
+
+/// One step of a prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixStep {
+    #[serde(default)]
+    pub thought: String,
+    pub action: PrefixAction,
+    #[serde(default)]
+    pub observation: String,
+}
+
+/// A neutral action: tag and arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixAction {
+    pub tool: String,
+    #[serde(default)]
+    pub arguments: Map<String, Value>,
+}
+
+impl PrefixStep {
+    /// The step in the conversation model.
+    pub fn to_step(&self) -> Step {
+        let action = if self.action.tool == SUBMIT_TAG {
+            Action::Submit { message: None }
+        } else {
+            Action::Call {
+                tag: self.action.tool.clone(),
+                arguments: self.action.arguments.clone(),
+            }
+        };
+        Step {
+            thought: self.thought.clone(),
+            action: Some(action),
+            observation: Some(self.observation.clone()),
+            ..Step::default()
+        }
+    }
+
+    /// The prefix step of a conversation step (the inverse of [`PrefixStep::to_step`]).
+    pub fn from_step(step: &Step) -> Option<Self> {
+        let action = match step.action.as_ref()? {
+            Action::Submit { .. } => PrefixAction {
+                tool: SUBMIT_TAG.to_string(),
+                arguments: Map::new(),
+            },
+            Action::Call { tag, arguments } => PrefixAction {
+                tool: tag.clone(),
+                arguments: arguments.clone(),
+            },
+        };
+        Some(Self {
+            thought: step.thought.clone(),
+            action,
+            observation: step.observation.clone().unwrap_or_default(),
+        })
+    }
+}
+
+/// The prefix chosen for a request, cut to K steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selected {
+    /// `instance_id` of the prefix.
+    pub id: String,
+    /// How it was matched: `header`, `metadata`, `fingerprint` or `default`.
+    pub matched_by: &'static str,
+    /// The steps, at most K.
+    pub steps: Vec<Step>,
+    /// For a demonstration: its made-up task (rendered as an example, not as this task's steps).
+    pub demo_task: Option<String>,
+}
+
+/// Prefix loading failure.
+#[derive(Debug, thiserror::Error)]
+pub enum PrefixError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+}
+
+/// All prefixes, indexed.
+#[derive(Debug, Default)]
+pub struct PrefixStore {
+    by_id: HashMap<String, Prefix>,
+    /// Hash of the first [`WINDOW`] normalised chars of a task text → instance ids.
+    windows: HashMap<String, Vec<String>>,
+    /// Task texts shorter than a window, matched by containment (few in practice).
+    short: Vec<(String, String)>,
+    defaults: HashMap<String, Prefix>,
+    k: usize,
+}
+
+/// Whitespace runs collapsed to one space, trimmed.
+pub fn normalise(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Parses a prefix file: a JSON object, a JSON array of objects, or JSONL.
+pub fn parse_file(name: &str, text: &str) -> Result<Vec<Prefix>, PrefixError> {
+    let err = |message: String| PrefixError::Parse {
+        path: name.to_string(),
+        message,
+    };
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') {
+        return serde_json::from_str(text).map_err(|e| err(e.to_string()));
+    }
+    if let Ok(one) = serde_json::from_str::<Prefix>(text) {
+        return Ok(vec![one]);
+    }
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| serde_json::from_str(l).map_err(|e| err(format!("line {}: {e}", i + 1))))
+        .collect()
+}
+
+impl PrefixStore {
+    /// The built-in demonstrations plus every `*.json`/`*.jsonl` file in `dirs`; steps are cut
+    /// to `k` (0 disables prefixes).
+    pub fn load(dirs: &[PathBuf], k: usize) -> Result<Self, PrefixError> {
+        let mut store = Self {
+            k,
+            ..Self::default()
+        };
+        for (name, text) in BUILTIN {
+            for p in parse_file(&format!("builtin {name}"), text)? {
+                store.defaults.insert(name.to_string(), p);
+            }
+        }
+        for dir in dirs {
+            for path in prefix_files(dir)? {
+                let text = std::fs::read_to_string(&path).map_err(|source| PrefixError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                for p in parse_file(&path.display().to_string(), &text)? {
+                    store.insert(p);
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    /// Adds one prefix to the index (a later one with the same id replaces it).
+    pub fn insert(&mut self, prefix: Prefix) {
+        let text: Vec<char> = normalise(&prefix.task_text).chars().collect();
+        if text.len() >= WINDOW {
+            let key: String = text[..WINDOW].iter().collect();
+            self.windows
+                .entry(key)
+                .or_default()
+                .push(prefix.instance_id.clone());
+        } else if !text.is_empty() {
+            self.short
+                .push((text.iter().collect(), prefix.instance_id.clone()));
+        }
+        self.by_id.insert(prefix.instance_id.clone(), prefix);
+    }
+
+    /// Number of task prefixes (demonstrations not counted).
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Whether there are no task prefixes.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// The prefix for a request: by explicit id, by the task text found in `first_user`, by
+    /// the profile's `default_prefix`, or none. `None` also when K is 0.
+    pub fn select(
+        &self,
+        explicit: Option<(&str, &'static str)>,
+        first_user: &str,
+        default: Option<&str>,
+    ) -> Option<Selected> {
+        if self.k == 0 {
+            return None;
+        }
+        let (prefix, matched_by) = explicit
+            .and_then(|(id, how)| self.by_id.get(id).map(|p| (p, how)))
+            .or_else(|| self.fingerprint(first_user).map(|p| (p, "fingerprint")))
+            .or_else(|| {
+                default
+                    .and_then(|d| self.defaults.get(d))
+                    .map(|p| (p, "default"))
+            })?;
+        Some(Selected {
+            id: prefix.instance_id.clone(),
+            matched_by,
+            steps: prefix
+                .steps
+                .iter()
+                .take(self.k)
+                .map(PrefixStep::to_step)
+                .collect(),
+            demo_task: prefix.demo_task.clone(),
+        })
+    }
+
+    fn fingerprint(&self, first_user: &str) -> Option<&Prefix> {
+        let text = normalise(first_user);
+        let chars: Vec<(usize, char)> = text.char_indices().collect();
+        if chars.len() >= WINDOW {
+            for start in 0..=chars.len() - WINDOW {
+                let from = chars[start].0;
+                let to = chars.get(start + WINDOW).map_or(text.len(), |c| c.0);
+                if let Some(ids) = self.windows.get(&text[from..to]) {
+                    let hit = ids
+                        .iter()
+                        .filter_map(|id| self.by_id.get(id))
+                        .find(|p| text[from..].starts_with(&normalise(&p.task_text)));
+                    if hit.is_some() {
+                        return hit;
+                    }
+                }
+            }
+        }
+        self.short
+            .iter()
+            .find(|(t, _)| text.contains(t.as_str()))
+            .and_then(|(_, id)| self.by_id.get(id))
+    }
+}
+
+fn prefix_files(dir: &Path) -> Result<Vec<PathBuf>, PrefixError> {
+    let read = |source| PrefixError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(read)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "json" || e == "jsonl"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefix(id: &str, task: &str, n: usize) -> Prefix {
+        Prefix {
+            instance_id: id.into(),
+            task_text: task.into(),
+            source: Source::default(),
+            steps: (0..n)
+                .map(|i| PrefixStep {
+                    thought: format!("t{i}"),
+                    action: PrefixAction {
+                        tool: "bash".into(),
+                        arguments: Map::from_iter([(
+                            "command".to_string(),
+                            Value::from(format!("c{i}")),
+                        )]),
+                    },
+                    observation: format!("o{i}"),
+                })
+                .collect(),
+            leaks: Vec::new(),
+            demo_task: None,
+        }
+    }
+
+    fn store(k: usize) -> PrefixStore {
+        let mut s = PrefixStore::load(&[], k).unwrap();
+        s.insert(prefix("a__a-1", "The   function `total()` ignores unit_price of each line,\nso totals are wrong for every order with a price other than one.", 5));
+        s.insert(prefix("b__b-2", "Slugify keeps double dashes.", 5));
+        for i in 0..2500 {
+            s.insert(prefix(&format!("x__x-{i}"), &format!("Unrelated issue number {i} about a parser that fails on empty input files and needs care."), 3));
+        }
+        s
+    }
+
+    #[test]
+    fn matching_order_and_k() {
+        let s = store(3);
+        let user = "<pr_description>\nThe function `total()` ignores unit_price of each line, so totals are wrong for every order with a price other than one.\n</pr_description>";
+        let hit = s.select(None, user, Some("shell-demo")).unwrap();
+        assert_eq!(
+            (hit.id.as_str(), hit.matched_by, hit.steps.len()),
+            ("a__a-1", "fingerprint", 3)
+        );
+        let hit = s.select(Some(("b__b-2", "header")), user, None).unwrap();
+        assert_eq!((hit.id.as_str(), hit.matched_by), ("b__b-2", "header"));
+        let hit = s
+            .select(
+                None,
+                "Please fix: Slugify keeps   double dashes. Thanks",
+                None,
+            )
+            .unwrap();
+        assert_eq!(hit.id, "b__b-2");
+        let hit = s
+            .select(
+                Some(("unknown", "metadata")),
+                "nothing known",
+                Some("shell-demo"),
+            )
+            .unwrap();
+        assert_eq!((hit.id.as_str(), hit.matched_by), ("shell-demo", "default"));
+        assert!(hit.demo_task.is_some());
+        assert_eq!(s.select(None, "nothing known", None), None);
+        assert_eq!(
+            store(0).select(Some(("a__a-1", "header")), user, Some("shell-demo")),
+            None
+        );
+        assert_eq!(s.len(), 2502);
+    }
+
+    #[test]
+    fn files_in_every_shape() {
+        let one = serde_json::to_string(&prefix("a", "t", 1)).unwrap();
+        assert_eq!(parse_file("x", &one).unwrap().len(), 1);
+        assert_eq!(parse_file("x", &format!("[{one},{one}]")).unwrap().len(), 2);
+        assert_eq!(
+            parse_file("x", &format!("{one}\n\n{one}\n")).unwrap().len(),
+            2
+        );
+        let err = parse_file("f.jsonl", &format!("{one}\n{{\"bad\": 1}}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("f.jsonl") && err.contains("line 2"), "{err}");
+        let step = prefix("a", "t", 1).steps[0].to_step();
+        assert_eq!(
+            PrefixStep::from_step(&step).unwrap(),
+            prefix("a", "t", 1).steps[0]
+        );
+    }
+}
