@@ -59,6 +59,18 @@ pub struct Conversation {
     pub system: String,
     /// The task: user text before the first assistant message.
     pub task: String,
+    /// Reference steps of this task (a prefix), rendered before the live steps; the scaffold
+    /// never ran them, so no rule counts them.
+    pub prefix: Vec<Step>,
+    /// A demonstration on a made-up task (a profile's default prefix), rendered as an example.
+    pub example: Option<Example>,
+    pub steps: Vec<Step>,
+}
+
+/// A worked example on another task: its task text and steps.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Example {
+    pub task: String,
     pub steps: Vec<Step>,
 }
 

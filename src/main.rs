@@ -11,6 +11,7 @@ use asap_proxy::cli::{Cli, Command, RenderArgs, ServeArgs};
 use asap_proxy::config::{read_file, Config, PromptConfig};
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::pipeline::prepare;
+use asap_proxy::prefix::PrefixStore;
 use asap_proxy::profile::Profiles;
 use asap_proxy::render::Renderer;
 use asap_proxy::server::{serve, AppState};
@@ -64,8 +65,12 @@ fn run_render(args: &RenderArgs) -> RunResult {
     let renderer = Renderer::new().map_err(|e| (1, e.to_string()))?;
     // Ids in the history carry the session's nudges; there is no content index offline.
     let sessions = SessionIndex::new(1);
-    let prepared = prepare(&request, &profiles, &renderer, &config, &sessions)
-        .map_err(|e| (2, e.to_string()))?;
+    let prefixes =
+        PrefixStore::load(&config.prefixes, config.prefix_k).map_err(|e| (2, e.to_string()))?;
+    let prepared = prepare(
+        &request, &profiles, &renderer, &config, &sessions, &prefixes,
+    )
+    .map_err(|e| (2, e.to_string()))?;
     std::io::stdout()
         .write_all(prepared.prompt.as_bytes())
         .map_err(|e| (1, e.to_string()))

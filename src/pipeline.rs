@@ -7,11 +7,12 @@ use std::time::Instant;
 
 use crate::backend::{Backend, BackendCompletion, GenerationParams};
 use crate::config::{ProfileChoice, PromptConfig};
-use crate::conversation::Conversation;
+use crate::conversation::{Conversation, Example};
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::parse::{parse_completion, Parsed};
 use crate::policy::{self, Decision, Limits};
+use crate::prefix::PrefixStore;
 use crate::profile::{Profiles, ToolSet};
 use crate::render::{Renderer, CUE};
 use crate::respond::{self, Reply};
@@ -30,6 +31,19 @@ pub struct Prepared {
     /// Prompt of the history alone (no nudged steps): the key under which a turn answered
     /// without a tool call is remembered.
     base_prompt: String,
+    /// The reference prefix rendered, if any.
+    pub prefix: Option<PrefixInfo>,
+}
+
+/// Which prefix a request got (for the trace's session record).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PrefixInfo {
+    /// `instance_id` of the prefix (`shell-demo` for the built-in demonstration).
+    pub id: String,
+    /// `header`, `metadata`, `fingerprint` or `default`.
+    pub matched_by: &'static str,
+    /// Steps rendered.
+    pub k: usize,
 }
 
 /// Session, profile, conversation and prompt for a request. No I/O; `sessions` is consulted
@@ -42,6 +56,7 @@ pub fn prepare(
     renderer: &Renderer,
     config: &PromptConfig,
     sessions: &SessionIndex,
+    prefixes: &PrefixStore,
 ) -> Result<Prepared, ProxyError> {
     let profile = match &config.profile {
         ProfileChoice::Auto => profiles.detect(&request.tools),
@@ -50,7 +65,24 @@ pub fn prepare(
             .map_err(|e| ProxyError::invalid(e.to_string()))?,
     };
     let tools = ToolSet::build(profile, &request.tools);
-    let base = Conversation::from_messages(&request.messages, &tools);
+    let mut base = Conversation::from_messages(&request.messages, &tools);
+    let explicit = request.explicit_task();
+    let selected = prefixes.select(
+        explicit.as_ref().map(|(id, how)| (id.as_str(), *how)),
+        request.first_user_text(),
+        tools.default_prefix.as_deref(),
+    );
+    if let Some(selected) = &selected {
+        match &selected.demo_task {
+            Some(task) => {
+                base.example = Some(Example {
+                    task: task.clone(),
+                    steps: selected.steps.clone(),
+                })
+            }
+            None => base.prefix = selected.steps.clone(),
+        }
+    }
     let render = |c: &Conversation| {
         renderer
             .render(config.format, c, &tools)
@@ -74,6 +106,11 @@ pub fn prepare(
         prompt,
         session,
         base_prompt,
+        prefix: selected.map(|s| PrefixInfo {
+            id: s.id,
+            matched_by: s.matched_by,
+            k: s.steps.len(),
+        }),
     })
 }
 
@@ -115,6 +152,7 @@ pub struct StepContext<'a> {
     pub backend: &'a Backend,
     pub trace: &'a TraceWriter,
     pub sessions: &'a SessionIndex,
+    pub prefixes: &'a PrefixStore,
     /// Cap on generated tokens (config `max_tokens`).
     pub max_tokens: u32,
     pub limits: Limits,
@@ -148,6 +186,7 @@ pub async fn run_step(
         ctx.renderer,
         ctx.prompt_config,
         ctx.sessions,
+        ctx.prefixes,
     )?;
     let session = prepared.session.session.clone();
     let mut nudges = prepared.session.nudges.clone();

@@ -22,7 +22,7 @@ use crate::backend::BackendCompletion;
 use crate::conversation::Action;
 use crate::openai::response::ToolCallOut;
 use crate::parse::{ParseFailure, Parsed};
-use crate::pipeline::Prepared;
+use crate::pipeline::{PrefixInfo, Prepared};
 use crate::policy::Termination;
 use crate::respond::Reply;
 use crate::session::{NudgeKind, SessionId};
@@ -48,6 +48,8 @@ pub struct SessionRecord {
     pub profile: String,
     pub format: String,
     pub backend: String,
+    /// The reference prefix rendered (id, how it matched, K), if any.
+    pub prefix: Option<PrefixInfo>,
     pub proxy_version: &'static str,
     pub time_ms: u64,
 }
@@ -118,6 +120,8 @@ pub struct StepRecord {
     pub nudge: Option<NudgeRecord>,
     /// Set when a rule ended the trajectory with this completion.
     pub termination: Option<Termination>,
+    /// The reference prefix rendered (id, how it matched, K), if any.
+    pub prefix: Option<PrefixInfo>,
     /// Nudges used in the session before this completion, in order: kind and place.
     pub nudges_used: Vec<(NudgeKind, usize)>,
     /// The error returned to the client, when the step failed.
@@ -165,6 +169,7 @@ impl StepRecord {
             nudge: None,
             termination: None,
             nudges_used: prepared.session.nudges.0.clone(),
+            prefix: prepared.prefix.clone(),
             error: None,
             timings: Timings::default(),
         }
@@ -244,6 +249,7 @@ impl TraceWriter {
                 profile: record.profile.clone(),
                 format: self.format.clone(),
                 backend: self.backend.clone(),
+                prefix: record.prefix.clone(),
                 proxy_version: env!("CARGO_PKG_VERSION"),
                 time_ms: unix_ms(),
             };

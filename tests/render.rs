@@ -28,9 +28,17 @@ fn render_value(body: &Value) -> String {
     let profiles = Profiles::builtin().unwrap();
     let renderer = Renderer::new().unwrap();
     let sessions = asap_proxy::session::SessionIndex::new(16);
-    prepare(&request, &profiles, &renderer, &prompt_config(), &sessions)
-        .unwrap()
-        .prompt
+    let prefixes = asap_proxy::prefix::PrefixStore::load(&[], 0).unwrap();
+    prepare(
+        &request,
+        &profiles,
+        &renderer,
+        &prompt_config(),
+        &sessions,
+        &prefixes,
+    )
+    .unwrap()
+    .prompt
 }
 
 #[test]

@@ -39,9 +39,33 @@ pub struct ChatCompletionRequest {
     pub n: Option<u32>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// The `X-ASAP-Task` header, set by the HTTP layer (not part of the body).
+    #[serde(skip)]
+    pub task_header: Option<String>,
 }
 
 impl ChatCompletionRequest {
+    /// The task this request names explicitly, and how: the `X-ASAP-Task` header, else
+    /// `metadata.instance_id` in the body (LiteLLM forwards `metadata`; `extra_body` works too).
+    pub fn explicit_task(&self) -> Option<(String, &'static str)> {
+        if let Some(id) = self.task_header.as_deref().filter(|t| !t.trim().is_empty()) {
+            return Some((id.trim().to_string(), "header"));
+        }
+        self.extra
+            .get("metadata")
+            .and_then(|m| m.get("instance_id"))
+            .and_then(Value::as_str)
+            .map(|id| (id.to_string(), "metadata"))
+    }
+
+    /// Text of the first user message (where scaffolds put the task).
+    pub fn first_user_text(&self) -> &str {
+        self.messages
+            .iter()
+            .find(|m| m.role == Role::User)
+            .map_or("", |m| m.content.as_str())
+    }
+
     /// Decodes a request body. Errors carry the JSON path of the bad field (`messages[1].role`)
     /// so the 400 tells the client exactly what is wrong.
     pub fn from_slice(body: &[u8]) -> Result<Self, ProxyError> {

@@ -57,6 +57,9 @@ pub struct Profile {
     pub parameter_defaults: Map<String, Value>,
     /// Hint observations of the nudges (ASAP failure recovery).
     pub hints: Hints,
+    /// Built-in demonstration rendered when no task prefix matches (`prefix::BUILTIN`).
+    #[serde(default)]
+    pub default_prefix: Option<String>,
     /// How many leading user messages form the task; later ones before the first assistant
     /// message are scaffold feedback. Absent: all of them are the task.
     #[serde(default)]

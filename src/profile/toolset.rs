@@ -30,6 +30,8 @@ pub struct ToolSet {
     pub task_user_messages: Option<usize>,
     /// Profile hints for the nudges.
     pub hints: Hints,
+    /// Profile `default_prefix`.
+    pub default_prefix: Option<String>,
     defaults: Map<String, Value>,
     modifying_commands: Vec<String>,
 }
@@ -207,6 +209,7 @@ impl ToolSet {
             submit,
             task_user_messages: profile.task_user_messages,
             hints: profile.hints.clone(),
+            default_prefix: profile.default_prefix.clone(),
             defaults: profile.parameter_defaults.clone(),
             modifying_commands: profile
                 .editor
@@ -220,6 +223,7 @@ impl ToolSet {
     pub fn empty() -> Self {
         Self {
             hints: Hints::default(),
+            default_prefix: None,
             profile: "generic".to_string(),
             tools: vec![synthetic_submit()],
             submit: SubmitTarget::Content,

@@ -134,18 +134,27 @@ impl Renderer {
                 usage: xml::usage(t),
             })
             .collect();
-        let steps: Vec<StepDoc> = conversation
-            .steps
-            .iter()
-            .map(|s| StepDoc {
-                thought: escape::thought(&s.thought, &tags),
-                action: s.action.as_ref().map(|a| xml::action(a, tools)),
-                observation: s
-                    .observation
-                    .as_deref()
-                    .map(|o| escape::observation(o.trim_end())),
-            })
-            .collect();
+        let doc = |steps: &[crate::conversation::Step]| -> Vec<StepDoc> {
+            steps
+                .iter()
+                .map(|s| StepDoc {
+                    thought: escape::thought(&s.thought, &tags),
+                    action: s.action.as_ref().map(|a| xml::action(a, tools)),
+                    observation: s
+                        .observation
+                        .as_deref()
+                        .map(|o| escape::observation(o.trim_end())),
+                })
+                .collect()
+        };
+        let mut steps = doc(&conversation.prefix);
+        steps.extend(doc(&conversation.steps));
+        let example = conversation.example.as_ref().map(|e| {
+            minijinja::context! {
+                task => e.task.trim(),
+                steps => doc(&e.steps),
+            }
+        });
         let template = self
             .env
             .get_template(format.template())
@@ -158,6 +167,7 @@ impl Renderer {
                 system => conversation.system.trim(),
                 task => conversation.task.trim(),
                 tools => tool_docs,
+                example => example,
                 steps => steps,
             })
             .map_err(|source| RenderError {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -22,13 +22,18 @@ use crate::respond::{completion_id, completion_object, now_s, ChunkBuilder};
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ProxyError> {
     let body = body.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ProxyError::PayloadTooLarge(super::MAX_BODY_BYTES),
         _ => ProxyError::invalid(format!("reading request body: {e}")),
     })?;
-    let request = ChatCompletionRequest::from_slice(&body)?;
+    let mut request = ChatCompletionRequest::from_slice(&body)?;
+    request.task_header = headers
+        .get("x-asap-task")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let model = request.model.clone().unwrap_or_else(|| "base-model".into());
     let id = completion_id();
     let created = now_s();
@@ -61,6 +66,7 @@ async fn step(
             backend: &state.backend,
             trace: &state.trace,
             sessions: &state.sessions,
+            prefixes: &state.prefixes,
             max_tokens: state.max_tokens,
             limits: state.limits,
             on_terminate: state.on_terminate,

@@ -17,6 +17,7 @@ use crate::config::{Config, ProfileChoice, PromptConfig};
 use crate::error::ProxyError;
 use crate::pipeline::OnTerminate;
 use crate::policy::Limits;
+use crate::prefix::PrefixStore;
 use crate::profile::Profiles;
 use crate::render::Renderer;
 use crate::session::{SessionIndex, DEFAULT_INDEX_CAPACITY};
@@ -34,6 +35,7 @@ pub struct AppState {
     pub backend: Backend,
     pub trace: TraceWriter,
     pub sessions: SessionIndex,
+    pub prefixes: PrefixStore,
     pub max_tokens: u32,
     pub limits: Limits,
     pub on_terminate: OnTerminate,
@@ -50,6 +52,13 @@ impl AppState {
                 .map_err(|e| ProxyError::invalid(e.to_string()))?;
         }
         let renderer = Renderer::new().map_err(|e| ProxyError::Internal(e.to_string()))?;
+        let prefixes = PrefixStore::load(&config.prompt.prefixes, config.prompt.prefix_k)
+            .map_err(|e| ProxyError::invalid(format!("loading prefixes: {e}")))?;
+        tracing::info!(
+            prefixes = prefixes.len(),
+            k = config.prompt.prefix_k,
+            "prefixes loaded"
+        );
         let backend = Backend::OpenAiCompletions(OpenAiCompletions::new(
             config.backend.clone(),
             config.backend_model.clone(),
@@ -68,6 +77,7 @@ impl AppState {
                 redact_url(&config.backend),
             ),
             sessions: SessionIndex::new(DEFAULT_INDEX_CAPACITY),
+            prefixes,
             max_tokens: config.max_tokens,
             limits: config.limits,
             on_terminate: config.on_terminate,
