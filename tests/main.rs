@@ -9,6 +9,7 @@
 mod cli;
 mod nudges;
 mod parse;
+mod prefixes;
 mod render;
 mod server;
 mod util;

@@ -1,0 +1,131 @@
+//! Reference prefixes over HTTP: matching by header, metadata and task-text fingerprint, K,
+//! the profile default, and the prefix recorded in the session record (issue 5).
+
+use serde_json::{json, Value};
+
+use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::proxy::Proxy;
+use crate::util::{fixture_json, fixture_path, read_trace};
+
+async fn proxy_with(k: usize, backend: &FakeBackend) -> Proxy {
+    Proxy::start_with(&backend.url(), |a| {
+        a.prompt.prefixes = vec![fixture_path("prefixes")];
+        a.prompt.prefix_k = Some(k);
+    })
+    .await
+}
+
+fn trajectory(prompt: &str) -> &str {
+    prompt.split("\n# Trajectory\n").nth(1).unwrap()
+}
+
+fn session_prefix(proxy: &Proxy) -> Value {
+    let files = proxy.trace_files();
+    read_trace(files.last().unwrap())[0]["data"]["prefix"].clone()
+}
+
+#[tokio::test]
+async fn fingerprint_match_renders_k_reference_steps_before_the_live_ones() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Go.\n<bash>ls</bash>\n"),
+        Scripted::text("Next.\n<bash>pwd</bash>\n"),
+    ])
+    .await;
+    let proxy = proxy_with(3, &backend).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    let message = r1["choices"][0]["message"].clone();
+    let id = message["tool_calls"][0]["id"].clone();
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(message);
+    messages.push(json!({"role": "tool", "tool_call_id": id, "content": "live output"}));
+    proxy.post(&body).await;
+    let prompts = backend.prompts();
+    let t = trajectory(&prompts[1]);
+    let one = t.find("Reference step one.").unwrap();
+    let three = t.find("Reference step three.").unwrap();
+    let live = t.find("live output").unwrap();
+    assert!(one < three && three < live, "{t}");
+    assert!(!t.contains("Reference step four."), "K=3 caps the steps");
+    assert!(
+        t.starts_with("\n## Thinking\nReference step one.\n\n<bash>ls /testbed</bash>"),
+        "{t}"
+    );
+    assert!(
+        !prompts[0].contains("# Example trajectory"),
+        "a task prefix replaces the demonstration"
+    );
+    assert!(prompts[1].starts_with(prompts[0].strip_suffix("## Thinking\n").unwrap()));
+    assert_eq!(
+        session_prefix(&proxy),
+        json!({"id": "inventory__inventory-1", "matched_by": "fingerprint", "k": 3})
+    );
+}
+
+#[tokio::test]
+async fn header_and_metadata_name_the_task_explicitly() {
+    let backend = FakeBackend::start(vec![Scripted::text("a"), Scripted::text("b")]).await;
+    let proxy = proxy_with(3, &backend).await;
+    let body = fixture_json("requests/swe-agent-1.json");
+    let resp = proxy
+        .client
+        .post(proxy.url())
+        .header("X-ASAP-Task", "other__other-7")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(trajectory(&backend.prompts()[0]).contains("<bash>ls /other</bash>"));
+    assert_eq!(session_prefix(&proxy)["matched_by"], "header");
+
+    let backend = FakeBackend::start(vec![Scripted::text("a")]).await;
+    let proxy = proxy_with(3, &backend).await;
+    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    body["metadata"] = json!({"instance_id": "other__other-7"});
+    proxy.post(&body).await;
+    assert!(trajectory(&backend.prompts()[0]).contains("<bash>ls /other</bash>"));
+    assert_eq!(
+        session_prefix(&proxy),
+        json!({"id": "other__other-7", "matched_by": "metadata", "k": 1})
+    );
+}
+
+#[tokio::test]
+async fn unmatched_tasks_get_the_profile_demonstration_and_k0_renders_none() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("a"),
+        Scripted::text("b"),
+        Scripted::text("c"),
+    ])
+    .await;
+    let proxy = proxy_with(3, &backend).await;
+    proxy
+        .post(&fixture_json("requests/openhands-sdk-1.json"))
+        .await;
+    let prompt = &backend.prompts()[0];
+    assert!(
+        prompt.contains("# Example trajectory")
+            && prompt.contains("<bash>cat -n /repo/shop/cart.py</bash>")
+    );
+    assert!(
+        trajectory(prompt).trim_start().starts_with("## Thinking"),
+        "nothing of the demo in the live trajectory"
+    );
+    assert_eq!(
+        session_prefix(&proxy),
+        json!({"id": "shell-demo", "matched_by": "default", "k": 3})
+    );
+    // generic (no default demonstration)
+    proxy
+        .post(&fixture_json("requests/browsecomp-plus-1.json"))
+        .await;
+    assert!(!backend.prompts()[1].contains("# Example trajectory"));
+
+    let backend = FakeBackend::start(vec![Scripted::text("a")]).await;
+    let proxy = proxy_with(0, &backend).await;
+    proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    let prompt = &backend.prompts()[0];
+    assert!(!prompt.contains("Reference step") && !prompt.contains("# Example trajectory"));
+    assert_eq!(session_prefix(&proxy), Value::Null);
+}
