@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::pipeline::OnTerminate;
+use crate::pipeline::{Mode, OnTerminate};
 use crate::render::Format;
 
 /// asap-proxy: drive pretrained base models from unmodified agent scaffolds.
@@ -80,6 +80,11 @@ pub struct ServeArgs {
     /// from 250 ms [default: 3].
     #[arg(long, env = "ASAP_BACKEND_RETRIES")]
     pub backend_retries: Option<u32>,
+    /// `proxy`: adapt chat requests to the base model behind `--backend` (a completions API).
+    /// `passthrough`: forward them to an instruction-tuned model's chat API at `--backend` and
+    /// record the same trace (reference trajectories for prefixes) [default: proxy].
+    #[arg(long, env = "ASAP_MODE", value_enum)]
+    pub mode: Option<Mode>,
     /// Actions per trajectory before the proxy ends it [default: 100].
     #[arg(long, env = "ASAP_MAX_STEPS")]
     pub max_steps: Option<usize>,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::cli::{PromptArgs, ServeArgs};
-use crate::pipeline::OnTerminate;
+use crate::pipeline::{Mode, OnTerminate};
 use crate::policy::Limits;
 use crate::render::Format;
 
@@ -38,6 +38,7 @@ pub struct FileConfig {
     pub backend_retries: Option<u32>,
     pub profile: Option<String>,
     pub format: Option<Format>,
+    pub mode: Option<Mode>,
     pub prefixes: Option<Vec<PathBuf>>,
     pub prefix_k: Option<usize>,
     pub max_steps: Option<usize>,
@@ -85,6 +86,7 @@ pub struct Config {
     /// Termination thresholds (ASAP failure recovery).
     pub limits: Limits,
     pub on_terminate: OnTerminate,
+    pub mode: Mode,
 }
 
 /// A configuration that cannot be used.
@@ -210,6 +212,7 @@ impl Config {
         Ok(Self {
             limits,
             on_terminate: args.on_terminate.or(file.on_terminate).unwrap_or_default(),
+            mode: args.mode.or(file.mode).unwrap_or_default(),
             listen,
             backend,
             backend_model: args.backend_model.clone().or(file.backend_model.clone()),

@@ -12,6 +12,7 @@ pub mod conversation;
 pub mod error;
 pub mod openai;
 pub mod parse;
+pub mod passthrough;
 pub mod pipeline;
 pub mod policy;
 pub mod prefix;

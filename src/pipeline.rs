@@ -35,6 +35,13 @@ pub struct Prepared {
     pub prefix: Option<PrefixInfo>,
 }
 
+impl Prepared {
+    /// The prompt of the history alone (no nudged steps).
+    pub fn base_prompt(&self) -> &str {
+        &self.base_prompt
+    }
+}
+
 /// Which prefix a request got (for the trace's session record).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PrefixInfo {
@@ -142,6 +149,18 @@ pub enum OnTerminate {
     Submit,
     /// Answer with an error (HTTP 400, code `trajectory_terminated`).
     Error,
+}
+
+/// What `serve` does with a chat request (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Adapt it to a base model behind a completions backend (the ASAP method).
+    #[default]
+    Proxy,
+    /// Forward it to an instruction-tuned chat backend and record the trace (reference
+    /// trajectories for prefixes).
+    Passthrough,
 }
 
 /// Everything a step needs from the server, borrowed.
@@ -337,7 +356,7 @@ pub async fn run_step(
 /// The prompt of the previous request, re-rendered from the history without its last turn
 /// (nudged steps before that turn stay), so the trace can store this prompt as a delta.
 /// `None` on the first step.
-fn previous_prompt(ctx: &StepContext<'_>, prepared: &Prepared) -> Option<String> {
+pub fn previous_prompt(ctx: &StepContext<'_>, prepared: &Prepared) -> Option<String> {
     let steps = &prepared.conversation.steps;
     let last_turn = steps.iter().rev().find(|s| s.nudge.is_none())?.turn;
     // All tool calls of one assistant message form one turn: drop them together.

@@ -66,6 +66,16 @@ impl Backend {
         }
     }
 
+    /// Forwards a chat completion request unchanged (passthrough mode).
+    pub async fn chat(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<(serde_json::Value, u32), ProxyError> {
+        match self {
+            Self::OpenAiCompletions(b) => b.chat(body).await,
+        }
+    }
+
     /// The model name served, for `GET /v1/models`.
     pub async fn model_name(&self) -> Option<String> {
         match self {

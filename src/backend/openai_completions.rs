@@ -107,11 +107,39 @@ impl OpenAiCompletions {
             stream: false,
             cache_prompt: true,
         };
-        let url = format!("{}/completions", self.base);
+        let (text, attempts) = self.post("completions", &body).await?;
+        decode(&text, model, attempts)
+    }
+
+    /// `POST {base}/chat/completions` with `body` as given (passthrough mode, recording
+    /// reference trajectories with an instruction-tuned model). Returns the response JSON and
+    /// the attempts made.
+    pub async fn chat(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<(serde_json::Value, u32), ProxyError> {
+        let (text, attempts) = self.post("chat/completions", body).await?;
+        let value = serde_json::from_str(&text).map_err(|e| {
+            ProxyError::Backend(format!(
+                "response is not JSON ({e}): {}",
+                truncate(&text, 200)
+            ))
+        })?;
+        Ok((value, attempts))
+    }
+
+    /// POSTs JSON to `{base}/{path}` with bounded retries on connect errors and 5xx; returns
+    /// the body of the first success and the attempts made.
+    async fn post<T: serde::Serialize + ?Sized>(
+        &self,
+        path: &str,
+        body: &T,
+    ) -> Result<(String, u32), ProxyError> {
+        let url = format!("{}/{path}", self.base);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut req = self.client.post(&url).json(&body);
+            let mut req = self.client.post(&url).json(body);
             if let Some(key) = &self.api_key {
                 req = req.bearer_auth(key);
             }
@@ -130,7 +158,7 @@ impl OpenAiCompletions {
                         }
                     };
                     if status.is_success() {
-                        return decode(&text, model, attempt);
+                        return Ok((text, attempt));
                     }
                     let message = backend_message(&text);
                     if status.is_server_error() {

@@ -16,7 +16,8 @@ use serde_json::json;
 use super::AppState;
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
-use crate::pipeline::{run_step, StepContext, StepOutcome};
+use crate::passthrough::run_passthrough;
+use crate::pipeline::{run_step, Mode, StepContext, StepOutcome};
 use crate::respond::{completion_id, completion_object, now_s, ChunkBuilder};
 
 /// `POST /v1/chat/completions`.
@@ -37,8 +38,9 @@ pub async fn chat_completions(
     let model = request.model.clone().unwrap_or_else(|| "base-model".into());
     let id = completion_id();
     let created = now_s();
+    let raw = body.to_vec();
     if !request.is_stream() {
-        let outcome = step(state, request).await?;
+        let outcome = step(state, request, raw).await?;
         return Ok(Json(completion_object(&outcome.reply, &id, &model, created)).into_response());
     }
     let chunks = ChunkBuilder {
@@ -47,7 +49,7 @@ pub async fn chat_completions(
         created,
         include_usage: request.include_usage(),
     };
-    Ok(Sse::new(sse_stream(state, request, chunks))
+    Ok(Sse::new(sse_stream(state, request, raw, chunks))
         .keep_alive(KeepAlive::default())
         .into_response())
 }
@@ -57,6 +59,7 @@ pub async fn chat_completions(
 async fn step(
     state: Arc<AppState>,
     request: ChatCompletionRequest,
+    raw: Vec<u8>,
 ) -> Result<StepOutcome, ProxyError> {
     tokio::spawn(async move {
         let ctx = StepContext {
@@ -71,7 +74,10 @@ async fn step(
             limits: state.limits,
             on_terminate: state.on_terminate,
         };
-        run_step(&ctx, &request).await
+        match state.mode {
+            Mode::Proxy => run_step(&ctx, &request).await,
+            Mode::Passthrough => run_passthrough(&ctx, &request, &raw).await,
+        }
     })
     .await
     .map_err(|e| ProxyError::Internal(format!("step task failed: {e}")))?
@@ -82,11 +88,12 @@ async fn step(
 fn sse_stream(
     state: Arc<AppState>,
     request: ChatCompletionRequest,
+    raw: Vec<u8>,
     chunks: ChunkBuilder,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let first = event(&chunks.role());
     let rest = stream::once(async move {
-        let events: Vec<Event> = match step(state, request).await {
+        let events: Vec<Event> = match step(state, request, raw).await {
             Ok(outcome) => chunks.rest(&outcome.reply).iter().map(event).collect(),
             Err(e) => {
                 tracing::error!(error = %e, "streamed request failed");

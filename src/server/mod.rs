@@ -15,7 +15,7 @@ use tower_http::trace::TraceLayer;
 use crate::backend::{Backend, OpenAiCompletions};
 use crate::config::{Config, ProfileChoice, PromptConfig};
 use crate::error::ProxyError;
-use crate::pipeline::OnTerminate;
+use crate::pipeline::{Mode, OnTerminate};
 use crate::policy::Limits;
 use crate::prefix::PrefixStore;
 use crate::profile::Profiles;
@@ -39,6 +39,7 @@ pub struct AppState {
     pub max_tokens: u32,
     pub limits: Limits,
     pub on_terminate: OnTerminate,
+    pub mode: Mode,
 }
 
 impl AppState {
@@ -81,6 +82,7 @@ impl AppState {
             max_tokens: config.max_tokens,
             limits: config.limits,
             on_terminate: config.on_terminate,
+            mode: config.mode,
         })
     }
 }

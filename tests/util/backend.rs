@@ -32,6 +32,12 @@ pub enum Scripted {
     Error { status: u16, message: String },
     /// Sleep, then answer like `Vllm` with finish_reason "stop".
     Slow { delay: Duration, text: String },
+    /// A chat model's reply (`/v1/chat/completions`, passthrough mode): content and at most
+    /// one tool call `(name, arguments JSON)` with the model's own id.
+    Chat {
+        content: String,
+        tool_call: Option<(String, String)>,
+    },
 }
 
 impl Scripted {
@@ -67,6 +73,7 @@ impl FakeBackend {
         }));
         let app = Router::new()
             .route("/v1/completions", post(complete))
+            .route("/v1/chat/completions", post(complete))
             .route("/v1/models", get(models))
             .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(inner.clone());
@@ -154,6 +161,23 @@ async fn complete(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value
             Json(json!({"error": {"message": message, "type": "exceed_context_size_error", "code": status}})),
         )
             .into_response(),
+        Some(Scripted::Chat { content, tool_call }) => {
+            let calls: Vec<Value> = tool_call
+                .iter()
+                .map(|(name, args)| json!({"id": "call_instruct_1", "type": "function", "function": {"name": name, "arguments": args}}))
+                .collect();
+            let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+            let mut message = json!({"role": "assistant", "content": content});
+            if !calls.is_empty() {
+                message["tool_calls"] = Value::Array(calls);
+            }
+            Json(json!({
+                "id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": "instruct-model",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage(&prompt, &content)
+            }))
+            .into_response()
+        }
         Some(Scripted::Slow { delay, text }) => {
             tokio::time::sleep(delay).await;
             ok(json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null, "stop_reason": "\n<observation>"}), json!({}))

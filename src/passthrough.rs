@@ -1,0 +1,168 @@
+//! Passthrough mode (`serve --mode passthrough`): chat requests go unchanged to an
+//! instruction-tuned model's `/v1/chat/completions`, and every step is written in the same
+//! trace format as the base-model path, so reference trajectories for prefixes can be
+//! recorded with any instruct model and cut with `asap-proxy prefix build`.
+//!
+//! What changes on the way: `stream` is sent as `false` (the proxy streams the reply itself
+//! with the same spec-exact chunks as in proxy mode), and the tool-call ids of the reply are
+//! replaced by minted ones, so the session is recovered from the history as usual. Only the
+//! first tool call of a reply is kept (the trace notes any dropped ones). The trace records
+//! the conversation rendered as the base model would see it, the reply's content as the
+//! completion text, and its tool call mapped to the neutral action.
+
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::backend::BackendCompletion;
+use crate::error::ProxyError;
+use crate::openai::chat::{ChatCompletionRequest, RAW_ARGUMENTS};
+use crate::openai::completions::Usage;
+use crate::openai::response::{FunctionOut, ToolCallOut};
+use crate::parse::{FailureClass, ParseFailure, Parsed};
+use crate::pipeline::{prepare, previous_prompt, StepContext, StepOutcome};
+use crate::respond::Reply;
+use crate::session::CallId;
+use crate::trace::{StepRecord, Timings};
+
+/// Runs one passthrough step and writes its trace record.
+pub async fn run_passthrough(
+    ctx: &StepContext<'_>,
+    request: &ChatCompletionRequest,
+    raw: &[u8],
+) -> Result<StepOutcome, ProxyError> {
+    let started = Instant::now();
+    let prepared = prepare(
+        request,
+        ctx.profiles,
+        ctx.renderer,
+        ctx.prompt_config,
+        ctx.sessions,
+        ctx.prefixes,
+    )?;
+    let session = prepared.session.session.clone();
+    let step = prepared.conversation.action_count();
+    let previous = if prepared.session.recovered {
+        previous_prompt(ctx, &prepared)
+    } else {
+        None
+    };
+    let mut body: Value = serde_json::from_slice(raw)
+        .map_err(|e| ProxyError::invalid(format!("invalid request body: {e}")))?;
+    if let Some(o) = body.as_object_mut() {
+        o.insert("stream".into(), Value::Bool(false));
+        o.remove("stream_options");
+    }
+    let render_ms = started.elapsed().as_secs_f64() * 1e3;
+    let backend_started = Instant::now();
+    let result = ctx.backend.chat(&body).await;
+    let backend_ms = backend_started.elapsed().as_secs_f64() * 1e3;
+    let mut record = StepRecord::new(&session, step, 0, &prepared, previous.as_deref());
+    record.ignored_fields = request.ignored_fields();
+    record.stream = request.is_stream();
+    let (response, attempts) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            record.error = Some(e.to_string());
+            ctx.trace.write_step(&session, record).await;
+            return Err(e);
+        }
+    };
+    let choice = &response["choices"][0];
+    let message = &choice["message"];
+    let content = message["content"].as_str().unwrap_or_default().to_string();
+    let calls = message["tool_calls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut notes = Vec::new();
+    if calls.len() > 1 {
+        notes.push(format!("kept the first of {} tool calls", calls.len()));
+    }
+    let usage: Option<Usage> = serde_json::from_value(response["usage"].clone()).ok();
+    let completion = BackendCompletion {
+        text: content.clone(),
+        finish_reason: choice["finish_reason"].as_str().map(str::to_string),
+        matched_stop: None,
+        usage,
+        model: response["model"].as_str().unwrap_or_default().to_string(),
+        attempts,
+    };
+    let call = calls.first().map(|c| {
+        let name = c["function"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let arguments = match &c["function"]["arguments"] {
+            Value::String(s) => s.clone(),
+            Value::Null => "{}".to_string(),
+            other => other.to_string(),
+        };
+        (name, arguments)
+    });
+    let outcome = match &call {
+        Some((name, arguments)) => {
+            let args = match serde_json::from_str::<Value>(arguments) {
+                Ok(Value::Object(o)) => o,
+                _ => serde_json::Map::from_iter([(
+                    RAW_ARGUMENTS.to_string(),
+                    Value::String(arguments.clone()),
+                )]),
+            };
+            Ok(prepared.tools.from_scaffold(name, &args))
+        }
+        None => Err(ParseFailure {
+            class: FailureClass::NoAction,
+            detail: "the instruct model answered without a tool call".into(),
+        }),
+    };
+    let parsed = Parsed {
+        thought: content.trim().to_string(),
+        outcome,
+        dropped_bytes: 0,
+        notes,
+    };
+    let reply = Reply {
+        content: Some(content).filter(|c| !c.is_empty() || call.is_none()),
+        tool_call: call.map(|(name, arguments)| ToolCallOut {
+            id: CallId {
+                session: session.clone(),
+                step,
+                nudges: prepared.session.nudges.clone(),
+            }
+            .mint(),
+            r#type: "function",
+            function: FunctionOut { name, arguments },
+        }),
+        finish_reason: match choice["finish_reason"].as_str() {
+            Some("tool_calls") => "tool_calls",
+            Some("length") => "length",
+            _ if !calls.is_empty() => "tool_calls",
+            _ => "stop",
+        },
+        usage: usage.unwrap_or_default(),
+        action: parsed.outcome.as_ref().ok().cloned(),
+        parse_error: parsed.outcome.as_ref().err().cloned(),
+    };
+    if reply.tool_call.is_none() {
+        ctx.sessions.remember(
+            reply.content.as_deref().unwrap_or_default(),
+            prepared.base_prompt(),
+            &session,
+            &prepared.session.nudges,
+        );
+    }
+    record.set_completion(&completion, &parsed, &reply);
+    record.timings = Timings {
+        render_ms,
+        backend_ms,
+        parse_ms: 0.0,
+        total_ms: started.elapsed().as_secs_f64() * 1e3,
+    };
+    ctx.trace.write_step(&session, record).await;
+    Ok(StepOutcome {
+        reply,
+        session,
+        step,
+    })
+}

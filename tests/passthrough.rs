@@ -1,0 +1,115 @@
+//! Passthrough mode: chat requests forwarded unchanged to an instruct model, the same trace
+//! written, ids minted so the session carries over (issue 5).
+
+use serde_json::{json, Value};
+
+use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::proxy::Proxy;
+use crate::util::{fixture_json, read_trace};
+
+fn chat(content: &str, name: &str, args: Value) -> Scripted {
+    Scripted::Chat {
+        content: content.into(),
+        tool_call: Some((name.into(), args.to_string())),
+    }
+}
+
+/// Records a three-step SWE-agent session through passthrough; returns the proxy (its trace
+/// directory), the backend and the final request body.
+pub async fn record_reference_session() -> (Proxy, FakeBackend) {
+    let backend = FakeBackend::start(vec![
+        chat("First I list the repository.", "bash", json!({"command": "ls /testbed"})),
+        chat("Now I read the module.", "str_replace_editor", json!({"command": "view", "path": "/testbed/inventory.py"})),
+        chat("Find where total is defined.", "bash", json!({"command": "grep -n 'def total' /testbed/inventory.py"})),
+        chat("Fix it.", "str_replace_editor", json!({"command": "str_replace", "path": "/testbed/inventory.py", "old_str": "l.qty", "new_str": "l.qty * l.unit_price"})),
+    ])
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| {
+        a.mode = Some(asap_proxy::pipeline::Mode::Passthrough)
+    })
+    .await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let outputs = [
+        "inventory.py\ntests",
+        "     1\tclass Line:",
+        "12:    def total(self):",
+        "edited",
+    ];
+    for (turn, output) in outputs.iter().enumerate() {
+        if turn == 1 {
+            body["stream"] = json!(true);
+            let (status, data) = proxy.post_stream(&body).await;
+            assert_eq!(status, 200);
+            let chunks: Vec<Value> = data[..data.len() - 1]
+                .iter()
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            let head = chunks
+                .iter()
+                .find_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["id"].as_str())
+                .unwrap()
+                .to_string();
+            let arguments: String = chunks
+                .iter()
+                .filter_map(|c| {
+                    c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str()
+                })
+                .collect();
+            body["stream"] = json!(false);
+            let messages = body["messages"].as_array_mut().unwrap();
+            messages.push(json!({"role": "assistant", "content": "Now I read the module.", "tool_calls": [{"id": head, "type": "function", "function": {"name": "str_replace_editor", "arguments": arguments}}]}));
+            messages.push(json!({"role": "tool", "tool_call_id": head, "content": output}));
+            continue;
+        }
+        let (status, r) = proxy.post(&body).await;
+        assert_eq!(status, 200, "{r}");
+        let message = r["choices"][0]["message"].clone();
+        let id = message["tool_calls"][0]["id"].as_str().unwrap().to_string();
+        assert!(id.starts_with("call_asap_"), "ids are minted: {id}");
+        let messages = body["messages"].as_array_mut().unwrap();
+        messages.push(message);
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+    }
+    // The instruct backend got the scaffold's own chat requests, not a rendered prompt.
+    let requests = backend.requests();
+    assert_eq!(requests.len(), 4);
+    assert!(requests
+        .iter()
+        .all(|r| r.get("prompt").is_none() && r["tools"].is_array()));
+    assert_eq!(
+        requests[1]["stream"], false,
+        "the proxy streams the reply itself"
+    );
+    assert_eq!(
+        requests[0]["messages"],
+        fixture_json("requests/swe-agent-1.json")["messages"]
+    );
+    (proxy, backend)
+}
+
+#[tokio::test]
+async fn passthrough_forwards_and_traces_one_session() {
+    let (proxy, _backend) = record_reference_session().await;
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let records = read_trace(&files[0]);
+    assert_eq!(records.len(), 5);
+    let steps: Vec<&Value> = records[1..].iter().map(|r| &r["data"]).collect();
+    assert_eq!(
+        steps[0]["parse"]["action"],
+        json!({"kind": "call", "tag": "bash", "arguments": {"command": "ls /testbed"}})
+    );
+    assert_eq!(steps[1]["parse"]["action"]["tag"], "str_replace_editor");
+    assert_eq!(steps[0]["parse"]["thought"], "First I list the repository.");
+    assert!(steps[1]["prompt"]["delta"]
+        .as_str()
+        .unwrap()
+        .contains("<observation>\ninventory.py\ntests\n</observation>"));
+    assert_eq!(
+        steps
+            .iter()
+            .map(|s| s["step"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+}
