@@ -9,6 +9,7 @@
 mod cli;
 mod nudges;
 mod parse;
+mod passthrough;
 mod prefixes;
 mod render;
 mod server;
