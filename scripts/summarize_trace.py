@@ -55,17 +55,6 @@ def describe_action(action):
     return f"{tag}: {short(', '.join(parts))}" if parts else tag
 
 
-def nudge_count(step):
-    """Nudges recorded in a step, or None when the trace has no nudge field."""
-    found = None
-    for key, value in step.items():
-        if "nudge" in key.lower():
-            found = (found or 0) + (value if isinstance(value, int) and not isinstance(value, bool)
-                                    else len(value) if isinstance(value, (list, dict))
-                                    else int(bool(value)))
-    return found
-
-
 def run_tests(task_dir, test_cmd):
     try:
         p = subprocess.run(shlex.split(test_cmd), cwd=task_dir, capture_output=True, text=True,
@@ -110,7 +99,7 @@ def main(argv=None):
     print(f"sessions: {len(sessions)}   steps (completion calls): {len(all_steps)}")
 
     failures, backend_finish, response_finish, tools = Counter(), Counter(), Counter(), Counter()
-    errors, nudges, has_nudge_field = [], 0, False
+    errors, nudges, terminations = [], Counter(), []
     backend_ms = total_ms = 0.0
     prompt_tokens = completion_tokens = cached_tokens = 0
     cache_reported = False
@@ -138,12 +127,15 @@ def main(argv=None):
             resp = s.get("response") or {}
             if resp:
                 response_finish[resp.get("finish_reason") or "none"] += 1
-            k = nudge_count(s)
-            if k is not None:
-                has_nudge_field = True
-                nudges += k
+            if s.get("nudge"):
+                nudges[s["nudge"].get("kind", "?")] += 1
+            if s.get("termination"):
+                terminations.append(s["termination"].get("reason", "?"))
             parse = s.get("parse") or {}
-            if s.get("error"):
+            if s.get("nudge"):
+                what = f"NUDGE {s['nudge'].get('kind')}: rejected " + (
+                    describe_action(parse["action"]) if parse.get("action") else "output")
+            elif s.get("error"):
                 errors.append(s["error"])
                 what = f"PROXY ERROR: {short(s['error'], 90)}"
             elif parse.get("action"):
@@ -170,7 +162,8 @@ def main(argv=None):
     print(f"parse failures: {sum(failures.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in failures.most_common())})" if failures else ""))
     print("backend finish reasons: " + (", ".join(f"{k} {v}" for k, v in backend_finish.most_common()) or "-"))
     print("reply finish reasons: " + (", ".join(f"{k} {v}" for k, v in response_finish.most_common()) or "-"))
-    print(f"nudges: {nudges}" if has_nudge_field else "nudges: 0 (not implemented yet)")
+    print(f"nudges: {sum(nudges.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in nudges.items())})" if nudges else ""))
+    print("terminated by the proxy: " + (", ".join(terminations) if terminations else "no"))
     print(f"proxy errors: {len(errors)}")
     print(f"backend time: {backend_ms / 1000:.1f} s of {total_ms / 1000:.1f} s in the proxy; "
           f"tokens: prompt {prompt_tokens}" + (f" (cached {cached_tokens})" if cache_reported else "")
