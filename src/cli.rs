@@ -25,6 +25,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the continuation text a chat completion request becomes (no backend needed).
     Render(RenderArgs),
+    /// Reference prefixes: build them from reference trajectories.
+    Prefix(PrefixArgs),
 }
 
 /// Flags shared by `serve` and `render`: how a request is turned into a prompt.
@@ -110,6 +112,59 @@ pub struct RenderArgs {
     pub request: PathBuf,
     #[command(flatten)]
     pub prompt: PromptArgs,
+}
+
+/// `asap-proxy prefix`.
+#[derive(Debug, Clone, Args)]
+pub struct PrefixArgs {
+    #[command(subcommand)]
+    pub command: PrefixCommand,
+}
+
+/// `asap-proxy prefix` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum PrefixCommand {
+    /// Build prefix files (JSONL) from reference trajectories: SWE-agent `.traj`, OpenHands SDK
+    /// event logs (directory, JSON or JSONL), OpenHands V0 trajectory JSON, asap-proxy traces.
+    ///
+    /// Each trajectory becomes one prefix: its first K steps, tool names in the neutral
+    /// vocabulary (bash, str_replace_editor, submit, others unchanged). A per-task report
+    /// (`instance_id  steps  leaks  kept|rejected`) and a total line go to standard output.
+    ///
+    /// Leak rule (with --gold): a prefix leaks when an added line of its task's gold patch (a
+    /// `+` line, not `+++`), trimmed, at least 10 characters long and not only punctuation and
+    /// keywords (`}`, `return`, `pass`, `else:`, `return None` never count), appears
+    /// whitespace-normalised (runs of whitespace collapsed to one space) in a string of a
+    /// step's action arguments or in a step's observation. Leaking prefixes are rejected
+    /// unless --allow-leaks.
+    Build(PrefixBuildArgs),
+}
+
+/// `asap-proxy prefix build`.
+#[derive(Debug, Clone, Args)]
+pub struct PrefixBuildArgs {
+    /// Reference trajectory files or OpenHands conversation directories (format detected from
+    /// the content); repeatable.
+    #[arg(long, required = true, num_args = 1..)]
+    pub from: Vec<PathBuf>,
+    /// Steps kept per prefix.
+    #[arg(long, default_value_t = 3)]
+    pub k: usize,
+    /// Output prefix file (JSONL, one prefix per line).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// SWE-bench style gold patches (JSON array or JSONL with `instance_id` and `patch`):
+    /// reject prefixes that contain a non-trivial added line of their task's patch (see the
+    /// leak rule above).
+    #[arg(long)]
+    pub gold: Option<PathBuf>,
+    /// Write leaking prefixes too, with the leaked lines in their `leaks` field.
+    #[arg(long)]
+    pub allow_leaks: bool,
+    /// Profile whose tool names the trajectories use (default: by input format: swe-agent,
+    /// openhands-sdk, openhands-codeact for OpenHands V0).
+    #[arg(long)]
+    pub profile: Option<String>,
 }
 
 #[cfg(test)]

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use clap::Parser;
 
-use asap_proxy::cli::{Cli, Command, RenderArgs, ServeArgs};
+use asap_proxy::cli::{Cli, Command, PrefixArgs, PrefixCommand, RenderArgs, ServeArgs};
 use asap_proxy::config::{read_file, Config, PromptConfig};
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::pipeline::prepare;
+use asap_proxy::prefix::build::{build, BuildOptions};
 use asap_proxy::prefix::PrefixStore;
 use asap_proxy::profile::Profiles;
 use asap_proxy::render::Renderer;
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => run_serve(&args),
         Command::Render(args) => run_render(&args),
+        Command::Prefix(args) => run_prefix(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,4 +76,27 @@ fn run_render(args: &RenderArgs) -> RunResult {
     std::io::stdout()
         .write_all(prepared.prompt.as_bytes())
         .map_err(|e| (1, e.to_string()))
+}
+
+fn run_prefix(args: &PrefixArgs) -> RunResult {
+    match &args.command {
+        PrefixCommand::Build(b) => {
+            let opts = BuildOptions {
+                from: b.from.clone(),
+                k: b.k,
+                out: b.out.clone(),
+                gold: b.gold.clone(),
+                allow_leaks: b.allow_leaks,
+                profile: b.profile.clone(),
+            };
+            let report =
+                build(&opts).map_err(|e| (if e.is_usage() { 2 } else { 1 }, e.to_string()))?;
+            std::io::stderr()
+                .write_all(report.details().as_bytes())
+                .map_err(|e| (1, e.to_string()))?;
+            std::io::stdout()
+                .write_all(report.render().as_bytes())
+                .map_err(|e| (1, e.to_string()))
+        }
+    }
 }

@@ -59,6 +59,10 @@ pub async fn run_passthrough(
     let backend_ms = backend_started.elapsed().as_secs_f64() * 1e3;
     let mut record = StepRecord::new(&session, step, 0, &prepared, previous.as_deref());
     record.ignored_fields = request.ignored_fields();
+    record.task = (
+        request.first_user_text().to_string(),
+        request.explicit_task().map(|(id, _)| id),
+    );
     record.stream = request.is_stream();
     let (response, attempts) = match result {
         Ok(r) => r,

@@ -235,6 +235,10 @@ pub async fn run_step(
         let backend_ms = ms_since(attempt_started);
         let mut record = StepRecord::new(&session, step, attempt, &prepared, previous.as_deref());
         record.ignored_fields = request.ignored_fields();
+        record.task = (
+            request.first_user_text().to_string(),
+            request.explicit_task().map(|(id, _)| id),
+        );
         record.stream = request.is_stream();
         let completion: BackendCompletion = match completion {
             Ok(c) => c,

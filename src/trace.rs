@@ -50,6 +50,11 @@ pub struct SessionRecord {
     pub backend: String,
     /// The reference prefix rendered (id, how it matched, K), if any.
     pub prefix: Option<PrefixInfo>,
+    /// The first user message of the session's first request (what identifies the task;
+    /// `prefix build` uses it as the prefix's `task_text`).
+    pub task_text: String,
+    /// The explicit task id of the request (`X-ASAP-Task`, `metadata.instance_id`), if any.
+    pub instance_id: Option<String>,
     pub proxy_version: &'static str,
     pub time_ms: u64,
 }
@@ -122,6 +127,9 @@ pub struct StepRecord {
     pub termination: Option<Termination>,
     /// The reference prefix rendered (id, how it matched, K), if any.
     pub prefix: Option<PrefixInfo>,
+    /// First user message and explicit task id, for the session record only.
+    #[serde(skip)]
+    pub task: (String, Option<String>),
     /// Nudges used in the session before this completion, in order: kind and place.
     pub nudges_used: Vec<(NudgeKind, usize)>,
     /// The error returned to the client, when the step failed.
@@ -170,6 +178,7 @@ impl StepRecord {
             termination: None,
             nudges_used: prepared.session.nudges.0.clone(),
             prefix: prepared.prefix.clone(),
+            task: (String::new(), None),
             error: None,
             timings: Timings::default(),
         }
@@ -250,6 +259,8 @@ impl TraceWriter {
                 format: self.format.clone(),
                 backend: self.backend.clone(),
                 prefix: record.prefix.clone(),
+                task_text: record.task.0.clone(),
+                instance_id: record.task.1.clone(),
                 proxy_version: env!("CARGO_PKG_VERSION"),
                 time_ms: unix_ms(),
             };

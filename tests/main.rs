@@ -10,6 +10,7 @@ mod cli;
 mod nudges;
 mod parse;
 mod passthrough;
+mod prefix_build;
 mod prefixes;
 mod render;
 mod server;

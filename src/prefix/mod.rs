@@ -21,6 +21,9 @@
 //! first user message (whitespace-normalised, through an index of fixed-length windows, so the
 //! cost does not grow with the number of prefixes); the profile's default demonstration; none.
 
+pub mod build;
+pub mod leak;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

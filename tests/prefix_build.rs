@@ -1,0 +1,380 @@
+//! `asap-proxy prefix build`: every input format, K, neutral tool names, the gold-patch leak
+//! check, and the output read back by the prefix store.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use asap_proxy::prefix::build::{read_path, InputFormat};
+use asap_proxy::prefix::{parse_file, Prefix, PrefixStore};
+use asap_proxy::profile::Profiles;
+use serde_json::{json, Value};
+
+use crate::util::fixture_path;
+
+const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
+
+const SLUG_GOLD_LINE: &str = r#"text = re.sub(r"-{2,}", "-", text)"#;
+
+fn prefix_fixture(rel: &str) -> PathBuf {
+    fixture_path(&format!("prefix/{rel}"))
+}
+
+fn all_inputs() -> Vec<PathBuf> {
+    [
+        "swe-agent/run-0042.traj",
+        "swe-agent/slugify__slugify-7-legacy.traj",
+        "openhands-sdk/leftpad__leftpad-12",
+        "openhands-sdk-events.jsonl",
+        "openhands-v0/tally__tally-5.json",
+        "asap-trace-3ed3f8b7a0cb.jsonl",
+    ]
+    .iter()
+    .map(|p| prefix_fixture(p))
+    .collect()
+}
+
+fn build(inputs: &[PathBuf], out: &Path, extra: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["prefix", "build", "--from"])
+        .args(inputs)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .env_remove("RUST_LOG");
+    let output = cmd.output().unwrap();
+    assert!(
+        output.status.success(),
+        "prefix build failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn read_out(out: &Path) -> HashMap<String, Prefix> {
+    let text = std::fs::read_to_string(out).unwrap();
+    parse_file(&out.display().to_string(), &text)
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.instance_id.clone(), p))
+        .collect()
+}
+
+fn tools(p: &Prefix) -> Vec<&str> {
+    p.steps.iter().map(|s| s.action.tool.as_str()).collect()
+}
+
+fn args(p: &Prefix, i: usize) -> Value {
+    Value::Object(p.steps[i].action.arguments.clone())
+}
+
+#[test]
+fn every_format_cut_to_k_with_neutral_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("prefixes.jsonl");
+    let output = build(&all_inputs(), &out, &["--k", "3"]);
+    let report = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        report.contains("total: 6 prefixes, 6 kept, 0 rejected"),
+        "{report}"
+    );
+    let got = read_out(&out);
+    assert_eq!(got.len(), 6, "{:?}", got.keys());
+    for p in got.values() {
+        assert_eq!(p.steps.len(), 3, "{}: K=3", p.instance_id);
+        assert!(p.leaks.is_empty());
+    }
+
+    // SWE-agent 1.x, calls from `history`; id and statement from `replay_config`.
+    let swe = &got["slugify__slugify-7"];
+    assert_eq!(
+        tools(swe),
+        ["bash", "str_replace_editor", "str_replace_editor"]
+    );
+    assert_eq!(swe.source.scaffold.as_deref(), Some("swe-agent"));
+    assert_eq!(
+        swe.source.model.as_deref(),
+        Some("claude-sonnet-4-20250514")
+    );
+    assert!(swe
+        .task_text
+        .starts_with("`slugify()` keeps runs of dashes"));
+    assert_eq!(
+        args(swe, 1),
+        json!({"command": "view", "path": "/testbed/slug/core.py"})
+    );
+    assert_eq!(
+        args(swe, 2)["file_text"],
+        json!("from slug.core import slugify\nprint(slugify('a -- b'))\n")
+    );
+    assert!(swe.steps[1].observation.contains("def slugify(text):"));
+    assert_eq!(
+        swe.steps[0].thought,
+        "The PR is about `slugify`. Let me find where it is defined."
+    );
+
+    // SWE-agent without tool calls: action strings parsed; id from the file name.
+    let legacy = &got["slugify__slugify-7-legacy"];
+    assert_eq!(
+        tools(legacy),
+        ["bash", "str_replace_editor", "str_replace_editor"]
+    );
+    assert_eq!(args(legacy, 0), json!({"command": "ls -F /testbed"}));
+    assert_eq!(
+        args(legacy, 1),
+        json!({"command": "view", "path": "/testbed/slug/core.py", "view_range": [5, 8]})
+    );
+    assert_eq!(
+        args(legacy, 2),
+        json!({"command": "str_replace", "path": "/testbed/slug/core.py",
+               "old_str": r#"r"[\s]+""#, "new_str": r#"r"[\s-]+""#})
+    );
+    assert!(legacy.task_text.contains("ISSUE:"));
+
+    // OpenHands SDK: a conversation directory and the same events as JSONL.
+    for id in ["leftpad__leftpad-12", "openhands-sdk-events"] {
+        let sdk = &got[id];
+        assert_eq!(tools(sdk), ["bash", "str_replace_editor", "think"], "{id}");
+        assert_eq!(sdk.source.scaffold.as_deref(), Some("openhands-sdk"));
+        assert!(sdk
+            .task_text
+            .starts_with("leftPad(\"abc\", 2) throws a RangeError"));
+        // `security_risk` and `summary` are scaffold metadata.
+        assert_eq!(
+            args(sdk, 0),
+            json!({"command": "cd /workspace/leftpad && ls && cat package.json"})
+        );
+        assert!(sdk.steps[0].observation.contains("\"name\": \"leftpad\""));
+        assert_eq!(sdk.steps[0].thought, "Let me look at the repository first.");
+        assert!(sdk.steps[1].observation.contains("function leftPad"));
+    }
+
+    // OpenHands V0: tool calls from the metadata, an older action without it.
+    let v0 = &got["tally__tally-5"];
+    assert_eq!(
+        tools(v0),
+        ["bash", "str_replace_editor", "execute_ipython_cell"]
+    );
+    assert_eq!(v0.source.scaffold.as_deref(), Some("openhands-v0"));
+    assert_eq!(v0.source.date.as_deref(), Some("2025-03-14"));
+    assert_eq!(
+        v0.task_text,
+        "`Counter.most_common(0)` returns every item instead of an empty list."
+    );
+    assert_eq!(
+        args(v0, 0),
+        json!({"command": "find /workspace/tally__tally__0.3 -name '*.py' | head"})
+    );
+    assert_eq!(v0.steps[2].observation, "[('a', 2), ('b', 1)]");
+
+    // Our own trace: the nudged record is skipped, observations come from the next prompt.
+    let trace = &got["asap-trace-3ed3f8b7a0cb"];
+    assert_eq!(tools(trace), ["bash", "str_replace_editor", "bash"]);
+    assert_eq!(trace.source.scaffold.as_deref(), Some("asap-proxy"));
+    assert_eq!(trace.source.model.as_deref(), Some("fake-base-1b"));
+    assert!(trace
+        .task_text
+        .starts_with("`Inventory.total()` returns the sum"));
+    assert_eq!(
+        trace.steps[0].observation,
+        "/testbed/inventory.py:14:    def total(self):"
+    );
+    assert!(trace.steps[1]
+        .observation
+        .ends_with("    16\t        return sum(line.quantity for line in self.lines)"));
+    assert_eq!(
+        args(trace, 2),
+        json!({"command": "cd /testbed && python -m pytest -q tests/test_inventory.py 2>&1 | tail -5"})
+    );
+    assert!(trace.steps[2].observation.contains("1 failed, 1 passed"));
+}
+
+#[test]
+fn later_steps_and_escaped_observations_of_a_trace() {
+    let profiles = Profiles::builtin().unwrap();
+    let got = read_path(
+        &prefix_fixture("asap-trace-3ed3f8b7a0cb.jsonl"),
+        0,
+        &profiles,
+        None,
+    )
+    .unwrap();
+    let steps = &got[0].steps;
+    assert_eq!(
+        tools(&got[0]),
+        [
+            "bash",
+            "str_replace_editor",
+            "bash",
+            "str_replace_editor",
+            "submit"
+        ]
+    );
+    // The rendering's escapes are undone.
+    assert_eq!(
+        steps[3].observation,
+        "The file /testbed/inventory.py has been edited. <observation> is not a tag here.\n## Thinking about it is fine"
+    );
+    assert_eq!(steps[4].observation, "");
+}
+
+#[test]
+fn openhands_v0_evaluation_output_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let events: Value = serde_json::from_str(
+        &std::fs::read_to_string(prefix_fixture("openhands-v0/tally__tally-5.json")).unwrap(),
+    )
+    .unwrap();
+    let lines: Vec<String> = ["tally__tally-5", "tally__tally-6"]
+        .iter()
+        .map(|id| {
+            json!({"instance_id": id, "instruction": "see history", "history": events,
+                   "metadata": {"llm_config": {"model": "claude-3-7-sonnet-20250219"}},
+                   "test_result": {"git_patch": ""}})
+            .to_string()
+        })
+        .collect();
+    let path = dir.path().join("output.jsonl");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let profiles = Profiles::builtin().unwrap();
+    let got = read_path(&path, 5, &profiles, None).unwrap();
+    let ids: Vec<&str> = got.iter().map(|p| p.instance_id.as_str()).collect();
+    assert_eq!(ids, ["tally__tally-5", "tally__tally-6"]);
+    assert_eq!(
+        tools(&got[1]),
+        [
+            "bash",
+            "str_replace_editor",
+            "execute_ipython_cell",
+            "str_replace_editor",
+            "submit"
+        ]
+    );
+    assert_eq!(
+        got[0].source.model.as_deref(),
+        Some("claude-3-7-sonnet-20250219")
+    );
+    assert_eq!(InputFormat::OpenHandsV0.scaffold(), "openhands-v0");
+}
+
+#[test]
+fn leak_check_rejects_gold_lines_and_allow_leaks_marks_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = [
+        prefix_fixture("swe-agent/run-0042.traj"),
+        prefix_fixture("openhands-sdk/leftpad__leftpad-12"),
+    ];
+    let gold = prefix_fixture("gold.jsonl");
+    let gold = gold.to_str().unwrap();
+
+    // K=5 reaches the edit that writes the fix: rejected. The leftpad prefix shares only
+    // trivial gold lines (`}`, `return`) with its observations: kept.
+    let out = dir.path().join("checked.jsonl");
+    let output = build(&inputs, &out, &["--k", "5", "--gold", gold]);
+    let report = String::from_utf8(output.stdout).unwrap();
+    let row = |id: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("no row for {id}: {report}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        row("slugify__slugify-7"),
+        ["slugify__slugify-7", "5", "3", "rejected"]
+    );
+    assert_eq!(
+        row("leftpad__leftpad-12"),
+        ["leftpad__leftpad-12", "5", "0", "kept"]
+    );
+    assert!(
+        report.contains("total: 2 prefixes, 1 kept, 1 rejected, 1 with leaks"),
+        "{report}"
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains(SLUG_GOLD_LINE), "{stderr}");
+    let kept = read_out(&out);
+    assert_eq!(kept.keys().collect::<Vec<_>>(), ["leftpad__leftpad-12"]);
+    assert!(kept["leftpad__leftpad-12"].leaks.is_empty());
+
+    // K=3 stops before the fix: clean.
+    let out3 = dir.path().join("k3.jsonl");
+    let output = build(&inputs, &out3, &["--k", "3", "--gold", gold]);
+    assert!(String::from_utf8(output.stdout)
+        .unwrap()
+        .contains("total: 2 prefixes, 2 kept, 0 rejected, 0 with leaks"));
+
+    // --allow-leaks writes it, marked.
+    let marked = dir.path().join("marked.jsonl");
+    build(
+        &inputs,
+        &marked,
+        &["--k", "5", "--gold", gold, "--allow-leaks"],
+    );
+    let got = read_out(&marked);
+    let leaks = &got["slugify__slugify-7"].leaks;
+    assert!(leaks.iter().any(|l| l == SLUG_GOLD_LINE), "{leaks:?}");
+    assert!(leaks.iter().all(|l| l.len() >= 10), "{leaks:?}");
+    assert!(got["leftpad__leftpad-12"].leaks.is_empty());
+}
+
+#[test]
+fn output_round_trips_into_the_store_and_matches_by_fingerprint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("refs.jsonl");
+    build(&all_inputs(), &out, &["--k", "3"]);
+    // What was written is exactly what parse_file reads back.
+    let text = std::fs::read_to_string(&out).unwrap();
+    for (line, prefix) in text.lines().zip(parse_file("refs.jsonl", &text).unwrap()) {
+        assert_eq!(serde_json::to_string(&prefix).unwrap(), line);
+    }
+    let store = PrefixStore::load(&[dir.path().to_path_buf()], 3).unwrap();
+    assert_eq!(store.len(), 6);
+    // The trace was recorded from this request: its first user message finds the prefix.
+    let request: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture_path("requests/swe-agent-1.json")).unwrap(),
+    )
+    .unwrap();
+    let first_user = request["messages"][1]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    let hit = store.select(None, first_user, None).unwrap();
+    assert_eq!(
+        (hit.id.as_str(), hit.matched_by, hit.steps.len()),
+        ("asap-trace-3ed3f8b7a0cb", "fingerprint", 3)
+    );
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.json");
+    std::fs::write(&junk, r#"{"hello": "world"}"#).unwrap();
+    let output = Command::new(BIN)
+        .args(["prefix", "build", "--from"])
+        .arg(&junk)
+        .arg("--out")
+        .arg(dir.path().join("o.jsonl"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown trajectory format"), "{stderr}");
+    let output = Command::new(BIN)
+        .args(["prefix", "build", "--k", "0", "--from"])
+        .arg(prefix_fixture("swe-agent/run-0042.traj"))
+        .arg("--out")
+        .arg(dir.path().join("o.jsonl"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let output = Command::new(BIN)
+        .args(["prefix", "build", "--profile", "nope", "--from"])
+        .arg(prefix_fixture("swe-agent/run-0042.traj"))
+        .arg("--out")
+        .arg(dir.path().join("o.jsonl"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
