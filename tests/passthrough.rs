@@ -113,3 +113,65 @@ async fn passthrough_forwards_and_traces_one_session() {
         vec![0, 1, 2, 3]
     );
 }
+
+/// The whole loop of the paper's prefixes: record with an instruct model in passthrough mode,
+/// cut a K=3 prefix from the trace with `prefix build`, and a base-model session of the same
+/// task picks it up by fingerprint, its three steps rendered before the live ones.
+#[tokio::test]
+async fn passthrough_trace_becomes_a_prefix_that_a_base_model_session_uses() {
+    let (recorder, _chat) = record_reference_session().await;
+    let trace = recorder.trace_files().remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("prefixes.jsonl");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
+        .args(["prefix", "build", "--k", "3", "--from"])
+        .arg(&trace)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let built = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(built.lines().count(), 1, "{built}");
+
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Base model step.\n<bash>cat /testbed/inventory.py</bash>\n"),
+        Scripted::text("Next.\n<bash>pwd</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| {
+        a.prompt.prefixes = vec![dir.path().to_path_buf()];
+    })
+    .await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    let message = r1["choices"][0]["message"].clone();
+    let id = message["tool_calls"][0]["id"].clone();
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(message);
+    messages.push(json!({"role": "tool", "tool_call_id": id, "content": "live observation"}));
+    proxy.post(&body).await;
+    let prompt = &backend.prompts()[1];
+    let trajectory = prompt.split("\n# Trajectory\n").nth(1).unwrap();
+    let at = |needle: &str| {
+        trajectory
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle} missing in {trajectory}"))
+    };
+    let first = at("First I list the repository.\n\n<bash>ls /testbed</bash>\n\n<observation>\ninventory.py\ntests\n</observation>");
+    let second = at("Now I read the module.\n\n<str_replace_editor>\n<command>view</command>");
+    let third = at("Find where total is defined.");
+    let live = at("Base model step.");
+    assert!(first < second && second < third && third < live);
+    assert!(
+        !trajectory.contains("Fix it."),
+        "K=3: the fourth (editing) step is not in the prefix"
+    );
+    let session = &read_trace(&proxy.trace_files()[0])[0]["data"];
+    assert_eq!(session["prefix"]["matched_by"], "fingerprint");
+    assert_eq!(session["prefix"]["k"], 3);
+}
