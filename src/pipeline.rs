@@ -96,9 +96,20 @@ pub fn prepare(
             .map_err(|e| ProxyError::Internal(e.to_string()))
     };
     let base_prompt = render(&base)?;
-    let session = match sessions.find(&request.messages) {
-        Some(found) => found,
-        None => session_by_prompt(&base, &render, sessions)?.unwrap_or_else(SessionState::fresh),
+    // Ids carry the state of the last turn that had a tool call; a later turn answered
+    // without one (and dropped by the scaffold) may have used a nudge since: the prompt index
+    // knows it. Same session: the newer state wins; different sessions: the ids win.
+    let by_id = sessions.find(&request.messages);
+    let by_prompt = session_by_prompt(&base, &render, sessions)?;
+    let session = match (by_id, by_prompt) {
+        (Some(id), Some(prompt))
+            if id.session == prompt.session && prompt.nudges.0.len() > id.nudges.0.len() =>
+        {
+            prompt
+        }
+        (Some(id), _) => id,
+        (None, Some(prompt)) => prompt,
+        (None, None) => SessionState::fresh(),
     };
     let mut conversation = base;
     policy::insert_nudged_steps(&mut conversation, &session.nudges, &tools);
@@ -234,6 +245,7 @@ pub async fn run_step(
             .await;
         let backend_ms = ms_since(attempt_started);
         let mut record = StepRecord::new(&session, step, attempt, &prepared, previous.as_deref());
+        record.nudges_used = nudges.0.clone();
         record.ignored_fields = request.ignored_fields();
         record.task = (
             request.first_user_text().to_string(),

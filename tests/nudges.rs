@@ -439,3 +439,44 @@ async fn requeries_keep_session_and_step() {
     assert_eq!(id_parts(&r).1, "0");
     assert_eq!(steps(&proxy).len(), 2);
 }
+
+/// A nudge fired in a turn that was then answered without a tool call, and the scaffold
+/// dropped that turn (mini-swe-agent): the nudge stays used and in place.
+#[tokio::test]
+async fn a_nudge_in_a_dropped_turn_is_not_lost() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look.\n<bash>ls a</bash>\n"),
+        Scripted::text("Done.\n<submit/>\n"),
+        Scripted::text("garbage text"),
+        Scripted::text("<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    push_result(&mut body, &r1, "a");
+    let (_, r2) = proxy.post(&body).await;
+    assert!(r2["choices"][0]["message"].get("tool_calls").is_none());
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "No tool calls found."}));
+    let (_, r3) = proxy.post(&body).await;
+    assert_eq!(
+        args(&r3)["command"],
+        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+    );
+    assert_append_only(&backend.prompts());
+    let records = steps(&proxy);
+    assert_eq!(records.len(), 4);
+    assert_eq!(records[1]["nudge"]["kind"], "submit_before_edit");
+    assert_eq!(
+        records[2]["nudges_used"],
+        json!([["submit_before_edit", 1]]),
+        "up to date within the request"
+    );
+    assert_eq!(
+        records[3]["termination"]["reason"], "submit_before_edit_again",
+        "not nudged twice"
+    );
+}

@@ -202,20 +202,15 @@ fn later_steps_and_escaped_observations_of_a_trace() {
     let steps = &got[0].steps;
     assert_eq!(
         tools(&got[0]),
-        [
-            "bash",
-            "str_replace_editor",
-            "bash",
-            "str_replace_editor",
-            "submit"
-        ]
+        ["bash", "str_replace_editor", "bash", "str_replace_editor"],
+        "the trace's final submit is not part of a prefix"
     );
     // The rendering's escapes are undone.
     assert_eq!(
         steps[3].observation,
         "The file /testbed/inventory.py has been edited. <observation> is not a tag here.\n## Thinking about it is fine"
     );
-    assert_eq!(steps[4].observation, "");
+    assert_eq!(steps.len(), 4);
 }
 
 #[test]
@@ -246,9 +241,9 @@ fn openhands_v0_evaluation_output_records() {
             "bash",
             "str_replace_editor",
             "execute_ipython_cell",
-            "str_replace_editor",
-            "submit"
-        ]
+            "str_replace_editor"
+        ],
+        "the finish is not part of a prefix"
     );
     assert_eq!(
         got[0].source.model.as_deref(),
@@ -286,7 +281,8 @@ fn leak_check_rejects_gold_lines_and_allow_leaks_marks_them() {
     );
     assert_eq!(
         row("leftpad__leftpad-12"),
-        ["leftpad__leftpad-12", "5", "0", "kept"]
+        ["leftpad__leftpad-12", "4", "0", "kept"],
+        "a prefix stops before the submit"
     );
     assert!(
         report.contains("total: 2 prefixes, 1 kept, 1 rejected, 1 with leaks"),

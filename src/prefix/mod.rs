@@ -19,7 +19,9 @@
 //! Matching a request to its prefix ([`PrefixStore::select`]), first hit wins: an explicit task
 //! id (`X-ASAP-Task` header, or `metadata.instance_id` in the body); the task text found in the
 //! first user message (whitespace-normalised, through an index of fixed-length windows, so the
-//! cost does not grow with the number of prefixes); the profile's default demonstration; none.
+//! cost does not grow with the number of prefixes; the longest matching text wins; texts
+//! shorter than [`MIN_FINGERPRINT`] are only matched by id); the profile's default
+//! demonstration; none.
 
 pub mod build;
 pub mod leak;
@@ -41,6 +43,10 @@ pub const BUILTIN: [(&str, &str); 1] = [(
 
 /// Characters of normalised task text that form one fingerprint window.
 pub const WINDOW: usize = 64;
+
+/// Shortest task text (normalised characters) matched by fingerprint: shorter texts could
+/// match a scaffold's own template text, so they are only matched by explicit id.
+pub const MIN_FINGERPRINT: usize = 24;
 
 /// One reference prefix.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -230,7 +236,7 @@ impl PrefixStore {
                 .entry(key)
                 .or_default()
                 .push(prefix.instance_id.clone());
-        } else if !text.is_empty() {
+        } else if text.len() >= MIN_FINGERPRINT {
             self.short
                 .push((text.iter().collect(), prefix.instance_id.clone()));
         }
@@ -287,10 +293,14 @@ impl PrefixStore {
                 let from = chars[start].0;
                 let to = chars.get(start + WINDOW).map_or(text.len(), |c| c.0);
                 if let Some(ids) = self.windows.get(&text[from..to]) {
+                    // Several tasks may share a start: the longest text that matches wins.
                     let hit = ids
                         .iter()
                         .filter_map(|id| self.by_id.get(id))
-                        .find(|p| text[from..].starts_with(&normalise(&p.task_text)));
+                        .map(|p| (normalise(&p.task_text), p))
+                        .filter(|(t, _)| text[from..].starts_with(t.as_str()))
+                        .max_by_key(|(t, _)| t.len())
+                        .map(|(_, p)| p);
                     if hit.is_some() {
                         return hit;
                     }
@@ -299,7 +309,8 @@ impl PrefixStore {
         }
         self.short
             .iter()
-            .find(|(t, _)| text.contains(t.as_str()))
+            .filter(|(t, _)| text.contains(t.as_str()))
+            .max_by_key(|(t, _)| t.len())
             .and_then(|(_, id)| self.by_id.get(id))
     }
 }
@@ -348,7 +359,24 @@ mod tests {
     fn store(k: usize) -> PrefixStore {
         let mut s = PrefixStore::load(&[], k).unwrap();
         s.insert(prefix("a__a-1", "The   function `total()` ignores unit_price of each line,\nso totals are wrong for every order with a price other than one.", 5));
-        s.insert(prefix("b__b-2", "Slugify keeps double dashes.", 5));
+        s.insert(prefix(
+            "b__b-2",
+            "Slugify keeps double dashes in titles.",
+            5,
+        ));
+        s.insert(prefix("c__c-3", "Too short", 5));
+        let shared =
+            "The tokenizer drops the last token of a line when the line ends with a comment marker";
+        s.insert(prefix(
+            "d__d-1",
+            &format!("{shared} and then it crashes."),
+            5,
+        ));
+        s.insert(prefix(
+            "d__d-2",
+            &format!("{shared} and then it crashes. Also the lexer loses line numbers."),
+            5,
+        ));
         for i in 0..2500 {
             s.insert(prefix(&format!("x__x-{i}"), &format!("Unrelated issue number {i} about a parser that fails on empty input files and needs care."), 3));
         }
@@ -369,11 +397,22 @@ mod tests {
         let hit = s
             .select(
                 None,
-                "Please fix: Slugify keeps   double dashes. Thanks",
+                "Please fix: Slugify keeps   double dashes in titles. Thanks",
                 None,
             )
             .unwrap();
         assert_eq!(hit.id, "b__b-2");
+        assert_eq!(
+            s.select(None, "Too short, really", None),
+            None,
+            "short texts only by id"
+        );
+        let long = "<issue>The tokenizer drops the last token of a line when the line ends with a comment marker and then it crashes. Also the lexer loses line numbers.</issue>";
+        assert_eq!(
+            s.select(None, long, None).unwrap().id,
+            "d__d-2",
+            "the longest match wins"
+        );
         let hit = s
             .select(
                 Some(("unknown", "metadata")),
@@ -388,7 +427,7 @@ mod tests {
             store(0).select(Some(("a__a-1", "header")), user, Some("shell-demo")),
             None
         );
-        assert_eq!(s.len(), 2502);
+        assert_eq!(s.len(), 2505);
     }
 
     #[test]

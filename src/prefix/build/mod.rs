@@ -403,11 +403,15 @@ impl Trajectory {
     pub fn into_prefix(self, format: InputFormat, k: usize, profile: Option<&Profile>) -> Prefix {
         let take = if k == 0 { usize::MAX } else { k };
         let raw: Vec<RawStep> = self.steps.into_iter().take(take).collect();
-        let steps = if format == InputFormat::Trace {
+        let mut steps: Vec<PrefixStep> = if format == InputFormat::Trace {
             raw.into_iter().map(neutral_step).collect()
         } else {
             map_steps(raw, profile)
         };
+        // A prefix shows how a task starts, never how it ends: cut before a submit.
+        if let Some(end) = steps.iter().position(|s| s.action.tool == SUBMIT_TAG) {
+            steps.truncate(end);
+        }
         Prefix {
             instance_id: self.instance_id,
             task_text: self.task_text.trim().to_string(),
