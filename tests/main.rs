@@ -13,5 +13,6 @@ mod passthrough;
 mod prefix_build;
 mod prefixes;
 mod render;
+mod responses;
 mod server;
 mod util;

@@ -6,3 +6,4 @@
 pub mod chat;
 pub mod completions;
 pub mod response;
+pub mod responses;

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use crate::openai::chat::Tool;
 
 /// Built-in profiles in detection order: the most specific tool sets first.
-pub const PROFILE_ORDER: [(&str, &str); 5] = [
+pub const PROFILE_ORDER: [(&str, &str); 6] = [
     (
         "openhands-sdk",
         include_str!("../../profiles/openhands-sdk.toml"),
@@ -30,6 +30,10 @@ pub const PROFILE_ORDER: [(&str, &str); 5] = [
     (
         "mini-swe-agent",
         include_str!("../../profiles/mini-swe-agent.toml"),
+    ),
+    (
+        "browsecomp-plus",
+        include_str!("../../profiles/browsecomp-plus.toml"),
     ),
     ("generic", include_str!("../../profiles/generic.toml")),
 ];
@@ -210,7 +214,7 @@ mod tests {
             ("openhands-sdk-1.json", "openhands-sdk"),
             ("openhands-codeact-1.json", "openhands-codeact"),
             ("mini-swe-agent-1.json", "mini-swe-agent"),
-            ("browsecomp-plus-1.json", "generic"),
+            ("browsecomp-plus-1.json", "browsecomp-plus"),
             ("terminus-2-1.json", "generic"),
         ] {
             assert_eq!(profiles.detect(&fixture_tools(file)).name, want, "{file}");

@@ -56,7 +56,7 @@ pub async fn chat_completions(
 
 /// Runs the step on its own task, so that a client that disconnects mid-generation does not
 /// cancel the backend call and the trace record is still written.
-async fn step(
+pub(super) async fn step(
     state: Arc<AppState>,
     request: ChatCompletionRequest,
     raw: Vec<u8>,

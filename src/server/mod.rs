@@ -2,6 +2,7 @@
 //! decode, call [`crate::pipeline::run_step`], and encode JSON or SSE.
 
 mod handlers;
+mod responses;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -104,6 +105,8 @@ pub fn app(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(handlers::chat_completions))
         .route("/chat/completions", post(handlers::chat_completions))
+        .route("/v1/responses", post(responses::create))
+        .route("/responses", post(responses::create))
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -1,0 +1,592 @@
+//! `POST /v1/responses` (OpenAI Responses API), converted to and from the chat form.
+//!
+//! A request becomes a chat completion request ([`ResponsesRequest::from_slice`]) so that the
+//! lenient decoding, the session lookup and the pipeline stay in one place; the step's
+//! [`Reply`] becomes `output` items ([`ResponseBuilder`]). Input items: `message` (string or
+//! `input_text`/`output_text` parts; roles user, system, developer, assistant), `function_call`
+//! (joined to the assistant message before it, so our own echoed output round-trips),
+//! `function_call_output`, `reasoning` (ignored). The proxy stores nothing, so
+//! `previous_response_id` is refused: clients send the whole `input`.
+
+use serde_json::{json, Map, Value};
+
+use crate::error::ProxyError;
+use crate::openai::chat::ChatCompletionRequest;
+use crate::respond::Reply;
+
+/// Top-level fields converted or echoed; every other field is kept in the chat form's `extra`
+/// (listed as ignored in the trace).
+const HANDLED: [&str; 11] = [
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "stream",
+    "metadata",
+    "previous_response_id",
+];
+
+/// A decoded Responses request.
+#[derive(Debug, Clone)]
+pub struct ResponsesRequest {
+    /// The same request in the chat form.
+    pub chat: ChatCompletionRequest,
+    /// The chat form as a JSON body, without the Responses-only fields (what passthrough mode
+    /// forwards to a chat backend).
+    pub chat_body: Vec<u8>,
+    /// Request fields echoed on the response object.
+    pub echo: Map<String, Value>,
+}
+
+fn invalid(message: impl Into<String>, param: impl Into<String>) -> ProxyError {
+    ProxyError::InvalidRequest {
+        message: message.into(),
+        param: Some(param.into()),
+    }
+}
+
+/// An assistant chat message being assembled from a `message` item and the `function_call`
+/// items after it.
+#[derive(Default)]
+struct PendingAssistant {
+    content: Option<Value>,
+    tool_calls: Vec<Value>,
+}
+
+impl PendingAssistant {
+    fn into_message(self) -> Value {
+        let mut m = Map::new();
+        m.insert("role".into(), json!("assistant"));
+        m.insert("content".into(), self.content.unwrap_or(Value::Null));
+        if !self.tool_calls.is_empty() {
+            m.insert("tool_calls".into(), Value::Array(self.tool_calls));
+        }
+        Value::Object(m)
+    }
+}
+
+impl ResponsesRequest {
+    /// Decodes a Responses request body. Errors are 400s naming the offending field
+    /// (`input[2].call_id`).
+    pub fn from_slice(body: &[u8]) -> Result<Self, ProxyError> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| ProxyError::invalid(format!("invalid request body: {e}")))?;
+        let Value::Object(request) = value else {
+            return Err(ProxyError::invalid("request body must be a JSON object"));
+        };
+        if request
+            .get("previous_response_id")
+            .is_some_and(|v| !v.is_null())
+        {
+            return Err(invalid(
+                "`previous_response_id` is not supported: asap-proxy stores no responses; send the whole conversation in `input`",
+                "previous_response_id",
+            ));
+        }
+        let mut messages = Vec::new();
+        match request.get("instructions") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s.is_empty() => {}
+            Some(Value::String(s)) => messages.push(json!({"role": "system", "content": s})),
+            Some(_) => return Err(invalid("`instructions` must be a string", "instructions")),
+        }
+        match request.get("input") {
+            Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
+            Some(Value::Array(items)) => messages.extend(input_messages(items)?),
+            _ => {
+                return Err(invalid(
+                    "`input` must be a string or a list of input items",
+                    "input",
+                ))
+            }
+        }
+        if messages.is_empty() {
+            return Err(invalid("`input` must contain at least one item", "input"));
+        }
+
+        let mut chat = Map::new();
+        chat.insert("messages".into(), Value::Array(messages));
+        for key in ["model", "temperature", "top_p", "stream", "metadata"] {
+            if let Some(v) = request.get(key).filter(|v| !v.is_null()) {
+                chat.insert(key.into(), v.clone());
+            }
+        }
+        match request.get("max_output_tokens") {
+            None | Some(Value::Null) => {}
+            Some(v)
+                if v.as_u64()
+                    .is_some_and(|n| n >= 1 && n <= u64::from(u32::MAX)) =>
+            {
+                chat.insert("max_tokens".into(), v.clone());
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "`max_output_tokens` must be a positive integer",
+                    "max_output_tokens",
+                ))
+            }
+        }
+        let no_tools = Vec::new();
+        let tools = match request.get("tools") {
+            None | Some(Value::Null) => &no_tools,
+            Some(Value::Array(tools)) => tools,
+            Some(_) => return Err(invalid("`tools` must be a list", "tools")),
+        };
+        let chat_tools = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| chat_tool(i, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !chat_tools.is_empty() {
+            chat.insert("tools".into(), Value::Array(chat_tools));
+        }
+        if let Some(choice) = request.get("tool_choice").filter(|v| !v.is_null()) {
+            chat.insert("tool_choice".into(), chat_tool_choice(choice));
+        }
+        let chat_body =
+            serde_json::to_vec(&chat).map_err(|e| ProxyError::Internal(e.to_string()))?;
+
+        let mut decoded = chat;
+        for (key, value) in &request {
+            if !HANDLED.contains(&key.as_str()) && !decoded.contains_key(key) {
+                decoded.insert(key.clone(), value.clone());
+            }
+        }
+        let decoded =
+            serde_json::to_vec(&decoded).map_err(|e| ProxyError::Internal(e.to_string()))?;
+        let chat = ChatCompletionRequest::from_slice(&decoded)?;
+
+        let mut echo = Map::new();
+        let field = |key: &str, default: Value| request.get(key).cloned().unwrap_or(default);
+        echo.insert("instructions".into(), field("instructions", Value::Null));
+        echo.insert(
+            "max_output_tokens".into(),
+            field("max_output_tokens", Value::Null),
+        );
+        echo.insert("metadata".into(), field("metadata", json!({})));
+        echo.insert(
+            "parallel_tool_calls".into(),
+            field("parallel_tool_calls", json!(true)),
+        );
+        echo.insert("temperature".into(), field("temperature", Value::Null));
+        echo.insert("tool_choice".into(), field("tool_choice", json!("auto")));
+        echo.insert("tools".into(), Value::Array(tools.clone()));
+        echo.insert("top_p".into(), field("top_p", Value::Null));
+        Ok(Self {
+            chat,
+            chat_body,
+            echo,
+        })
+    }
+}
+
+/// Chat messages of the `input` items.
+fn input_messages(items: &[Value]) -> Result<Vec<Value>, ProxyError> {
+    let mut out = Vec::new();
+    let mut pending: Option<PendingAssistant> = None;
+    for (i, item) in items.iter().enumerate() {
+        let Value::Object(item) = item else {
+            return Err(invalid(
+                "an input item must be an object",
+                format!("input[{i}]"),
+            ));
+        };
+        let kind = match item.get("type") {
+            Some(Value::String(t)) => t.as_str(),
+            None | Some(Value::Null) if item.contains_key("role") => "message",
+            _ => {
+                return Err(invalid(
+                    "input item without a `type`",
+                    format!("input[{i}].type"),
+                ))
+            }
+        };
+        let string = |key: &str| -> Result<String, ProxyError> {
+            match item.get(key) {
+                Some(Value::String(s)) => Ok(s.clone()),
+                _ => Err(invalid(
+                    format!("`{key}` of a `{kind}` item must be a string"),
+                    format!("input[{i}].{key}"),
+                )),
+            }
+        };
+        match kind {
+            "message" => {
+                let role = string("role")?;
+                let content = item.get("content").cloned().unwrap_or(Value::Null);
+                match role.as_str() {
+                    "assistant" => {
+                        out.extend(pending.take().map(PendingAssistant::into_message));
+                        pending = Some(PendingAssistant {
+                            content: Some(content),
+                            tool_calls: Vec::new(),
+                        });
+                    }
+                    "user" | "system" | "developer" => {
+                        out.extend(pending.take().map(PendingAssistant::into_message));
+                        out.push(json!({"role": role, "content": content}));
+                    }
+                    other => {
+                        return Err(invalid(
+                            format!("unknown message role `{other}`"),
+                            format!("input[{i}].role"),
+                        ))
+                    }
+                }
+            }
+            "function_call" => {
+                let call_id = string("call_id")?;
+                let name = string("name")?;
+                let arguments = item.get("arguments").cloned().unwrap_or(json!(""));
+                pending.get_or_insert_with(PendingAssistant::default).tool_calls.push(json!({
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }));
+            }
+            "function_call_output" => {
+                let call_id = string("call_id")?;
+                out.extend(pending.take().map(PendingAssistant::into_message));
+                let output = item.get("output").cloned().unwrap_or(Value::Null);
+                out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+            }
+            "reasoning" => {}
+            other => {
+                return Err(invalid(
+                    format!("input items of type `{other}` are not supported (supported: message, function_call, function_call_output, reasoning)"),
+                    format!("input[{i}].type"),
+                ))
+            }
+        }
+    }
+    out.extend(pending.take().map(PendingAssistant::into_message));
+    Ok(out)
+}
+
+/// A flat Responses function tool as a chat tool.
+fn chat_tool(i: usize, tool: &Value) -> Result<Value, ProxyError> {
+    if tool.get("type").and_then(Value::as_str) != Some("function") {
+        return Err(invalid(
+            "only `function` tools are supported",
+            format!("tools[{i}].type"),
+        ));
+    }
+    let Some(name) = tool.get("name").and_then(Value::as_str) else {
+        return Err(invalid(
+            "a function tool needs a `name`",
+            format!("tools[{i}].name"),
+        ));
+    };
+    let mut function = Map::new();
+    function.insert("name".into(), json!(name));
+    for key in ["description", "parameters", "strict"] {
+        if let Some(v) = tool.get(key) {
+            function.insert(key.into(), v.clone());
+        }
+    }
+    Ok(json!({"type": "function", "function": function}))
+}
+
+/// `{"type": "function", "name": n}` becomes the chat form; strings pass through.
+fn chat_tool_choice(choice: &Value) -> Value {
+    match (
+        choice.get("type").and_then(Value::as_str),
+        choice.get("name"),
+    ) {
+        (Some("function"), Some(name)) => json!({"type": "function", "function": {"name": name}}),
+        _ => choice.clone(),
+    }
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Builds the response object and its stream events for one reply.
+#[derive(Debug, Clone)]
+pub struct ResponseBuilder {
+    pub id: String,
+    pub created_at: u64,
+    pub model: String,
+    pub echo: Map<String, Value>,
+}
+
+impl ResponseBuilder {
+    /// A builder with a fresh `resp_…` id.
+    pub fn new(model: String, created_at: u64, echo: Map<String, Value>) -> Self {
+        Self {
+            id: new_id("resp"),
+            created_at,
+            model,
+            echo,
+        }
+    }
+
+    /// The response object; `reply` `None` is the in-progress response of `response.created`.
+    fn object(&self, reply: Option<&Reply>, output: &[Value]) -> Value {
+        let mut o = Map::new();
+        o.insert("id".into(), json!(self.id));
+        o.insert("object".into(), json!("response"));
+        o.insert("created_at".into(), json!(self.created_at));
+        let incomplete = reply.is_some_and(|r| r.finish_reason == "length");
+        let status = match reply {
+            None => "in_progress",
+            Some(_) if incomplete => "incomplete",
+            Some(_) => "completed",
+        };
+        o.insert("status".into(), json!(status));
+        o.insert("error".into(), Value::Null);
+        o.insert(
+            "incomplete_details".into(),
+            if incomplete {
+                json!({"reason": "max_output_tokens"})
+            } else {
+                Value::Null
+            },
+        );
+        o.insert("model".into(), json!(self.model));
+        o.insert("output".into(), Value::Array(output.to_vec()));
+        for (k, v) in &self.echo {
+            o.insert(k.clone(), v.clone());
+        }
+        o.insert(
+            "usage".into(),
+            match reply {
+                None => Value::Null,
+                Some(r) => json!({
+                    "input_tokens": r.usage.prompt_tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": r.usage.completion_tokens,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": r.usage.prompt_tokens + r.usage.completion_tokens,
+                }),
+            },
+        );
+        Value::Object(o)
+    }
+
+    /// The non-streaming response object.
+    pub fn response(&self, reply: &Reply) -> Value {
+        self.object(Some(reply), &output_items(reply))
+    }
+
+    /// `response.created` and `response.in_progress` (sequence numbers 0 and 1), sent before
+    /// the backend answers.
+    pub fn start_events(&self) -> Vec<(&'static str, Value)> {
+        let response = self.object(None, &[]);
+        vec![
+            (
+                "response.created",
+                json!({"type": "response.created", "sequence_number": 0, "response": response}),
+            ),
+            (
+                "response.in_progress",
+                json!({"type": "response.in_progress", "sequence_number": 1, "response": response}),
+            ),
+        ]
+    }
+
+    /// The events after the start: per output item `output_item.added`, its content or
+    /// argument events, `output_item.done`; then `response.completed` (or
+    /// `response.incomplete` at the token limit) with the whole response.
+    pub fn rest_events(&self, reply: &Reply) -> Vec<(&'static str, Value)> {
+        let items = output_items(reply);
+        let mut events: Vec<(&'static str, Value)> = Vec::new();
+        let mut push = |kind: &'static str, mut body: Value| {
+            if let Value::Object(o) = &mut body {
+                o.insert("type".into(), json!(kind));
+                o.insert("sequence_number".into(), json!(events.len() + 2));
+            }
+            events.push((kind, body));
+        };
+        for (index, item) in items.iter().enumerate() {
+            let item_id = item["id"].clone();
+            let mut added = item.clone();
+            added["status"] = json!("in_progress");
+            if item["type"] == "function_call" {
+                added["arguments"] = json!("");
+            } else {
+                added["content"] = json!([]);
+            }
+            push(
+                "response.output_item.added",
+                json!({"output_index": index, "item": added}),
+            );
+            if item["type"] == "function_call" {
+                let arguments = item["arguments"].clone();
+                push(
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": item_id, "output_index": index, "delta": arguments}),
+                );
+                push(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": item_id, "output_index": index, "arguments": arguments, "name": item["name"]}),
+                );
+            } else {
+                let part = item["content"][0].clone();
+                let text = part["text"].clone();
+                let place = json!({"item_id": item_id, "output_index": index, "content_index": 0});
+                let with = |extra: Value| {
+                    let mut v = place.clone();
+                    if let (Value::Object(v), Value::Object(extra)) = (&mut v, extra) {
+                        v.extend(extra);
+                    }
+                    v
+                };
+                push(
+                    "response.content_part.added",
+                    with(json!({"part": {"type": "output_text", "text": "", "annotations": []}})),
+                );
+                push(
+                    "response.output_text.delta",
+                    with(json!({"delta": text, "logprobs": []})),
+                );
+                push(
+                    "response.output_text.done",
+                    with(json!({"text": text, "logprobs": []})),
+                );
+                push("response.content_part.done", with(json!({"part": part})));
+            }
+            push(
+                "response.output_item.done",
+                json!({"output_index": index, "item": item}),
+            );
+        }
+        let response = self.object(Some(reply), &items);
+        let kind = if response["status"] == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        push(kind, json!({"response": response}));
+        events
+    }
+}
+
+/// Output items of a reply: the thought as a `message` (when non-empty) and a `function_call`
+/// for a tool call, or one `message` for a content reply. `call_id` is the minted tool-call
+/// id, which carries the session and nudge state into the next request.
+pub fn output_items(reply: &Reply) -> Vec<Value> {
+    let status = if reply.finish_reason == "length" {
+        "incomplete"
+    } else {
+        "completed"
+    };
+    let message = |text: &str| {
+        json!({
+            "type": "message",
+            "id": new_id("msg"),
+            "role": "assistant",
+            "status": status,
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        })
+    };
+    let mut items = Vec::new();
+    let content = reply.content.as_deref().unwrap_or_default();
+    match &reply.tool_call {
+        Some(call) => {
+            if !content.is_empty() {
+                items.push(message(content));
+            }
+            items.push(json!({
+                "type": "function_call",
+                "id": new_id("fc"),
+                "call_id": call.id,
+                "name": call.function.name,
+                "arguments": call.function.arguments,
+                "status": status,
+            }));
+        }
+        None => items.push(message(content)),
+    }
+    items
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(v: Value) -> Result<ResponsesRequest, ProxyError> {
+        ResponsesRequest::from_slice(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn echoed_output_becomes_one_assistant_message() {
+        let r = decode(json!({
+            "model": "m",
+            "instructions": "Be brief.",
+            "input": [
+                {"role": "user", "content": "Q?"},
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+                 "content": [{"type": "output_text", "text": "Look it up.", "annotations": []}]},
+                {"type": "function_call", "id": "fc_1", "call_id": "call_x", "name": "search",
+                 "arguments": "{\"query\":\"q\"}", "status": "completed"},
+                {"type": "function_call_output", "call_id": "call_x",
+                 "output": [{"type": "input_text", "text": "hits"}]}
+            ],
+            "tools": [{"type": "function", "name": "search", "parameters": {"type": "object"}, "strict": true}],
+            "max_output_tokens": 50,
+            "store": false,
+            "reasoning": {"effort": "low"}
+        }))
+        .unwrap();
+        let m = &r.chat.messages;
+        assert_eq!(m.len(), 4);
+        assert_eq!(m[0].content, "Be brief.");
+        assert_eq!(m[1].content, "Q?");
+        assert_eq!(m[2].content, "Look it up.");
+        assert_eq!(m[2].tool_calls[0].id.as_deref(), Some("call_x"));
+        assert_eq!(m[2].tool_calls[0].function.arguments["query"], "q");
+        assert_eq!(m[3].tool_call_id.as_deref(), Some("call_x"));
+        assert_eq!(m[3].content, "hits");
+        assert_eq!(r.chat.tools[0].function.name, "search");
+        assert_eq!(r.chat.max_tokens(), Some(50));
+        assert_eq!(r.chat.ignored_fields(), vec!["reasoning", "store"]);
+        let forwarded: Value = serde_json::from_slice(&r.chat_body).unwrap();
+        assert!(forwarded.get("store").is_none());
+    }
+
+    #[test]
+    fn bad_inputs_name_their_field() {
+        for (body, param) in [
+            (json!({"model": "m"}), "input"),
+            (json!({"input": []}), "input"),
+            (
+                json!({"input": [{"type": "function_call", "name": "x"}]}),
+                "input[0].call_id",
+            ),
+            (
+                json!({"input": [{"role": "robot", "content": "x"}]}),
+                "input[0].role",
+            ),
+            (
+                json!({"input": [{"type": "item_reference", "id": "x"}]}),
+                "input[0].type",
+            ),
+            (
+                json!({"input": "x", "tools": [{"type": "web_search"}]}),
+                "tools[0].type",
+            ),
+            (
+                json!({"input": "x", "max_output_tokens": 0}),
+                "max_output_tokens",
+            ),
+            (
+                json!({"input": "x", "previous_response_id": "resp_1"}),
+                "previous_response_id",
+            ),
+        ] {
+            match decode(body.clone()) {
+                Err(ProxyError::InvalidRequest { param: p, .. }) => {
+                    assert_eq!(p.as_deref(), Some(param), "{body}")
+                }
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+    }
+}

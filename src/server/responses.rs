@@ -1,0 +1,98 @@
+//! `POST /v1/responses`: the Responses request in its chat form through the same step as
+//! chat completions, answered as a response object or as Responses SSE events.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, Stream, StreamExt};
+use serde_json::{json, Value};
+
+use super::handlers::step;
+use super::AppState;
+use crate::error::ProxyError;
+use crate::openai::chat::ChatCompletionRequest;
+use crate::openai::responses::{ResponseBuilder, ResponsesRequest};
+use crate::respond::now_s;
+
+/// `POST /v1/responses`.
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ProxyError> {
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ProxyError::PayloadTooLarge(super::MAX_BODY_BYTES),
+        _ => ProxyError::invalid(format!("reading request body: {e}")),
+    })?;
+    let decoded = ResponsesRequest::from_slice(&body)?;
+    let mut request = decoded.chat;
+    request.task_header = headers
+        .get("x-asap-task")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let model = request.model.clone().unwrap_or_else(|| "base-model".into());
+    let builder = ResponseBuilder::new(model, now_s(), decoded.echo);
+    if !request.is_stream() {
+        let outcome = step(state, request, decoded.chat_body).await?;
+        return Ok(Json(builder.response(&outcome.reply)).into_response());
+    }
+    Ok(
+        Sse::new(sse_stream(state, request, decoded.chat_body, builder))
+            .keep_alive(KeepAlive::default())
+            .into_response(),
+    )
+}
+
+/// SSE: `response.created` and `response.in_progress` at once, the item events and
+/// `response.completed` once the step is done. A failure becomes one `error` event.
+fn sse_stream(
+    state: Arc<AppState>,
+    request: ChatCompletionRequest,
+    raw: Vec<u8>,
+    builder: ResponseBuilder,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let first: Vec<Event> = builder
+        .start_events()
+        .iter()
+        .map(|(kind, body)| event(kind, body))
+        .collect();
+    let rest = stream::once(async move {
+        let events: Vec<Event> = match step(state, request, raw).await {
+            Ok(outcome) => builder
+                .rest_events(&outcome.reply)
+                .iter()
+                .map(|(kind, body)| event(kind, body))
+                .collect(),
+            Err(e) => {
+                tracing::error!(error = %e, "streamed response failed");
+                let error = serde_json::to_value(e.body())
+                    .ok()
+                    .and_then(|b| b.get("error").cloned())
+                    .unwrap_or_else(|| json!({"message": e.to_string()}));
+                let body = json!({
+                    "type": "error",
+                    "sequence_number": 2,
+                    "code": error.get("code").cloned().unwrap_or(Value::Null),
+                    "message": error.get("message").cloned().unwrap_or(Value::Null),
+                    "param": error.get("param").cloned().unwrap_or(Value::Null),
+                    "error": error,
+                });
+                vec![event("error", &body)]
+            }
+        };
+        stream::iter(events)
+    })
+    .flatten();
+    stream::iter(first).chain(rest).map(Ok)
+}
+
+fn event(kind: &str, body: &Value) -> Event {
+    Event::default().event(kind).data(body.to_string())
+}

@@ -1,0 +1,283 @@
+//! `POST /v1/responses` over real HTTP: a BrowseComp-Plus tool loop, streaming events, errors.
+
+use serde_json::{json, Value};
+
+use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::proxy::Proxy;
+
+fn url(proxy: &Proxy) -> String {
+    format!("http://{}/v1/responses", proxy.addr)
+}
+
+async fn post(proxy: &Proxy, body: &Value) -> (u16, Value) {
+    let resp = proxy
+        .client
+        .post(url(proxy))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+/// `(event name, data)` of each SSE event.
+async fn post_stream(proxy: &Proxy, body: &Value) -> (u16, Vec<(String, Value)>) {
+    let resp = proxy
+        .client
+        .post(url(proxy))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    let mut events = Vec::new();
+    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let mut name = String::new();
+        let mut data = String::new();
+        for line in block.lines() {
+            if let Some(n) = line.strip_prefix("event:") {
+                name = n.trim().to_string();
+            } else if let Some(d) = line.strip_prefix("data:") {
+                data.push_str(d.trim_start());
+            }
+        }
+        if !data.is_empty() {
+            events.push((name, serde_json::from_str(&data).unwrap()));
+        }
+    }
+    (status, events)
+}
+
+fn tools() -> Value {
+    json!([
+        {"type": "function", "name": "search", "description": "Search the corpus.",
+         "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                        "required": ["query"], "additionalProperties": false}, "strict": true},
+        {"type": "function", "name": "get_document", "description": "Fetch a document.",
+         "parameters": {"type": "object", "properties": {"docid": {"type": "string"}},
+                        "required": ["docid"], "additionalProperties": false}, "strict": true}
+    ])
+}
+
+fn first_body() -> Value {
+    json!({
+        "model": "base-model",
+        "instructions": "You are a research agent. Use search and get_document.",
+        "input": [{"role": "user", "content": "Question: which river flows through the treaty town?"}],
+        "tools": tools(),
+        "max_output_tokens": 500,
+        "store": false,
+        "reasoning": {"effort": "low"}
+    })
+}
+
+fn script() -> Vec<Scripted> {
+    vec![
+        Scripted::text("Search first.\n\n<search>\n<query>1931 fishing treaty</query>\n</search>\n"),
+        Scripted::text("<get_document>\n<docid>doc-4411</docid>\n</get_document>\n"),
+        Scripted::text(
+            "The document names the river.\n\n<submit>Explanation: [doc-4411]\nExact Answer: the Vell\nConfidence: 80%</submit>\n",
+        ),
+    ]
+}
+
+/// Echoes `output` into `body.input` and adds the tool results, as the Responses clients do.
+fn continue_with(body: &mut Value, resp: &Value, output: &str) {
+    let input = body["input"].as_array_mut().unwrap();
+    for item in resp["output"].as_array().unwrap() {
+        input.push(item.clone());
+        if item["type"] == "function_call" {
+            input.push(json!({"type": "function_call_output", "call_id": item["call_id"], "output": output}));
+        }
+    }
+}
+
+fn session_of(call_id: &str) -> String {
+    call_id.split('_').nth(2).unwrap().to_string()
+}
+
+#[tokio::test]
+async fn browsecomp_plus_loop_non_streaming() {
+    let backend = FakeBackend::start(script()).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = first_body();
+
+    let (status, r1) = post(&proxy, &body).await;
+    assert_eq!(status, 200, "{r1}");
+    assert_eq!(r1["object"], "response");
+    assert_eq!(r1["status"], "completed");
+    assert_eq!(r1["model"], "base-model");
+    assert!(r1["id"].as_str().unwrap().starts_with("resp_"));
+    let out = r1["output"].as_array().unwrap();
+    assert_eq!(out.len(), 2, "{r1}");
+    assert_eq!(out[0]["type"], "message");
+    assert_eq!(out[0]["role"], "assistant");
+    assert!(out[0]["id"].as_str().unwrap().starts_with("msg_"));
+    assert_eq!(
+        out[0]["content"],
+        json!([{"type": "output_text", "text": "Search first.", "annotations": []}])
+    );
+    assert_eq!(out[1]["type"], "function_call");
+    assert!(out[1]["id"].as_str().unwrap().starts_with("fc_"));
+    assert_eq!(out[1]["name"], "search");
+    assert_eq!(out[1]["status"], "completed");
+    assert_eq!(
+        serde_json::from_str::<Value>(out[1]["arguments"].as_str().unwrap()).unwrap(),
+        json!({"query": "1931 fishing treaty"})
+    );
+    let usage = &r1["usage"];
+    assert!(usage["input_tokens"].as_u64().unwrap() > 10);
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["input_tokens"].as_u64().unwrap() + usage["output_tokens"].as_u64().unwrap()
+    );
+    assert_eq!(backend.requests()[0]["max_tokens"], 500);
+    continue_with(
+        &mut body,
+        &r1,
+        "doc-4411: The 1931 treaty was signed in Riverton.",
+    );
+
+    let (_, r2) = post(&proxy, &body).await;
+    let out2 = r2["output"].as_array().unwrap();
+    assert_eq!(out2.len(), 1, "no message item for an empty thought: {r2}");
+    assert_eq!(out2[0]["type"], "function_call");
+    assert_eq!(out2[0]["name"], "get_document");
+    assert_eq!(out2[0]["arguments"], r#"{"docid":"doc-4411"}"#);
+    continue_with(&mut body, &r2, "Riverton lies on the river Vell.");
+
+    let (_, r3) = post(&proxy, &body).await;
+    assert_eq!(r3["status"], "completed");
+    let out3 = r3["output"].as_array().unwrap();
+    assert_eq!(out3.len(), 1, "{r3}");
+    assert_eq!(out3[0]["type"], "message");
+    assert_eq!(
+        out3[0]["content"][0]["text"],
+        "Explanation: [doc-4411]\nExact Answer: the Vell\nConfidence: 80%"
+    );
+
+    // One trajectory, one session: the call_ids carry it from turn to turn.
+    let (c1, c2) = (
+        out[1]["call_id"].as_str().unwrap(),
+        out2[0]["call_id"].as_str().unwrap(),
+    );
+    assert_ne!(c1, c2);
+    assert_eq!(session_of(c1), session_of(c2));
+    assert_eq!(proxy.trace_files().len(), 1, "{:?}", proxy.trace_files());
+    // The echoed thought and observations reach the prompt.
+    let prompts = backend.prompts();
+    assert_eq!(prompts.len(), 3);
+    assert!(prompts[2].starts_with(&prompts[1][..prompts[1].len() - 20]));
+    assert!(prompts[2].contains("Riverton lies on the river Vell."));
+    assert!(prompts[1].contains("Search first."));
+}
+
+#[tokio::test]
+async fn streaming_events_in_documented_order() {
+    let backend = FakeBackend::start(script()).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = first_body();
+    body["stream"] = json!(true);
+    let (status, events) = post_stream(&proxy, &body).await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    for (i, (name, data)) in events.iter().enumerate() {
+        assert_eq!(data["type"], name.as_str());
+        assert_eq!(data["sequence_number"], i);
+    }
+    assert_eq!(events[0].1["response"]["status"], "in_progress");
+    let done = &events[12].1["response"];
+    assert_eq!(done["status"], "completed");
+    let fc = &done["output"][1];
+    assert_eq!(events[8].1["item"]["arguments"], "");
+    assert_eq!(events[8].1["output_index"], 1);
+    assert_eq!(events[9].1["item_id"], fc["id"]);
+    assert_eq!(events[9].1["delta"], fc["arguments"]);
+    assert_eq!(events[10].1["arguments"], fc["arguments"]);
+    assert_eq!(events[10].1["name"], "search");
+    assert_eq!(events[11].1["item"], *fc);
+    assert_eq!(events[4].1["delta"], "Search first.");
+    assert_eq!(events[4].1["item_id"], done["output"][0]["id"]);
+    assert_eq!(done["id"], events[0].1["response"]["id"]);
+
+    // The streamed call_id continues the session like a non-streamed one.
+    body["stream"] = json!(false);
+    continue_with(&mut body, done, "hits");
+    let (_, r2) = post(&proxy, &body).await;
+    assert_eq!(
+        session_of(r2["output"][0]["call_id"].as_str().unwrap()),
+        session_of(fc["call_id"].as_str().unwrap())
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_an_openai_400() {
+    let backend = FakeBackend::start(vec![]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    for (body, param) in [
+        (json!({"model": "m"}), "input"),
+        (
+            json!({"input": [{"type": "function_call_output", "output": "x"}]}),
+            "input[0].call_id",
+        ),
+        (
+            json!({"input": "hi", "tools": [{"type": "file_search"}]}),
+            "tools[0].type",
+        ),
+    ] {
+        let (status, err) = post(&proxy, &body).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(err["error"]["type"], "invalid_request_error");
+        assert_eq!(err["error"]["param"], param);
+    }
+    assert_eq!(backend.calls(), 0);
+}
+
+#[tokio::test]
+async fn nudge_state_travels_in_call_id() {
+    let search = "<search>\n<query>treaty</query>\n</search>\n";
+    let backend = FakeBackend::start(vec![
+        Scripted::text(search),
+        Scripted::text(search),
+        Scripted::text("<get_document>\n<docid>doc-1</docid>\n</get_document>\n"),
+        Scripted::text("<submit>the Vell</submit>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = first_body();
+    let (_, r1) = post(&proxy, &body).await;
+    continue_with(&mut body, &r1, "hits");
+    // The repeated search is nudged inside this request; get_document comes back.
+    let (_, r2) = post(&proxy, &body).await;
+    assert_eq!(r2["output"][0]["name"], "get_document", "{r2}");
+    assert_eq!(backend.calls(), 3);
+    continue_with(&mut body, &r2, "doc text");
+    let (_, r3) = post(&proxy, &body).await;
+    assert_eq!(r3["output"][0]["content"][0]["text"], "the Vell", "{r3}");
+    // The next prompt still holds the nudged step: the state came back in the call_id.
+    let prompts = backend.prompts();
+    let hint = "would give the same result";
+    assert!(prompts[2].contains(hint));
+    assert!(prompts[3].contains(hint), "{}", prompts[3]);
+    assert_eq!(proxy.trace_files().len(), 1);
+}
