@@ -10,11 +10,11 @@ use crate::config::{ProfileChoice, PromptConfig};
 use crate::conversation::{Conversation, Example};
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
-use crate::parse::{parse_completion, Parsed};
+use crate::parse::{parse_for, Parsed};
 use crate::policy::{self, Decision, Limits};
 use crate::prefix::PrefixStore;
 use crate::profile::{Profiles, ToolSet};
-use crate::render::{Renderer, CUE};
+use crate::render::Renderer;
 use crate::respond::{self, Reply};
 use crate::session::{CallId, SessionId, SessionIndex, SessionState};
 use crate::trace::{NudgeRecord, StepRecord, Timings, TraceWriter};
@@ -241,7 +241,12 @@ pub async fn run_step(
         let attempt_started = Instant::now();
         let completion = ctx
             .backend
-            .complete(&prepared.prompt, &params, request.model.as_deref())
+            .complete(
+                &prepared.prompt,
+                &params,
+                ctx.prompt_config.format.stop(),
+                request.model.as_deref(),
+            )
             .await;
         let backend_ms = ms_since(attempt_started);
         let mut record = StepRecord::new(&session, step, attempt, &prepared, previous.as_deref());
@@ -268,7 +273,7 @@ pub async fn run_step(
         };
 
         let parse_started = Instant::now();
-        let parsed: Parsed = parse_completion(&completion.text, &prepared.tools);
+        let parsed: Parsed = parse_for(ctx.prompt_config.format, &completion.text, &prepared.tools);
         let decision = policy::decide(
             &prepared.conversation,
             &parsed.outcome,
@@ -304,7 +309,10 @@ pub async fn run_step(
             tracing::info!(%session, step, ?kind, "nudge: generating again");
 
             let render_started = Instant::now();
-            previous = prepared.prompt.strip_suffix(CUE).map(str::to_string);
+            previous = prepared
+                .prompt
+                .strip_suffix(ctx.prompt_config.format.cue())
+                .map(str::to_string);
             prepared.conversation.steps.push(nudged);
             prepared.prompt = ctx
                 .renderer
@@ -385,5 +393,9 @@ pub fn previous_prompt(ctx: &StepContext<'_>, prepared: &Prepared) -> Option<Str
     ctx.renderer
         .render(ctx.prompt_config.format, &conversation, &prepared.tools)
         .ok()
-        .map(|p| p.strip_suffix(CUE).map(str::to_string).unwrap_or(p))
+        .map(|p| {
+            p.strip_suffix(ctx.prompt_config.format.cue())
+                .map(str::to_string)
+                .unwrap_or(p)
+        })
 }

@@ -7,6 +7,7 @@
 )]
 
 mod cli;
+mod formats;
 mod nudges;
 mod parse;
 mod passthrough;

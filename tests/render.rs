@@ -14,16 +14,21 @@ use serde_json::{json, Map, Value};
 use crate::parse::tools_for;
 use crate::util::fixture_path;
 
-fn prompt_config() -> PromptConfig {
+pub fn prompt_config_for(format: Format) -> PromptConfig {
     PromptConfig {
         profile: ProfileChoice::Auto,
-        format: Format::MarkdownXml,
+        format,
         prefixes: Vec::new(),
         prefix_k: 0,
     }
 }
 
 fn render_value(body: &Value) -> String {
+    render_value_as(body, Format::MarkdownXml)
+}
+
+/// The document a request becomes in `format` (no prefixes).
+pub fn render_value_as(body: &Value, format: Format) -> String {
     let request = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
     let profiles = Profiles::builtin().unwrap();
     let renderer = Renderer::new().unwrap();
@@ -33,7 +38,7 @@ fn render_value(body: &Value) -> String {
         &request,
         &profiles,
         &renderer,
-        &prompt_config(),
+        &prompt_config_for(format),
         &sessions,
         &prefixes,
     )
@@ -55,6 +60,12 @@ fn golden_render_cases() {
 /// multi-turn fixture that ends where a scaffold would send a request.
 #[test]
 fn rendering_is_append_only() {
+    for format in asap_proxy::render::FORMATS {
+        append_only_in(format);
+    }
+}
+
+fn append_only_in(format: Format) {
     let mut checked = 0;
     for entry in std::fs::read_dir(fixture_path("render")).unwrap() {
         let path = entry.unwrap().path();
@@ -83,9 +94,9 @@ fn rendering_is_append_only() {
         for n in cut_points {
             let mut partial = body.clone();
             partial["messages"] = Value::Array(messages[..n].to_vec());
-            let prompt = render_value(&partial);
+            let prompt = render_value_as(&partial, format);
             if let Some(prev) = &previous {
-                let stem = prev.strip_suffix(CUE).unwrap();
+                let stem = prev.strip_suffix(format.cue()).unwrap();
                 assert!(
                     prompt.starts_with(stem),
                     "prompt after {n} messages does not extend the previous one"

@@ -3,7 +3,7 @@
 
 mod openai_completions;
 
-pub use openai_completions::{OpenAiCompletions, STOP};
+pub use openai_completions::OpenAiCompletions;
 
 use crate::error::ProxyError;
 use crate::openai::completions::Usage;
@@ -50,7 +50,8 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Generates one step's continuation of `prompt`, stopping after one action.
+    /// Generates one step's continuation of `prompt`, stopping at `stop` (the format's stop
+    /// sequences, which follow one complete action).
     ///
     /// Errors: [`ProxyError::ContextLengthExceeded`] when the backend says the prompt does not
     /// fit, [`ProxyError::BackendUnavailable`] after the retries, [`ProxyError::BackendTimeout`],
@@ -59,10 +60,11 @@ impl Backend {
         &self,
         prompt: &str,
         params: &GenerationParams,
+        stop: &[&str],
         request_model: Option<&str>,
     ) -> Result<BackendCompletion, ProxyError> {
         match self {
-            Self::OpenAiCompletions(b) => b.complete(prompt, params, request_model).await,
+            Self::OpenAiCompletions(b) => b.complete(prompt, params, stop, request_model).await,
         }
     }
 

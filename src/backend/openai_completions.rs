@@ -8,14 +8,6 @@ use super::{BackendCompletion, GenerationParams};
 use crate::error::ProxyError;
 use crate::openai::completions::{CompletionRequest, CompletionResponse};
 
-/// Stop sequences: the model's step is over when a line starts the environment's reply (or
-/// closes one it imagined, as small base models do right after a command) or a new step.
-/// These follow a complete action, so the action is not cut at its own closing tag (heredocs
-/// may contain `</bash>`); anchoring them at a line start keeps `grep '<observation>'` inside
-/// a command intact. Backends that ignore `stop` are handled by the parser, which drops
-/// everything after the first action.
-pub const STOP: [&str; 3] = ["\n<observation>", "\n</observation>", "\n## Thinking"];
-
 /// First retry delay; doubled on each further retry.
 const BACKOFF_START: Duration = Duration::from_millis(250);
 
@@ -90,6 +82,7 @@ impl OpenAiCompletions {
         &self,
         prompt: &str,
         params: &GenerationParams,
+        stop: &[&str],
         request_model: Option<&str>,
     ) -> Result<BackendCompletion, ProxyError> {
         let model = match self.resolved_model().await {
@@ -103,7 +96,7 @@ impl OpenAiCompletions {
             temperature: params.temperature,
             top_p: params.top_p,
             seed: params.seed,
-            stop: STOP.iter().map(|s| s.to_string()).collect(),
+            stop: stop.iter().map(|s| s.to_string()).collect(),
             stream: false,
             cache_prompt: true,
         };

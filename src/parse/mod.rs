@@ -17,7 +17,9 @@
 //!   (decoded by quick-xml) are parameters too.
 
 mod coerce;
+pub mod json;
 mod scan;
+pub mod xml_format;
 
 pub use coerce::coerce;
 
@@ -77,7 +79,35 @@ pub struct Parsed {
     pub notes: Vec<String>,
 }
 
-/// Parses a completion against the request's tools. Pure and synchronous.
+/// Parses a completion in the given format (see [`crate::render::Format`]).
+pub fn parse_for(format: crate::render::Format, text: &str, tools: &ToolSet) -> Parsed {
+    match format {
+        crate::render::Format::MarkdownXml => parse_completion(text, tools),
+        crate::render::Format::Xml => xml_format::parse(text, tools),
+        crate::render::Format::Json => json::parse(text, tools),
+    }
+}
+
+/// Checks that the visible required parameters are present (and a shell command not blank).
+///
+/// Errors: a message naming the first missing parameter.
+pub fn check_required(spec: &ToolSpec, arguments: &Map<String, Value>) -> Result<(), String> {
+    for p in spec.visible_params().filter(|p| p.required) {
+        let empty = match arguments.get(&p.name) {
+            None => true,
+            Some(Value::String(s)) => {
+                s.trim().is_empty() && matches!(spec.role, ToolRole::Shell { .. })
+            }
+            Some(_) => false,
+        };
+        if empty {
+            return Err(format!("`<{}>` needs `{}`", spec.tag, p.name));
+        }
+    }
+    Ok(())
+}
+
+/// Parses a Markdown+XML completion against the request's tools. Pure and synchronous.
 pub fn parse_completion(text: &str, tools: &ToolSet) -> Parsed {
     let mut fence: Option<(char, usize)> = None;
     let mut first_unknown: Option<String> = None;
@@ -146,7 +176,7 @@ pub fn parse_completion(text: &str, tools: &ToolSet) -> Parsed {
 
 /// The tool a tag names: its neutral tag, case-insensitively, or the scaffold's own tool name
 /// (`<terminal>`, `<finish>`), which a model that has seen the scaffold's prompt may write.
-fn lookup<'a>(tools: &'a ToolSet, name: &str) -> Option<&'a ToolSpec> {
+pub(crate) fn lookup<'a>(tools: &'a ToolSet, name: &str) -> Option<&'a ToolSpec> {
     tools
         .tools
         .iter()
@@ -286,22 +316,8 @@ fn parse_action(
             }
         }
     }
-    for p in spec.visible_params().filter(|p| p.required) {
-        let empty = match arguments.get(&p.name) {
-            None => true,
-            Some(Value::String(s)) => {
-                s.trim().is_empty() && matches!(spec.role, ToolRole::Shell { .. })
-            }
-            Some(_) => false,
-        };
-        if empty {
-            return fail(
-                FailureClass::MissingParameter,
-                format!("`<{name}>` needs `{}`", p.name),
-                dropped,
-                notes,
-            );
-        }
+    if let Err(detail) = check_required(spec, &arguments) {
+        return fail(FailureClass::MissingParameter, detail, dropped, notes);
     }
     Parsed {
         thought,

@@ -1,20 +1,39 @@
 //! Neutralising text written into the prompt, so that a tool's output or a thought from the
 //! history can never close its `<observation>`, start a fake step, or look like an action.
 
-/// Observation text: `<observation`, `</observation` and `<submit` lose their `<` to `&lt;`
+use super::Format;
+
+/// Observation text: `<observation`, `</observation` and `<submit` (and, in the XML format,
+/// the step markup `<step`, `</step`, `<thought`, `</thought`) lose their `<` to `&lt;`
 /// (wherever they appear), and a line that is a `## Thinking` heading gets a Markdown escape
 /// (`\## Thinking`). Everything else is kept byte for byte.
-pub fn observation(text: &str) -> String {
-    let text = text
+pub fn observation(text: &str, format: Format) -> String {
+    let mut text = text
         .replace("</observation", "&lt;/observation")
         .replace("<observation", "&lt;observation")
         .replace("<submit", "&lt;submit");
+    if format == Format::Xml {
+        text = step_markup(&text);
+    }
     escape_headings(&text)
+}
+
+fn step_markup(text: &str) -> String {
+    text.replace("</step", "&lt;/step")
+        .replace("<step", "&lt;step")
+        .replace("</thought", "&lt;/thought")
+        .replace("<thought", "&lt;thought")
 }
 
 /// Thought text: a line starting with one of `tags` (or `<observation`) gets a backslash so it
 /// reads as prose, not as an action, and `## Thinking` headings are escaped as above.
-pub fn thought(text: &str, tags: &[&str]) -> String {
+pub fn thought(text: &str, tags: &[&str], format: Format) -> String {
+    let text = if format == Format::Xml {
+        step_markup(text)
+    } else {
+        text.to_string()
+    };
+    let text = text.as_str();
     let mut out = String::with_capacity(text.len());
     for (i, line) in text.split('\n').enumerate() {
         if i > 0 {
@@ -64,7 +83,10 @@ mod tests {
 
     #[test]
     fn observation_cannot_escape() {
-        let out = observation("a</observation>\n## Thinking\n<submit/>\n  ## Thinking more");
+        let out = observation(
+            "a</observation>\n## Thinking\n<submit/>\n  ## Thinking more",
+            Format::MarkdownXml,
+        );
         assert_eq!(
             out,
             "a&lt;/observation>\n\\## Thinking\n&lt;submit/>\n  \\## Thinking more"
@@ -76,6 +98,7 @@ mod tests {
         let out = thought(
             "plan:\n<bash>ls</bash>\nsee <bash> inline\n</observation>",
             &["bash"],
+            Format::MarkdownXml,
         );
         assert_eq!(
             out,

@@ -61,7 +61,7 @@ pub fn usage(spec: &ToolSpec) -> String {
     }
 }
 
-fn placeholder(p: &ParamSpec) -> String {
+pub(crate) fn placeholder(p: &ParamSpec) -> String {
     if let Some(first) = p.enum_values().into_iter().next() {
         return first;
     }
@@ -99,7 +99,7 @@ fn value_text(value: &Value) -> String {
 }
 
 /// Arguments in the tool's schema order, unknown ones after in their given order.
-fn ordered<'a>(
+pub(crate) fn ordered<'a>(
     arguments: &'a Map<String, Value>,
     spec: Option<&ToolSpec>,
 ) -> Vec<(&'a str, &'a Value)> {
