@@ -17,7 +17,7 @@ use crate::util::{fixture_json, read_trace};
 
 #[test]
 fn golden_render_cases_in_every_format() {
-    for format in [Format::Xml, Format::Json] {
+    for format in [Format::Xml, Format::Markdown, Format::Json] {
         insta::glob!("fixtures/render/*.json", |path| {
             let body: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
             let prompt = render_value_as(&body, format);
@@ -36,6 +36,7 @@ pub fn model_text(format: Format, thought: &str, action: &Action, tools: &ToolSe
     match format {
         Format::MarkdownXml => format!("{thought}\n\n{action_text}\n"),
         Format::Xml => format!("{thought}\n</thought>\n{action_text}\n"),
+        Format::Markdown => format!("{thought}\n\n### Action\n{action_text}\n"),
         Format::Json => {
             let quoted = serde_json::to_string(thought).unwrap();
             format!("{},\"action\":{action_text}}}", &quoted[1..])

@@ -18,6 +18,7 @@
 
 mod coerce;
 pub mod json;
+pub mod markdown;
 mod scan;
 pub mod xml_format;
 
@@ -84,6 +85,7 @@ pub fn parse_for(format: crate::render::Format, text: &str, tools: &ToolSet) -> 
     match format {
         crate::render::Format::MarkdownXml => parse_completion(text, tools),
         crate::render::Format::Xml => xml_format::parse(text, tools),
+        crate::render::Format::Markdown => markdown::parse(text, tools),
         crate::render::Format::Json => json::parse(text, tools),
     }
 }

@@ -40,15 +40,21 @@ pub fn thought(text: &str, tags: &[&str], format: Format) -> String {
             out.push('\n');
         }
         let trimmed = line.trim_start_matches([' ', '\t']);
-        let is_tag = trimmed.strip_prefix('<').is_some_and(|rest| {
-            let rest = rest.strip_prefix('/').unwrap_or(rest);
-            std::iter::once("observation")
-                .chain(tags.iter().copied())
-                .any(|t| {
-                    rest.strip_prefix(t)
-                        .is_some_and(|r| r.starts_with(['>', '/', ' ']))
-                })
-        });
+        let markdown_markup = format == Format::Markdown
+            && (trimmed.starts_with("```")
+                || trimmed.starts_with("~~~")
+                || trimmed.starts_with("### Action")
+                || trimmed.starts_with("### Observation"));
+        let is_tag = markdown_markup
+            || trimmed.strip_prefix('<').is_some_and(|rest| {
+                let rest = rest.strip_prefix('/').unwrap_or(rest);
+                std::iter::once("observation")
+                    .chain(tags.iter().copied())
+                    .any(|t| {
+                        rest.strip_prefix(t)
+                            .is_some_and(|r| r.starts_with(['>', '/', ' ']))
+                    })
+            });
         if is_tag {
             out.push_str(&line[..line.len() - trimmed.len()]);
             out.push('\\');

@@ -7,6 +7,7 @@
 
 mod escape;
 pub mod json;
+pub mod markdown;
 pub mod xml;
 
 use minijinja::{Environment, UndefinedBehavior};
@@ -29,12 +30,19 @@ pub enum Format {
     MarkdownXml,
     /// Everything in tags: `<step>`, `<thought>`, the action tag, `<observation>`.
     Xml,
+    /// Headings and fenced code blocks only: the action is a block named after the tool.
+    Markdown,
     /// One JSON object per line: `{"thought", "action": {"tool", "arguments"}, "observation"}`.
     Json,
 }
 
 /// Every format, for validation and tests.
-pub const FORMATS: [Format; 3] = [Format::MarkdownXml, Format::Xml, Format::Json];
+pub const FORMATS: [Format; 4] = [
+    Format::MarkdownXml,
+    Format::Xml,
+    Format::Markdown,
+    Format::Json,
+];
 
 impl Format {
     /// The name used in flags, config files and traces.
@@ -42,6 +50,7 @@ impl Format {
         match self {
             Self::MarkdownXml => "markdown_xml",
             Self::Xml => "xml",
+            Self::Markdown => "markdown",
             Self::Json => "json",
         }
     }
@@ -51,6 +60,7 @@ impl Format {
         match self {
             Self::MarkdownXml => "markdown_xml.jinja",
             Self::Xml => "xml.jinja",
+            Self::Markdown => "markdown.jinja",
             Self::Json => "json.jinja",
         }
     }
@@ -59,6 +69,7 @@ impl Format {
         match self {
             Self::MarkdownXml => include_str!("../../templates/markdown_xml.jinja"),
             Self::Xml => include_str!("../../templates/xml.jinja"),
+            Self::Markdown => include_str!("../../templates/markdown.jinja"),
             Self::Json => include_str!("../../templates/json.jinja"),
         }
     }
@@ -66,7 +77,7 @@ impl Format {
     /// The text every prompt of this format ends with; the model continues with its thought.
     pub fn cue(self) -> &'static str {
         match self {
-            Self::MarkdownXml => CUE,
+            Self::MarkdownXml | Self::Markdown => CUE,
             Self::Xml => "<step>\n<thought>\n",
             Self::Json => json::CUE,
         }
@@ -87,6 +98,7 @@ impl Format {
                 "\n</step>",
                 "\n<step>",
             ],
+            Self::Markdown => &["\n### Observation", "\n## Thinking"],
             Self::Json => &json::STOP,
         }
     }
@@ -95,6 +107,7 @@ impl Format {
     pub fn action(self, action: &crate::conversation::Action, tools: &ToolSet) -> String {
         match self {
             Self::MarkdownXml | Self::Xml => xml::action(action, tools),
+            Self::Markdown => markdown::action(action, tools),
             Self::Json => json::action(action, tools),
         }
     }
@@ -103,6 +116,7 @@ impl Format {
     pub fn usage(self, spec: &crate::profile::ToolSpec) -> String {
         match self {
             Self::MarkdownXml | Self::Xml => xml::usage(spec),
+            Self::Markdown => markdown::usage(spec),
             Self::Json => json::usage(spec),
         }
     }
@@ -232,12 +246,11 @@ impl Renderer {
                         escape::thought(&s.thought, &tags, format)
                     },
                     action: s.action.as_ref().map(|a| format.action(a, tools)),
-                    observation: s.observation.as_deref().map(|o| {
-                        if raw {
-                            o.trim_end().to_string()
-                        } else {
-                            escape::observation(o.trim_end(), format)
-                        }
+                    observation: s.observation.as_deref().map(|o| match format {
+                        Format::Json => o.trim_end().to_string(),
+                        // A fence longer than any backtick run keeps the output inside it.
+                        Format::Markdown => markdown::fenced("", o.trim_end()),
+                        _ => escape::observation(o.trim_end(), format),
                     }),
                 })
                 .collect()
