@@ -159,6 +159,16 @@ impl Conversation {
     fn push_assistant(&mut self, message: &ChatMessage, tools: &ToolSet) {
         let turn = self.steps.last().map_or(0, |s| s.turn + 1);
         let thought = message.content.trim().to_string();
+        if let (Some(dialect), true) = (tools.dialect, message.tool_calls.is_empty()) {
+            let (thought, action) = dialect.read(&message.content);
+            self.steps.push(Step {
+                thought,
+                action,
+                turn,
+                ..Step::default()
+            });
+            return;
+        }
         if message.tool_calls.is_empty() {
             self.steps.push(Step {
                 thought,
@@ -210,7 +220,10 @@ mod tests {
     fn conv(body: Value) -> Conversation {
         let req = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
         let profiles = Profiles::builtin().unwrap();
-        let tools = ToolSet::build(profiles.detect(&req.tools), &req.tools);
+        let tools = ToolSet::build(
+            profiles.detect(&req.tools, &req.detection_text()),
+            &req.tools,
+        );
         Conversation::from_messages(&req.messages, &tools)
     }
 

@@ -9,6 +9,7 @@ pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod conversation;
+pub mod dialect;
 pub mod error;
 pub mod openai;
 pub mod parse;

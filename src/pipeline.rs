@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::backend::{Backend, BackendCompletion, GenerationParams};
 use crate::config::{ProfileChoice, PromptConfig};
-use crate::conversation::{Conversation, Example};
+use crate::conversation::{Action, Conversation, Example};
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::parse::{parse_for, Parsed};
@@ -66,7 +66,7 @@ pub fn prepare(
     prefixes: &PrefixStore,
 ) -> Result<Prepared, ProxyError> {
     let profile = match &config.profile {
-        ProfileChoice::Auto => profiles.detect(&request.tools),
+        ProfileChoice::Auto => profiles.detect(&request.tools, &request.detection_text()),
         ProfileChoice::Named(name) => profiles
             .get(name)
             .map_err(|e| ProxyError::invalid(e.to_string()))?,
@@ -227,6 +227,39 @@ pub async fn run_step(
     } else {
         None
     };
+    // Terminus-2 asks to confirm a `task_complete`: the answer stays the same, with no model
+    // call (the trace record has a response and no completion).
+    if let Some(confirmation) = prepared.tools.dialect.and_then(|d| d.confirmation()) {
+        let last = prepared.conversation.steps.last();
+        if matches!(
+            last.and_then(|s| s.action.as_ref()),
+            Some(Action::Submit { .. })
+        ) {
+            let reply = Reply {
+                content: Some(confirmation),
+                tool_call: None,
+                finish_reason: "stop",
+                usage: Default::default(),
+                action: Some(Action::Submit { message: None }),
+                parse_error: None,
+            };
+            let mut record = StepRecord::new(&session, step, 0, &prepared, previous.as_deref());
+            record.set_response(&reply);
+            record.timings.total_ms = ms_since(started);
+            ctx.sessions.remember(
+                reply.content.as_deref().unwrap_or_default(),
+                &prepared.base_prompt,
+                &session,
+                &nudges,
+            );
+            ctx.trace.write_step(&session, record).await;
+            return Ok(StepOutcome {
+                reply,
+                session,
+                step,
+            });
+        }
+    }
     let params = GenerationParams {
         max_tokens: request
             .max_tokens()

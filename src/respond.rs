@@ -48,6 +48,21 @@ pub fn reply(
 ) -> Reply {
     let usage = completion.usage.unwrap_or_default();
     let thought = parsed.thought.clone();
+    if let Some(dialect) = tools.dialect {
+        let action = parsed.outcome.as_ref().ok();
+        return Reply {
+            content: Some(dialect.write(&thought, action)),
+            tool_call: None,
+            finish_reason: if completion.hit_length() && action.is_none() {
+                "length"
+            } else {
+                "stop"
+            },
+            usage,
+            action: action.cloned(),
+            parse_error: parsed.outcome.as_ref().err().cloned(),
+        };
+    }
     if !allow_tool_call {
         return Reply {
             content: Some(thought),

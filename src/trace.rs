@@ -196,6 +196,15 @@ impl StepRecord {
         });
     }
 
+    /// Fills the response part only (a reply made without calling the model).
+    pub fn set_response(&mut self, reply: &Reply) {
+        self.response = Some(ResponseRecord {
+            content: reply.content.clone(),
+            tool_call: reply.tool_call.clone(),
+            finish_reason: reply.finish_reason,
+        });
+    }
+
     /// Fills the completion, parse and response parts.
     pub fn set_completion(
         &mut self,

@@ -63,7 +63,10 @@ fn generic_tools(tool: &str, params: &[String]) -> ToolSet {
     });
     let request = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
     let profiles = Profiles::builtin().unwrap();
-    ToolSet::build(profiles.detect(&request.tools), &request.tools)
+    ToolSet::build(
+        profiles.detect(&request.tools, &request.detection_text()),
+        &request.tools,
+    )
 }
 
 fn value_strategy() -> impl Strategy<Value = String> {

@@ -7,6 +7,7 @@
 )]
 
 mod cli;
+mod dialects;
 mod formats;
 mod nudges;
 mod parse;

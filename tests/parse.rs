@@ -17,7 +17,10 @@ pub fn tools_for(request_fixture: &str) -> ToolSet {
     let body = std::fs::read(fixture_path(&format!("requests/{request_fixture}"))).unwrap();
     let request = ChatCompletionRequest::from_slice(&body).unwrap();
     let profiles = Profiles::builtin().unwrap();
-    ToolSet::build(profiles.detect(&request.tools), &request.tools)
+    ToolSet::build(
+        profiles.detect(&request.tools, &request.detection_text()),
+        &request.tools,
+    )
 }
 
 #[test]

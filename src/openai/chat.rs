@@ -58,6 +58,19 @@ impl ChatCompletionRequest {
             .map(|id| (id.to_string(), "metadata"))
     }
 
+    /// System text and the first user message: where a scaffold states its reply format
+    /// (used to detect content dialects).
+    pub fn detection_text(&self) -> String {
+        let system = self
+            .messages
+            .iter()
+            .filter(|m| matches!(m.role, Role::System | Role::Developer))
+            .map(|m| m.content.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        format!("{system}\n{}", self.first_user_text())
+    }
+
     /// Text of the first user message (where scaffolds put the task).
     pub fn first_user_text(&self) -> &str {
         self.messages

@@ -19,7 +19,7 @@
 mod coerce;
 pub mod json;
 pub mod markdown;
-mod scan;
+pub(crate) mod scan;
 pub mod xml_format;
 
 pub use coerce::coerce;

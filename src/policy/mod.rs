@@ -270,7 +270,10 @@ mod tests {
         );
         let request = ChatCompletionRequest::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let profiles = Profiles::builtin().unwrap();
-        ToolSet::build(profiles.detect(&request.tools), &request.tools)
+        ToolSet::build(
+            profiles.detect(&request.tools, &request.detection_text()),
+            &request.tools,
+        )
     }
 
     fn bash(cmd: &str) -> Action {

@@ -17,7 +17,12 @@ use serde_json::{Map, Value};
 use crate::openai::chat::Tool;
 
 /// Built-in profiles in detection order: the most specific tool sets first.
-pub const PROFILE_ORDER: [(&str, &str); 6] = [
+pub const PROFILE_ORDER: [(&str, &str); 8] = [
+    ("terminus-2", include_str!("../../profiles/terminus-2.toml")),
+    (
+        "mini-swe-agent-text",
+        include_str!("../../profiles/mini-swe-agent-text.toml"),
+    ),
     (
         "openhands-sdk",
         include_str!("../../profiles/openhands-sdk.toml"),
@@ -61,6 +66,10 @@ pub struct Profile {
     pub parameter_defaults: Map<String, Value>,
     /// Hint observations of the nudges (ASAP failure recovery).
     pub hints: Hints,
+    /// Content dialect of a scaffold that sends no tools (`mini_text`, `terminus_json`): the
+    /// model gets a shell and `<submit/>`, the reply is written in the scaffold's format.
+    #[serde(default)]
+    pub dialect: Option<crate::dialect::Dialect>,
     /// Built-in demonstration rendered when no task prefix matches (`prefix::BUILTIN`).
     #[serde(default)]
     pub default_prefix: Option<String>,
@@ -91,6 +100,12 @@ pub struct Detect {
     /// Exactly these tool names are offered (any order).
     #[serde(default)]
     pub only: Option<Vec<String>>,
+    /// The request offers no tools at all.
+    #[serde(default)]
+    pub no_tools: bool,
+    /// One of these strings occurs in the system or first user message (format instructions).
+    #[serde(default)]
+    pub text_any: Vec<String>,
 }
 
 /// The scaffold's shell tool; the model writes it as `<bash>command</bash>`.
@@ -172,18 +187,25 @@ impl Profiles {
             .ok_or_else(|| ProfileError::Unknown(name.to_string(), self.names().join(", ")))
     }
 
-    /// The first profile whose rule matches the offered tools; `generic` matches everything.
-    pub fn detect(&self, tools: &[Tool]) -> &Profile {
+    /// The first profile whose rule matches the offered tools and the prompt `text` (system
+    /// and first user message); `generic` matches everything.
+    pub fn detect(&self, tools: &[Tool], text: &str) -> &Profile {
         let names: Vec<&str> = tools.iter().map(|t| t.function.name.as_str()).collect();
         self.profiles
             .iter()
-            .find(|p| p.detect.matches(&names))
+            .find(|p| p.detect.matches(&names, text))
             .unwrap_or_else(|| &self.profiles[self.profiles.len() - 1])
     }
 }
 
 impl Detect {
-    fn matches(&self, names: &[&str]) -> bool {
+    fn matches(&self, names: &[&str], text: &str) -> bool {
+        if self.no_tools && !names.is_empty() {
+            return false;
+        }
+        if !self.text_any.is_empty() && !self.text_any.iter().any(|t| text.contains(t.as_str())) {
+            return false;
+        }
         let all = self.all_of.iter().all(|n| names.contains(&n.as_str()));
         let only = self.only.as_ref().is_none_or(|only| {
             names.len() == only.len() && only.iter().all(|n| names.contains(&n.as_str()))
@@ -206,6 +228,15 @@ mod tests {
         ChatCompletionRequest::from_slice(&body).unwrap().tools
     }
 
+    fn fixture_text(name: &str) -> String {
+        let path = format!(
+            "{}/tests/fixtures/requests/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let r = ChatCompletionRequest::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        r.detection_text()
+    }
+
     #[test]
     fn detects_each_fixture_scaffold() {
         let profiles = Profiles::builtin().unwrap();
@@ -215,9 +246,15 @@ mod tests {
             ("openhands-codeact-1.json", "openhands-codeact"),
             ("mini-swe-agent-1.json", "mini-swe-agent"),
             ("browsecomp-plus-1.json", "browsecomp-plus"),
-            ("terminus-2-1.json", "generic"),
+            ("terminus-2-1.json", "terminus-2"),
         ] {
-            assert_eq!(profiles.detect(&fixture_tools(file)).name, want, "{file}");
+            assert_eq!(
+                profiles
+                    .detect(&fixture_tools(file), &fixture_text(file))
+                    .name,
+                want,
+                "{file}"
+            );
         }
     }
 

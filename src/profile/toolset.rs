@@ -32,6 +32,8 @@ pub struct ToolSet {
     pub hints: Hints,
     /// Profile `default_prefix`.
     pub default_prefix: Option<String>,
+    /// Content dialect (no tools offered; the reply is written in the scaffold's format).
+    pub dialect: Option<crate::dialect::Dialect>,
     defaults: Map<String, Value>,
     modifying_commands: Vec<String>,
 }
@@ -199,6 +201,9 @@ impl ToolSet {
             }
         }
         let finish = finish.unwrap_or_else(synthetic_submit);
+        if profile.dialect.is_some() && shell.is_empty() {
+            shell.push(synthetic_shell());
+        }
         let mut all = shell;
         all.append(&mut editor);
         all.append(&mut others);
@@ -210,6 +215,7 @@ impl ToolSet {
             task_user_messages: profile.task_user_messages,
             hints: profile.hints.clone(),
             default_prefix: profile.default_prefix.clone(),
+            dialect: profile.dialect,
             defaults: profile.parameter_defaults.clone(),
             modifying_commands: profile
                 .editor
@@ -224,6 +230,7 @@ impl ToolSet {
         Self {
             hints: Hints::default(),
             default_prefix: None,
+            dialect: None,
             profile: "generic".to_string(),
             tools: vec![synthetic_submit()],
             submit: SubmitTarget::Content,
@@ -371,6 +378,25 @@ impl ToolSet {
             name: name.to_string(),
             arguments,
         }
+    }
+}
+
+/// The shell of a content dialect: the scaffold runs the command the reply names.
+fn synthetic_shell() -> ToolSpec {
+    ToolSpec {
+        tag: SHELL_TAG.to_string(),
+        role: ToolRole::Shell {
+            command_parameter: "command".to_string(),
+        },
+        scaffold_name: None,
+        description: "Runs a command in the shell and shows what it prints.".to_string(),
+        params: vec![ParamSpec {
+            name: "command".to_string(),
+            schema: serde_json::json!({"type": "string"}),
+            required: true,
+            hidden: false,
+            description: "The command to run.".to_string(),
+        }],
     }
 }
 

@@ -1,0 +1,206 @@
+//! Content dialects: scaffolds that send no `tools` and parse the reply's `content` themselves
+//! (issue 6). The model still writes the neutral actions; a dialect reads the scaffold's past
+//! replies back into actions (for the history) and writes a new action in the scaffold's
+//! format.
+//!
+//! - `mini_text`: mini-swe-agent's text mode: a thought, then exactly one fenced block with
+//!   the info string `mswea_bash_command` (`bash` is read too, for v1). Finishing is the
+//!   command `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`.
+//! - `terminus_json`: Terminus-2's JSON: `{"analysis", "plan", "commands": [{"keystrokes",
+//!   "duration"}], "task_complete"}`. A shell action becomes keystrokes ending in a newline
+//!   with a duration of 1 s; finishing is `task_complete: true` with no commands, and the
+//!   confirmation Terminus then asks for is answered the same way.
+//!
+//! A reply without an action is sent as the plain thought, so the scaffold's own
+//! format-error path runs, as with tool calls.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::conversation::Action;
+use crate::profile::SHELL_TAG;
+
+/// mini-swe-agent's completion command.
+pub const MINI_SUBMIT: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
+
+/// Seconds Terminus-2 waits after a command the proxy sends.
+pub const TERMINUS_DURATION_S: f64 = 1.0;
+
+/// A scaffold's content format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dialect {
+    MiniText,
+    TerminusJson,
+}
+
+fn shell(command: &str) -> Action {
+    Action::Call {
+        tag: SHELL_TAG.to_string(),
+        arguments: Map::from_iter([("command".to_string(), Value::from(command))]),
+    }
+}
+
+impl Dialect {
+    /// The reply content for a thought and an action (none: the plain thought).
+    pub fn write(self, thought: &str, action: Option<&Action>) -> String {
+        let thought = thought.trim();
+        let command = |a: &Action| match a {
+            Action::Call { arguments, .. } => arguments
+                .get("command")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            Action::Submit { .. } => None,
+        };
+        match (self, action) {
+            (_, None) => thought.to_string(),
+            (Self::MiniText, Some(a)) => {
+                let cmd = match a {
+                    Action::Submit { .. } => MINI_SUBMIT.to_string(),
+                    other => command(other).unwrap_or_default(),
+                };
+                let fence = crate::render::markdown::fence_for(&cmd);
+                format!("{thought}\n\n{fence}mswea_bash_command\n{cmd}\n{fence}")
+                    .trim_start()
+                    .to_string()
+            }
+            (Self::TerminusJson, Some(Action::Submit { .. })) => json!({
+                "analysis": thought, "plan": "The task is complete.", "commands": [], "task_complete": true
+            })
+            .to_string(),
+            (Self::TerminusJson, Some(a)) => {
+                let mut keys = command(a).unwrap_or_default();
+                if !keys.ends_with('\n') {
+                    keys.push('\n');
+                }
+                json!({
+                    "analysis": thought,
+                    "plan": "Run the next command.",
+                    "commands": [{"keystrokes": keys, "duration": TERMINUS_DURATION_S}],
+                    "task_complete": false
+                })
+                .to_string()
+            }
+        }
+    }
+
+    /// A past reply of the scaffold's history: its thought and action, if it had one.
+    pub fn read(self, content: &str) -> (String, Option<Action>) {
+        match self {
+            Self::MiniText => read_mini(content),
+            Self::TerminusJson => read_terminus(content),
+        }
+    }
+
+    /// The reply Terminus-2's confirmation question gets after a `task_complete: true`.
+    pub fn confirmation(self) -> Option<String> {
+        match self {
+            Self::TerminusJson => Some(self.write(
+                "I checked the work; the task is complete.",
+                Some(&Action::Submit { message: None }),
+            )),
+            Self::MiniText => None,
+        }
+    }
+}
+
+fn read_mini(content: &str) -> (String, Option<Action>) {
+    let mut offset = 0;
+    while offset < content.len() {
+        let line_end = content[offset..]
+            .find('\n')
+            .map_or(content.len(), |i| offset + i);
+        let line = content[offset..line_end].trim_start();
+        if let Some((ch, len, info)) = crate::parse::scan::fence_marker(line) {
+            if matches!(info.trim(), "mswea_bash_command" | "bash") {
+                let body_start = (line_end + 1).min(content.len());
+                let rest = &content[body_start..];
+                let close = rest
+                    .match_indices('\n')
+                    .map(|(i, _)| i + 1)
+                    .chain([0])
+                    .find(|&i| {
+                        let l = rest[i..].split('\n').next().unwrap_or_default().trim();
+                        l.len() >= len && l.chars().all(|c| c == ch)
+                    });
+                let body =
+                    close.map_or(rest, |c| rest[..c].strip_suffix('\n').unwrap_or(&rest[..c]));
+                let thought = content[..offset].trim().to_string();
+                let cmd = body.trim_end_matches('\n');
+                let action = if cmd.trim_start().starts_with(MINI_SUBMIT) {
+                    Action::Submit { message: None }
+                } else {
+                    shell(cmd)
+                };
+                return (thought, Some(action));
+            }
+        }
+        offset = line_end + 1;
+    }
+    (content.trim().to_string(), None)
+}
+
+fn read_terminus(content: &str) -> (String, Option<Action>) {
+    let Some(start) = content.find('{') else {
+        return (content.trim().to_string(), None);
+    };
+    let mut values = serde_json::Deserializer::from_str(&content[start..]).into_iter::<Value>();
+    let Some(Ok(value)) = values.next() else {
+        return (content.trim().to_string(), None);
+    };
+    let thought = value
+        .get("analysis")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if value.get("task_complete").and_then(Value::as_bool) == Some(true) {
+        return (thought, Some(Action::Submit { message: None }));
+    }
+    let keys: String = value
+        .get("commands")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c.get("keystrokes").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    let command = keys.strip_suffix('\n').unwrap_or(&keys);
+    if command.trim().is_empty() {
+        (thought, None)
+    } else {
+        (thought, Some(shell(command)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_then_read_is_the_same_action() {
+        for d in [Dialect::MiniText, Dialect::TerminusJson] {
+            for a in [
+                shell("ls -la && echo '```'"),
+                Action::Submit { message: None },
+            ] {
+                let content = d.write("Because.", Some(&a));
+                assert_eq!(
+                    d.read(&content),
+                    ("Because.".to_string(), Some(a.clone())),
+                    "{d:?} {content}"
+                );
+            }
+            assert_eq!(d.read("just text"), ("just text".to_string(), None));
+        }
+    }
+
+    #[test]
+    fn terminus_reply_follows_its_rules() {
+        let v: Value =
+            serde_json::from_str(&Dialect::TerminusJson.write("t", Some(&shell("make")))).unwrap();
+        assert_eq!(v["commands"][0]["keystrokes"], "make\n");
+        assert!(v["analysis"].is_string() && v["plan"].is_string());
+        assert_eq!(v["task_complete"], false);
+    }
+}

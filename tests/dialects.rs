@@ -1,0 +1,125 @@
+//! Content dialects (issue 6): scaffolds without `tools` get the action in their own reply
+//! format, checked with the scaffold's own acceptance rules, and their history is read back.
+
+use serde_json::{json, Value};
+
+use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::proxy::Proxy;
+use crate::util::{fixture_json, read_trace};
+
+fn content(r: &Value) -> String {
+    assert!(
+        r["choices"][0]["message"].get("tool_calls").is_none(),
+        "{r}"
+    );
+    r["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Terminus-2's acceptance rules for a reply (its prompt): one JSON object with string
+/// `analysis` and `plan`, a `commands` list of `{keystrokes: string, duration: number}`, and
+/// an optional boolean `task_complete`. Returns the object.
+fn terminus_accepts(text: &str) -> Value {
+    let v: Value =
+        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    assert!(v["analysis"].is_string() && v["plan"].is_string(), "{v}");
+    for c in v["commands"].as_array().unwrap() {
+        assert!(
+            c["keystrokes"].is_string() && c["duration"].is_number(),
+            "{c}"
+        );
+        assert!(c["duration"].as_f64().unwrap() <= 60.0);
+    }
+    assert!(v.get("task_complete").is_none_or(Value::is_boolean));
+    v
+}
+
+#[tokio::test]
+async fn terminus_2_gets_json_keystrokes_and_a_consistent_confirmation() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text(
+            "Write the file.\n\n<bash>printf 'int main(){return 0;}' > /app/hello.c</bash>\n",
+        ),
+        Scripted::text("It builds now.\n\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/terminus-2-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    let v1 = terminus_accepts(&content(&r1));
+    assert_eq!(
+        v1["commands"][0]["keystrokes"],
+        "printf 'int main(){return 0;}' > /app/hello.c\n"
+    );
+    assert_eq!(v1["task_complete"], false);
+    assert_eq!(v1["analysis"], "Write the file.");
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": content(&r1)}));
+    messages.push(json!({"role": "user", "content": "New Terminal Output:\n\nroot@box:/app# "}));
+    let (_, r2) = proxy.post(&body).await;
+    let v2 = terminus_accepts(&content(&r2));
+    assert_eq!(v2["task_complete"], true);
+    assert_eq!(v2["commands"], json!([]));
+    let prompt = &backend.prompts()[1];
+    assert!(
+        prompt.contains("<bash>printf 'int main(){return 0;}' > /app/hello.c</bash>"),
+        "history read back"
+    );
+    assert!(prompt.starts_with(backend.prompts()[0].strip_suffix("## Thinking\n").unwrap()));
+
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": content(&r2)}));
+    messages.push(json!({"role": "user", "content": "Current terminal state:\nroot@box:/app# \n\nAre you sure you want to mark the task as complete? If so, include \"task_complete\": true in your JSON response again."}));
+    let (_, r3) = proxy.post(&body).await;
+    let v3 = terminus_accepts(&content(&r3));
+    assert_eq!(v3["task_complete"], true, "confirmed consistently");
+    assert_eq!(backend.calls(), 2, "the confirmation needs no model call");
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "one session through the content index");
+    let records = read_trace(&files[0]);
+    assert_eq!(records[0]["data"]["profile"], "terminus-2");
+    assert!(
+        records[3]["data"]["completion"].is_null() && records[3]["data"]["response"].is_object()
+    );
+}
+
+/// mini-swe-agent's text-mode rule: exactly one ```mswea_bash_command block.
+fn mini_command(text: &str) -> String {
+    let blocks: Vec<&str> = text.split("```mswea_bash_command\n").skip(1).collect();
+    assert_eq!(blocks.len(), 1, "{text}");
+    blocks[0].split("\n```").next().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn mini_swe_agent_text_mode_gets_one_command_block() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Read it.\n\n<bash>cat /repo/textutil/slug.py</bash>\n"),
+        Scripted::text("No action here."),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    body.as_object_mut().unwrap().remove("tools");
+    body["messages"][0]["content"] = json!("You are a helpful assistant. Reply with a THOUGHT and exactly one ```mswea_bash_command block.");
+    let (_, r1) = proxy.post(&body).await;
+    let text = content(&r1);
+    assert_eq!(mini_command(&text), "cat /repo/textutil/slug.py");
+    assert!(text.starts_with("Read it."));
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": text}));
+    messages.push(json!({"role": "user", "content": "<returncode>0</returncode>\n<output>\nimport re\n</output>"}));
+    let (_, r2) = proxy.post(&body).await;
+    assert_eq!(
+        content(&r2),
+        "No action here.",
+        "no block: mini's own format error runs"
+    );
+    let prompt = &backend.prompts()[1];
+    assert!(prompt.contains(
+        "<bash>cat /repo/textutil/slug.py</bash>\n\n<observation>\n<returncode>0</returncode>"
+    ));
+    let records = read_trace(&proxy.trace_files()[0]);
+    assert_eq!(records[0]["data"]["profile"], "mini-swe-agent-text");
+}
