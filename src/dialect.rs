@@ -10,6 +10,10 @@
 //!   "duration"}], "task_complete"}`. A shell action becomes keystrokes ending in a newline
 //!   with a duration of 1 s; finishing is `task_complete: true` with no commands, and the
 //!   confirmation Terminus then asks for is answered the same way.
+//! - `terminus_xml`: the same fields as Terminus-2's XML variant: `<response><analysis>…
+//!   </analysis><plan>…</plan><commands><keystrokes duration="1.0">…</keystrokes></commands>
+//!   <task_complete>…</task_complete></response>`. Keystrokes are written raw, as Terminus'
+//!   plain XML parser reads them (no entity escaping).
 //!
 //! A reply without an action is sent as the plain thought, so the scaffold's own
 //! format-error path runs, as with tool calls.
@@ -32,6 +36,7 @@ pub const TERMINUS_DURATION_S: f64 = 1.0;
 pub enum Dialect {
     MiniText,
     TerminusJson,
+    TerminusXml,
 }
 
 fn shell(command: &str) -> Action {
@@ -64,6 +69,27 @@ impl Dialect {
                     .trim_start()
                     .to_string()
             }
+            (Self::TerminusXml, Some(a)) => {
+                let (commands, done) = match a {
+                    Action::Submit { .. } => (String::new(), true),
+                    other => {
+                        let mut keys = command(other).unwrap_or_default();
+                        if !keys.ends_with('\n') {
+                            keys.push('\n');
+                        }
+                        (
+                            format!(
+                                "<keystrokes duration=\"{TERMINUS_DURATION_S:.1}\">{keys}</keystrokes>\n"
+                            ),
+                            false,
+                        )
+                    }
+                };
+                let plan = if done { "The task is complete." } else { "Run the next command." };
+                format!(
+                    "<response>\n<analysis>{thought}</analysis>\n<plan>{plan}</plan>\n<commands>\n{commands}</commands>\n<task_complete>{done}</task_complete>\n</response>"
+                )
+            }
             (Self::TerminusJson, Some(Action::Submit { .. })) => json!({
                 "analysis": thought, "plan": "The task is complete.", "commands": [], "task_complete": true
             })
@@ -89,13 +115,14 @@ impl Dialect {
         match self {
             Self::MiniText => read_mini(content),
             Self::TerminusJson => read_terminus(content),
+            Self::TerminusXml => read_terminus_xml(content),
         }
     }
 
     /// The reply Terminus-2's confirmation question gets after a `task_complete: true`.
     pub fn confirmation(self) -> Option<String> {
         match self {
-            Self::TerminusJson => Some(self.write(
+            Self::TerminusJson | Self::TerminusXml => Some(self.write(
                 "I checked the work; the task is complete.",
                 Some(&Action::Submit { message: None }),
             )),
@@ -140,6 +167,42 @@ fn read_mini(content: &str) -> (String, Option<Action>) {
     (content.trim().to_string(), None)
 }
 
+/// Text of the first `<tag…>…</tag>` element (attributes allowed).
+fn element<'a>(content: &'a str, tag: &str) -> Option<&'a str> {
+    let open = content.find(&format!("<{tag}"))?;
+    let body = open + content[open..].find('>')? + 1;
+    let close = body + content[body..].find(&format!("</{tag}>"))?;
+    Some(&content[body..close])
+}
+
+fn read_terminus_xml(content: &str) -> (String, Option<Action>) {
+    let Some(response) = element(content, "response") else {
+        return (content.trim().to_string(), None);
+    };
+    let thought = element(response, "analysis")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if element(response, "task_complete").is_some_and(|t| t.trim() == "true") {
+        return (thought, Some(Action::Submit { message: None }));
+    }
+    let mut keys = String::new();
+    let mut rest = element(response, "commands").unwrap_or_default();
+    while let Some(k) = element(rest, "keystrokes") {
+        keys.push_str(k);
+        let after = rest
+            .find("</keystrokes>")
+            .map_or(rest.len(), |i| i + "</keystrokes>".len());
+        rest = &rest[after..];
+    }
+    let command = keys.strip_suffix('\n').unwrap_or(&keys);
+    if command.trim().is_empty() {
+        (thought, None)
+    } else {
+        (thought, Some(shell(command)))
+    }
+}
+
 fn read_terminus(content: &str) -> (String, Option<Action>) {
     let Some(start) = content.find('{') else {
         return (content.trim().to_string(), None);
@@ -179,7 +242,11 @@ mod tests {
 
     #[test]
     fn write_then_read_is_the_same_action() {
-        for d in [Dialect::MiniText, Dialect::TerminusJson] {
+        for d in [
+            Dialect::MiniText,
+            Dialect::TerminusJson,
+            Dialect::TerminusXml,
+        ] {
             for a in [
                 shell("ls -la && echo '```'"),
                 Action::Submit { message: None },

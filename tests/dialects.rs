@@ -123,3 +123,40 @@ async fn mini_swe_agent_text_mode_gets_one_command_block() {
     let records = read_trace(&proxy.trace_files()[0]);
     assert_eq!(records[0]["data"]["profile"], "mini-swe-agent-text");
 }
+
+#[tokio::test]
+async fn terminus_2_xml_variant_gets_xml_keystrokes() {
+    let backend = FakeBackend::start(vec![Scripted::text(
+        "Compile it.\n\n<bash>gcc -o /app/hello /app/hello.c</bash>\n",
+    )])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/terminus-2-1.json");
+    body["messages"][0]["content"] = json!(
+        "Answer in this XML format:\n<response>\n<analysis>…</analysis>\n<plan>…</plan>\n<commands>\n<keystrokes duration=\"0.1\">ls -la\n</keystrokes>\n</commands>\n<task_complete>true</task_complete>\n</response>\n\nTask Description:\nCompile /app/hello.c."
+    );
+    let (_, r) = proxy.post(&body).await;
+    let text = content(&r);
+    // Terminus' plain XML rules: one <response> with analysis, plan and commands in order.
+    let at = |t: &str| {
+        text.find(t)
+            .unwrap_or_else(|| panic!("{t} missing in {text}"))
+    };
+    assert!(
+        at("<response>") < at("<analysis>")
+            && at("<analysis>") < at("<plan>")
+            && at("<plan>") < at("<commands>")
+    );
+    assert!(
+        text.contains("<keystrokes duration=\"1.0\">gcc -o /app/hello /app/hello.c\n</keystrokes>"),
+        "{text}"
+    );
+    assert!(
+        text.contains("<task_complete>false</task_complete>")
+            && text.trim_end().ends_with("</response>")
+    );
+    assert_eq!(
+        read_trace(&proxy.trace_files()[0])[0]["data"]["profile"],
+        "terminus-2-xml"
+    );
+}

@@ -17,7 +17,11 @@ use serde_json::{Map, Value};
 use crate::openai::chat::Tool;
 
 /// Built-in profiles in detection order: the most specific tool sets first.
-pub const PROFILE_ORDER: [(&str, &str); 8] = [
+pub const PROFILE_ORDER: [(&str, &str); 9] = [
+    (
+        "terminus-2-xml",
+        include_str!("../../profiles/terminus-2-xml.toml"),
+    ),
     ("terminus-2", include_str!("../../profiles/terminus-2.toml")),
     (
         "mini-swe-agent-text",
