@@ -22,4 +22,5 @@ pub mod render;
 pub mod respond;
 pub mod server;
 pub mod session;
+pub mod side_call;
 pub mod trace;

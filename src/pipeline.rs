@@ -17,6 +17,7 @@ use crate::profile::{Profiles, ToolSet};
 use crate::render::Renderer;
 use crate::respond::{self, Reply};
 use crate::session::{CallId, SessionId, SessionIndex, SessionState};
+use crate::side_call;
 use crate::trace::{NudgeRecord, StepRecord, Timings, TraceWriter};
 
 /// A request turned into a prompt.
@@ -227,6 +228,9 @@ pub async fn run_step(
     } else {
         None
     };
+    if let Some(kind) = side_call::detect(request) {
+        return run_side_call(ctx, request, &prepared, kind, started).await;
+    }
     // Terminus-2 asks to confirm a `task_complete`: the answer stays the same, with no model
     // call (the trace record has a response and no completion).
     if let Some(confirmation) = prepared.tools.dialect.and_then(|d| d.confirmation()) {
@@ -408,6 +412,76 @@ pub async fn run_step(
             step,
         });
     }
+}
+
+/// Serves a side call: the transcript as a plain continuation, logged with `side_call`.
+async fn run_side_call(
+    ctx: &StepContext<'_>,
+    request: &ChatCompletionRequest,
+    prepared: &Prepared,
+    kind: &'static str,
+    started: Instant,
+) -> Result<StepOutcome, ProxyError> {
+    let session = prepared.session.session.clone();
+    let step = prepared.conversation.action_count();
+    let mut side = prepared.clone();
+    side.prompt = side_call::prompt(request);
+    let params = GenerationParams {
+        max_tokens: request
+            .max_tokens()
+            .map_or(ctx.max_tokens, |m| m.min(ctx.max_tokens)),
+        temperature: request.temperature,
+        top_p: request.top_p,
+        seed: request.seed,
+    };
+    let backend_started = Instant::now();
+    let completion = ctx
+        .backend
+        .complete(
+            &side.prompt,
+            &params,
+            &side_call::STOP,
+            request.model.as_deref(),
+        )
+        .await;
+    let mut record = StepRecord::new(&session, step, 0, &side, None);
+    record.side_call = Some(kind);
+    record.ignored_fields = request.ignored_fields();
+    record.stream = request.is_stream();
+    let completion = match completion {
+        Ok(c) => c,
+        Err(e) => {
+            record.error = Some(e.to_string());
+            ctx.trace.write_step(&session, record).await;
+            return Err(e);
+        }
+    };
+    let reply = Reply {
+        content: Some(completion.text.trim().to_string()),
+        tool_call: None,
+        finish_reason: if completion.hit_length() {
+            "length"
+        } else {
+            "stop"
+        },
+        usage: completion.usage.unwrap_or_default(),
+        action: None,
+        parse_error: None,
+    };
+    record.completion = Some(completion);
+    record.set_response(&reply);
+    record.timings = Timings {
+        render_ms: 0.0,
+        backend_ms: ms_since(backend_started),
+        parse_ms: 0.0,
+        total_ms: ms_since(started),
+    };
+    ctx.trace.write_step(&session, record).await;
+    Ok(StepOutcome {
+        reply,
+        session,
+        step,
+    })
 }
 
 /// The prompt of the previous request, re-rendered from the history without its last turn

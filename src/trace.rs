@@ -123,6 +123,8 @@ pub struct StepRecord {
     pub response: Option<ResponseRecord>,
     /// Set when this completion was rejected and generated again (no response was sent).
     pub nudge: Option<NudgeRecord>,
+    /// Set on a side call (a summary or question request served as plain prose): its kind.
+    pub side_call: Option<&'static str>,
     /// Set when a rule ended the trajectory with this completion.
     pub termination: Option<Termination>,
     /// The reference prefix rendered (id, how it matched, K), if any.
@@ -175,6 +177,7 @@ impl StepRecord {
             parse: None,
             response: None,
             nudge: None,
+            side_call: None,
             termination: None,
             nudges_used: prepared.session.nudges.0.clone(),
             prefix: prepared.prefix.clone(),

@@ -160,3 +160,33 @@ async fn terminus_2_xml_variant_gets_xml_keystrokes() {
         "terminus-2-xml"
     );
 }
+
+/// Side calls (summaries, hand-off questions, condenser prompts) are plain prose: no action,
+/// no parse, logged with `side_call`, not counted as a step.
+#[tokio::test]
+async fn side_calls_get_plain_prose() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Write it.\n<bash>printf x > /app/a.c</bash>\n"),
+        Scripted::text("I wrote /app/a.c; the build is next."),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/terminus-2-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": content(&r1)}));
+    messages.push(json!({"role": "user", "content": "You are about to hand off your work to another AI agent.\nPlease provide a comprehensive summary of what you have accomplished so far on this task:"}));
+    let (_, r2) = proxy.post(&body).await;
+    assert_eq!(content(&r2), "I wrote /app/a.c; the build is next.");
+    let request = &backend.requests()[1];
+    assert!(request["prompt"]
+        .as_str()
+        .unwrap()
+        .ends_with("\n\nAssistant:\n"));
+    assert_eq!(request["stop"], json!(["\nUser:", "\nSystem:"]));
+    let records = read_trace(&proxy.trace_files()[0]);
+    let side = &records[2]["data"];
+    assert_eq!(side["side_call"], "terminus_summary");
+    assert_eq!(side["step"], 1, "the trajectory's step, not a new one");
+    assert!(side["parse"].is_null());
+}

@@ -1,0 +1,98 @@
+//! Side calls: requests that expect prose, not an action (issue 6): Terminus-2's hand-off
+//! summary, questions and answers when its context fills, and OpenHands' condenser summaries.
+//!
+//! Detection: the last user message contains one of [`MARKERS`] (the fixed opening sentences
+//! those scaffolds use). Such a request is served as a plain continuation of a role-labelled
+//! transcript (`System:`, `User:`, `Assistant:` blocks, ending with `Assistant:`), with no tools,
+//! no parsing and no nudges; the trace record has `side_call` set and its step number is
+//! that of the trajectory, so it is never counted as a step or an unparsable turn.
+
+use crate::openai::chat::{ChatCompletionRequest, Role};
+
+/// (kind, marker) pairs, matched against the last user message.
+pub const MARKERS: [(&str, &str); 4] = [
+    (
+        "terminus_summary",
+        "You are about to hand off your work to another AI agent.",
+    ),
+    (
+        "terminus_questions",
+        "You are picking up work from a previous AI agent on this task:",
+    ),
+    (
+        "terminus_answers",
+        "The next agent has a few questions for you",
+    ),
+    (
+        "openhands_condenser",
+        "You are maintaining a context-aware state summary",
+    ),
+];
+
+/// Stop sequences of a side call: the next turn of the transcript.
+pub const STOP: [&str; 2] = ["\nUser:", "\nSystem:"];
+
+/// The kind of side call a request is, if any.
+pub fn detect(request: &ChatCompletionRequest) -> Option<&'static str> {
+    let last_user = request
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)?;
+    MARKERS
+        .iter()
+        .find(|(_, marker)| last_user.content.contains(marker))
+        .map(|(kind, _)| *kind)
+}
+
+/// The transcript the base model continues.
+pub fn prompt(request: &ChatCompletionRequest) -> String {
+    let mut out = String::new();
+    for m in &request.messages {
+        let role = match m.role {
+            Role::System | Role::Developer => "System",
+            Role::User => "User",
+            Role::Assistant => "Assistant",
+            Role::Tool | Role::Function => "Tool",
+        };
+        if m.content.trim().is_empty() {
+            continue;
+        }
+        out.push_str(role);
+        out.push_str(":\n");
+        out.push_str(m.content.trim_end());
+        out.push_str("\n\n");
+    }
+    out.push_str("Assistant:\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn markers_in_the_last_user_message_only() {
+        let req = |last: &str| {
+            let body = json!({"messages": [
+                {"role": "user", "content": "You are about to hand off your work to another AI agent. (quoted in the task)"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": last}
+            ]});
+            ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap()
+        };
+        assert_eq!(detect(&req("New Terminal Output:\n$ ")), None);
+        assert_eq!(
+            detect(&req("You are about to hand off your work to another AI agent.\nPlease provide a comprehensive summary")),
+            Some("terminus_summary")
+        );
+        let p = prompt(&req(
+            "The next agent has a few questions for you, please answer",
+        ));
+        assert!(
+            p.starts_with("User:\n") && p.ends_with("\n\nAssistant:\n"),
+            "{p}"
+        );
+    }
+}
