@@ -160,7 +160,7 @@ impl Conversation {
         let turn = self.steps.last().map_or(0, |s| s.turn + 1);
         let thought = message.content.trim().to_string();
         if let (Some(dialect), true) = (tools.dialect, message.tool_calls.is_empty()) {
-            let (thought, action) = dialect.read(&message.content);
+            let (thought, action) = dialect.read(&message.content, tools);
             self.steps.push(Step {
                 thought,
                 action,

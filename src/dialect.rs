@@ -14,6 +14,11 @@
 //!   </analysis><plan>…</plan><commands><keystrokes duration="1.0">…</keystrokes></commands>
 //!   <task_complete>…</task_complete></response>`. Keystrokes are written raw, as Terminus'
 //!   plain XML parser reads them (no entity escaping).
+//! - `openhands_function`: OpenHands CodeAct without native tool calling: the tools are
+//!   described in the system prompt (`---- BEGIN FUNCTION #1: NAME ----` blocks, read by
+//!   [`tools_from_prompt`]) and a reply is one `<function=NAME>` block with one
+//!   `<parameter=NAME>value</parameter>` per argument (profile defaults such as
+//!   `security_risk` included) and nothing after `</function>`.
 //!
 //! A reply without an action is sent as the plain thought, so the scaffold's own
 //! format-error path runs, as with tool calls.
@@ -22,7 +27,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::conversation::Action;
-use crate::profile::SHELL_TAG;
+use crate::openai::chat::Tool;
+use crate::profile::{ScaffoldReply, ToolSet, SHELL_TAG};
 
 /// mini-swe-agent's completion command.
 pub const MINI_SUBMIT: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
@@ -37,6 +43,8 @@ pub enum Dialect {
     MiniText,
     TerminusJson,
     TerminusXml,
+    /// OpenHands CodeAct without native tool calling: `<function=NAME>` blocks.
+    OpenhandsFunction,
 }
 
 fn shell(command: &str) -> Action {
@@ -48,8 +56,11 @@ fn shell(command: &str) -> Action {
 
 impl Dialect {
     /// The reply content for a thought and an action (none: the plain thought).
-    pub fn write(self, thought: &str, action: Option<&Action>) -> String {
+    pub fn write(self, thought: &str, action: Option<&Action>, tools: &ToolSet) -> String {
         let thought = thought.trim();
+        if let (Self::OpenhandsFunction, Some(a)) = (self, action) {
+            return write_function(thought, a, tools);
+        }
         let command = |a: &Action| match a {
             Action::Call { arguments, .. } => arguments
                 .get("command")
@@ -59,6 +70,7 @@ impl Dialect {
         };
         match (self, action) {
             (_, None) => thought.to_string(),
+            (Self::OpenhandsFunction, Some(_)) => unreachable_written(thought),
             (Self::MiniText, Some(a)) => {
                 let cmd = match a {
                     Action::Submit { .. } => MINI_SUBMIT.to_string(),
@@ -111,8 +123,9 @@ impl Dialect {
     }
 
     /// A past reply of the scaffold's history: its thought and action, if it had one.
-    pub fn read(self, content: &str) -> (String, Option<Action>) {
+    pub fn read(self, content: &str, tools: &ToolSet) -> (String, Option<Action>) {
         match self {
+            Self::OpenhandsFunction => read_function(content, tools),
             Self::MiniText => read_mini(content),
             Self::TerminusJson => read_terminus(content),
             Self::TerminusXml => read_terminus_xml(content),
@@ -125,10 +138,157 @@ impl Dialect {
             Self::TerminusJson | Self::TerminusXml => Some(self.write(
                 "I checked the work; the task is complete.",
                 Some(&Action::Submit { message: None }),
+                &ToolSet::empty(),
             )),
-            Self::MiniText => None,
+            Self::MiniText | Self::OpenhandsFunction => None,
         }
     }
+}
+
+/// Written above (`write_function`); kept for an exhaustive match.
+fn unreachable_written(thought: &str) -> String {
+    thought.to_string()
+}
+
+fn write_function(thought: &str, action: &Action, tools: &ToolSet) -> String {
+    let ScaffoldReply::ToolCall { name, arguments } = tools.to_scaffold(action, thought) else {
+        return thought.to_string();
+    };
+    let mut out = String::new();
+    if !thought.is_empty() {
+        out.push_str(thought);
+        out.push_str("\n\n");
+    }
+    out.push_str(&format!("<function={name}>\n"));
+    for (key, value) in &arguments {
+        let text = match value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.push_str(&format!("<parameter={key}>{text}</parameter>\n"));
+    }
+    out.push_str("</function>");
+    out
+}
+
+fn read_function(content: &str, tools: &ToolSet) -> (String, Option<Action>) {
+    let Some(start) = content.find("<function=") else {
+        return (content.trim().to_string(), None);
+    };
+    let thought = content[..start].trim().to_string();
+    let head = &content[start + "<function=".len()..];
+    let Some(name_end) = head.find('>') else {
+        return (thought, None);
+    };
+    let name = head[..name_end].trim();
+    let body_all = &head[name_end + 1..];
+    let body = body_all
+        .find("</function")
+        .map_or(body_all, |e| &body_all[..e]);
+    let mut arguments = Map::new();
+    let mut rest = body;
+    while let Some(p) = rest.find("<parameter=") {
+        let after = &rest[p + "<parameter=".len()..];
+        let Some(key_end) = after.find('>') else {
+            break;
+        };
+        let key = after[..key_end].trim().to_string();
+        let value_all = &after[key_end + 1..];
+        let end = value_all.find("</parameter>").unwrap_or(value_all.len());
+        let raw = value_all[..end]
+            .strip_prefix('\n')
+            .unwrap_or(&value_all[..end]);
+        let raw = raw.strip_suffix('\n').unwrap_or(raw);
+        let value = serde_json::from_str::<Value>(raw)
+            .ok()
+            .filter(|v| !v.is_string() && !v.is_object())
+            .unwrap_or_else(|| Value::String(raw.to_string()));
+        arguments.insert(key, value);
+        rest = &value_all[(end + "</parameter>".len()).min(value_all.len())..];
+    }
+    (thought, Some(tools.from_scaffold(name, &arguments)))
+}
+
+/// Tools described in OpenHands' text-mode system prompt: `---- BEGIN FUNCTION #N: NAME ----`
+/// blocks with `Description:` and parameter lines `(k) NAME (TYPE, required|optional): DESC`
+/// (an `Allowed values: [`a`, `b`]` line makes an enum).
+pub fn tools_from_prompt(text: &str) -> Vec<Tool> {
+    let mut tools = Vec::new();
+    for block in text.split("---- BEGIN FUNCTION #").skip(1) {
+        let Some((header, rest)) = block.split_once('\n') else {
+            continue;
+        };
+        let Some(name) = header
+            .split(':')
+            .nth(1)
+            .map(|n| n.trim().trim_end_matches('-').trim())
+        else {
+            continue;
+        };
+        let body = rest.split("---- END FUNCTION").next().unwrap_or_default();
+        let description = body
+            .split("Description:")
+            .nth(1)
+            .and_then(|d| d.split("\nParameters:").next())
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        let mut last: Option<String> = None;
+        for line in body.lines() {
+            let t = line.trim();
+            if let Some(values) = t.strip_prefix("Allowed values:") {
+                if let Some(p) = last.as_ref().and_then(|l| properties.get_mut(l)) {
+                    let list: Vec<Value> = values
+                        .trim()
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .split(',')
+                        .map(|v| {
+                            Value::from(v.trim().trim_matches('`').trim_matches('\'').to_string())
+                        })
+                        .collect();
+                    p["enum"] = Value::Array(list);
+                }
+                continue;
+            }
+            let Some(rest) = t
+                .strip_prefix('(')
+                .and_then(|r| r.split_once(')'))
+                .map(|(_, r)| r.trim())
+            else {
+                continue;
+            };
+            let Some((pname, spec)) = rest.split_once(' ') else {
+                continue;
+            };
+            let Some(spec) = spec.strip_prefix('(') else {
+                continue;
+            };
+            let Some((kinds, desc)) = spec.split_once("):") else {
+                continue;
+            };
+            let mut kinds = kinds.split(',').map(str::trim);
+            let ty = kinds.next().unwrap_or("string");
+            if kinds.next() == Some("required") {
+                required.push(Value::from(pname));
+            }
+            properties.insert(
+                pname.to_string(),
+                json!({"type": ty, "description": desc.trim()}),
+            );
+            last = Some(pname.to_string());
+        }
+        let tool = json!({"type": "function", "function": {
+            "name": name, "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required}
+        }});
+        if let Ok(t) = serde_json::from_value::<Tool>(tool) {
+            tools.push(t);
+        }
+    }
+    tools
 }
 
 fn read_mini(content: &str) -> (String, Option<Action>) {
@@ -251,21 +411,28 @@ mod tests {
                 shell("ls -la && echo '```'"),
                 Action::Submit { message: None },
             ] {
-                let content = d.write("Because.", Some(&a));
+                let content = d.write("Because.", Some(&a), &ToolSet::empty());
                 assert_eq!(
-                    d.read(&content),
+                    d.read(&content, &ToolSet::empty()),
                     ("Because.".to_string(), Some(a.clone())),
                     "{d:?} {content}"
                 );
             }
-            assert_eq!(d.read("just text"), ("just text".to_string(), None));
+            assert_eq!(
+                d.read("just text", &ToolSet::empty()),
+                ("just text".to_string(), None)
+            );
         }
     }
 
     #[test]
     fn terminus_reply_follows_its_rules() {
-        let v: Value =
-            serde_json::from_str(&Dialect::TerminusJson.write("t", Some(&shell("make")))).unwrap();
+        let v: Value = serde_json::from_str(&Dialect::TerminusJson.write(
+            "t",
+            Some(&shell("make")),
+            &ToolSet::empty(),
+        ))
+        .unwrap();
         assert_eq!(v["commands"][0]["keystrokes"], "make\n");
         assert!(v["analysis"].is_string() && v["plan"].is_string());
         assert_eq!(v["task_complete"], false);

@@ -8,6 +8,7 @@ use std::time::Instant;
 use crate::backend::{Backend, BackendCompletion, GenerationParams};
 use crate::config::{ProfileChoice, PromptConfig};
 use crate::conversation::{Action, Conversation, Example};
+use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::parse::{parse_for, Parsed};
@@ -72,7 +73,19 @@ pub fn prepare(
             .get(name)
             .map_err(|e| ProxyError::invalid(e.to_string()))?,
     };
-    let tools = ToolSet::build(profile, &request.tools);
+    // OpenHands' text mode describes its tools in the system prompt instead of `tools`.
+    let prompt_tools = match (profile.dialect, request.tools.is_empty()) {
+        (Some(Dialect::OpenhandsFunction), true) => {
+            crate::dialect::tools_from_prompt(&request.detection_text())
+        }
+        _ => Vec::new(),
+    };
+    let offered = if prompt_tools.is_empty() {
+        &request.tools
+    } else {
+        &prompt_tools
+    };
+    let tools = ToolSet::build(profile, offered);
     let mut base = Conversation::from_messages(&request.messages, &tools);
     let explicit = request.explicit_task();
     let selected = prefixes.select(

@@ -51,7 +51,7 @@ pub fn reply(
     if let Some(dialect) = tools.dialect {
         let action = parsed.outcome.as_ref().ok();
         return Reply {
-            content: Some(dialect.write(&thought, action)),
+            content: Some(dialect.write(&thought, action, tools)),
             tool_call: None,
             finish_reason: if completion.hit_length() && action.is_none() {
                 "length"

@@ -190,3 +190,51 @@ async fn side_calls_get_plain_prose() {
     assert_eq!(side["step"], 1, "the trajectory's step, not a new one");
     assert!(side["parse"].is_null());
 }
+
+/// OpenHands CodeAct without native tool calling: tools from the system prompt, replies as
+/// one `<function=NAME>` block with required parameters, nothing after it.
+#[tokio::test]
+async fn openhands_text_mode_gets_function_blocks() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look around.\n\n<bash>ls /workspace</bash>\n"),
+        Scripted::text("Done.\n\n<submit/>\n"),
+        Scripted::text("Really done.\n\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/openhands-codeact-text-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    let text = content(&r1);
+    assert!(
+        text.starts_with("Look around.\n\n<function=execute_bash>\n"),
+        "{text}"
+    );
+    assert!(text.contains("<parameter=command>ls /workspace</parameter>\n"));
+    assert!(
+        text.contains("<parameter=security_risk>LOW</parameter>\n"),
+        "required enum filled"
+    );
+    assert!(text.ends_with("</function>"), "nothing after the block");
+    let prompt = &backend.prompts()[0];
+    assert!(
+        prompt.contains("## <bash>")
+            && prompt.contains("## <str_replace_editor>")
+            && prompt.contains("## <submit>")
+    );
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": text}));
+    messages
+        .push(json!({"role": "user", "content": "EXECUTION RESULT of [execute_bash]:\nreport.py"}));
+    let (_, r2) = proxy.post(&body).await;
+    let finish = content(&r2);
+    assert!(
+        finish.contains("<function=finish>\n<parameter=message>"),
+        "{finish}"
+    );
+    assert!(backend.prompts()[1]
+        .contains("<bash>ls /workspace</bash>\n\n<observation>\nEXECUTION RESULT"));
+    assert_eq!(
+        read_trace(&proxy.trace_files()[0])[0]["data"]["profile"],
+        "openhands-codeact-text"
+    );
+}

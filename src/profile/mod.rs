@@ -17,7 +17,11 @@ use serde_json::{Map, Value};
 use crate::openai::chat::Tool;
 
 /// Built-in profiles in detection order: the most specific tool sets first.
-pub const PROFILE_ORDER: [(&str, &str); 9] = [
+pub const PROFILE_ORDER: [(&str, &str); 10] = [
+    (
+        "openhands-codeact-text",
+        include_str!("../../profiles/openhands-codeact-text.toml"),
+    ),
     (
         "terminus-2-xml",
         include_str!("../../profiles/terminus-2-xml.toml"),
@@ -251,6 +255,7 @@ mod tests {
             ("mini-swe-agent-1.json", "mini-swe-agent"),
             ("browsecomp-plus-1.json", "browsecomp-plus"),
             ("terminus-2-1.json", "terminus-2"),
+            ("openhands-codeact-text-1.json", "openhands-codeact-text"),
         ] {
             assert_eq!(
                 profiles
