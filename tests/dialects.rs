@@ -238,3 +238,58 @@ async fn openhands_text_mode_gets_function_blocks() {
         "openhands-codeact-text"
     );
 }
+
+/// Golden replies of every content dialect for the same actions.
+#[test]
+fn golden_dialect_replies() {
+    use asap_proxy::conversation::Action;
+    use asap_proxy::dialect::Dialect;
+    use asap_proxy::openai::chat::ChatCompletionRequest;
+    use asap_proxy::profile::{Profiles, ToolSet};
+    let shell = Action::Call {
+        tag: "bash".into(),
+        arguments: serde_json::Map::from_iter([(
+            "command".to_string(),
+            json!("grep -n \"total\" src/*.py | head -5"),
+        )]),
+    };
+    let submit = Action::Submit { message: None };
+    let mut out = String::new();
+    for (name, fixture) in [
+        ("mini_text", "requests/mini-swe-agent-1.json"),
+        ("terminus_json", "requests/terminus-2-1.json"),
+        ("terminus_xml", "requests/terminus-2-1.json"),
+        (
+            "openhands_function",
+            "requests/openhands-codeact-text-1.json",
+        ),
+    ] {
+        let body = fixture_json(fixture);
+        let request = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
+        let profiles = Profiles::builtin().unwrap();
+        let tools_in = if name == "openhands_function" {
+            asap_proxy::dialect::tools_from_prompt(&request.detection_text())
+        } else {
+            Vec::new()
+        };
+        let profile = match name {
+            "mini_text" => profiles.get("mini-swe-agent-text").unwrap(),
+            "terminus_json" => profiles.get("terminus-2").unwrap(),
+            "terminus_xml" => profiles.get("terminus-2-xml").unwrap(),
+            _ => profiles.get("openhands-codeact-text").unwrap(),
+        };
+        let tools = ToolSet::build(profile, &tools_in);
+        let dialect: Dialect = tools.dialect.unwrap();
+        for (label, action) in [
+            ("shell", Some(&shell)),
+            ("submit", Some(&submit)),
+            ("none", None),
+        ] {
+            out.push_str(&format!(
+                "=== {name} / {label}\n{}\n",
+                dialect.write("I check the totals.", action, &tools)
+            ));
+        }
+    }
+    insta::assert_snapshot!(out);
+}
