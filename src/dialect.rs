@@ -76,8 +76,14 @@ impl Dialect {
                     Action::Submit { .. } => MINI_SUBMIT.to_string(),
                     other => command(other).unwrap_or_default(),
                 };
-                let fence = crate::render::markdown::fence_for(&cmd);
-                format!("{thought}\n\n{fence}mswea_bash_command\n{cmd}\n{fence}")
+                // mini reads the block up to the first line starting with ```: a command
+                // with such a line cannot be written, so it goes back as a format error.
+                if cmd.starts_with("```") || cmd.contains("\n```") {
+                    return thought.to_string();
+                }
+                // Fences quoted in the thought would be a second block for mini.
+                let thought = thought.replace("```", "~~~");
+                format!("{thought}\n\n```mswea_bash_command\n{cmd}\n```")
                     .trim_start()
                     .to_string()
             }
@@ -86,6 +92,10 @@ impl Dialect {
                     Action::Submit { .. } => (String::new(), true),
                     other => {
                         let mut keys = command(other).unwrap_or_default();
+                        if keys.contains("</keystrokes") {
+                            // Raw keystrokes cannot hold their own closing tag.
+                            return thought.to_string();
+                        }
                         if !keys.ends_with('\n') {
                             keys.push('\n');
                         }
@@ -165,6 +175,10 @@ fn write_function(thought: &str, action: &Action, tools: &ToolSet) -> String {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
+        if text.contains("</parameter") || text.contains("</function") {
+            // OpenHands reads a value up to the first closing tag: not writable.
+            return thought.to_string();
+        }
         out.push_str(&format!("<parameter={key}>{text}</parameter>\n"));
     }
     out.push_str("</function>");
@@ -172,7 +186,12 @@ fn write_function(thought: &str, action: &Action, tools: &ToolSet) -> String {
 }
 
 fn read_function(content: &str, tools: &ToolSet) -> (String, Option<Action>) {
-    let Some(start) = content.find("<function=") else {
+    let start = if content.starts_with("<function=") {
+        Some(0)
+    } else {
+        content.find("\n<function=").map(|i| i + 1)
+    };
+    let Some(start) = start else {
         return (content.trim().to_string(), None);
     };
     let thought = content[..start].trim().to_string();

@@ -29,8 +29,9 @@ pub const MARKERS: [(&str, &str); 4] = [
     ),
 ];
 
-/// Stop sequences of a side call: the next turn of the transcript.
-pub const STOP: [&str; 2] = ["\nUser:", "\nSystem:"];
+/// Stop sequences of a side call: the next turn of the transcript (or a step heading a base
+/// model may borrow from the trajectory format).
+pub const STOP: [&str; 3] = ["\nUser:", "\nSystem:", "\n## Thinking"];
 
 /// The kind of side call a request is, if any.
 pub fn detect(request: &ChatCompletionRequest) -> Option<&'static str> {

@@ -183,7 +183,10 @@ async fn side_calls_get_plain_prose() {
         .as_str()
         .unwrap()
         .ends_with("\n\nAssistant:\n"));
-    assert_eq!(request["stop"], json!(["\nUser:", "\nSystem:"]));
+    assert_eq!(
+        request["stop"],
+        json!(["\nUser:", "\nSystem:", "\n## Thinking"])
+    );
     let records = read_trace(&proxy.trace_files()[0]);
     let side = &records[2]["data"];
     assert_eq!(side["side_call"], "terminus_summary");
@@ -292,4 +295,37 @@ fn golden_dialect_replies() {
         }
     }
     insta::assert_snapshot!(out);
+}
+
+#[test]
+fn actions_a_dialect_cannot_carry_become_format_errors() {
+    use asap_proxy::conversation::Action;
+    use asap_proxy::dialect::Dialect;
+    use asap_proxy::profile::ToolSet;
+    let shell = |c: &str| Action::Call {
+        tag: "bash".into(),
+        arguments: serde_json::Map::from_iter([("command".to_string(), json!(c))]),
+    };
+    let tools = ToolSet::empty();
+    let fenced = shell("cat > R.md <<'EOF'\n```python\nprint(1)\n```\nEOF");
+    assert_eq!(Dialect::MiniText.write("T.", Some(&fenced), &tools), "T.");
+    let quoted = Dialect::MiniText.write(
+        "See:\n```mswea_bash_command\nls\n```",
+        Some(&shell("pwd")),
+        &tools,
+    );
+    assert_eq!(
+        quoted.matches("```mswea_bash_command").count(),
+        1,
+        "{quoted}"
+    );
+    assert_eq!(
+        Dialect::TerminusXml.write("T.", Some(&shell("echo '</keystrokes>'")), &tools),
+        "T."
+    );
+    let (thought, action) = Dialect::OpenhandsFunction.read("Fn: <function=x> is how.", &tools);
+    assert_eq!(
+        (thought.as_str(), action),
+        ("Fn: <function=x> is how.", None)
+    );
 }
