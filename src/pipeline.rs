@@ -211,6 +211,18 @@ pub struct StepOutcome {
     pub step: usize,
 }
 
+/// Sampling from the request; its token bound capped by `--max-tokens`.
+fn generation_params(ctx: &StepContext<'_>, request: &ChatCompletionRequest) -> GenerationParams {
+    GenerationParams {
+        max_tokens: request
+            .max_tokens()
+            .map_or(ctx.max_tokens, |m| m.min(ctx.max_tokens)),
+        temperature: request.temperature,
+        top_p: request.top_p,
+        seed: request.seed,
+    }
+}
+
 fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
@@ -277,14 +289,7 @@ pub async fn run_step(
             });
         }
     }
-    let params = GenerationParams {
-        max_tokens: request
-            .max_tokens()
-            .map_or(ctx.max_tokens, |m| m.min(ctx.max_tokens)),
-        temperature: request.temperature,
-        top_p: request.top_p,
-        seed: request.seed,
-    };
+    let params = generation_params(ctx, request);
     let mut render_ms = ms_since(started);
     let mut attempt = 0;
     loop {
@@ -439,14 +444,7 @@ async fn run_side_call(
     let step = prepared.conversation.action_count();
     let mut side = prepared.clone();
     side.prompt = side_call::prompt(request);
-    let params = GenerationParams {
-        max_tokens: request
-            .max_tokens()
-            .map_or(ctx.max_tokens, |m| m.min(ctx.max_tokens)),
-        temperature: request.temperature,
-        top_p: request.top_p,
-        seed: request.seed,
-    };
+    let params = generation_params(ctx, request);
     let backend_started = Instant::now();
     let completion = ctx
         .backend

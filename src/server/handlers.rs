@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -26,10 +26,7 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ProxyError> {
-    let body = body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ProxyError::PayloadTooLarge(super::MAX_BODY_BYTES),
-        _ => ProxyError::invalid(format!("reading request body: {e}")),
-    })?;
+    let body = super::read_body(body)?;
     let mut request = ChatCompletionRequest::from_slice(&body)?;
     request.task_header = headers
         .get("x-asap-task")

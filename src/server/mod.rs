@@ -88,6 +88,16 @@ impl AppState {
     }
 }
 
+/// The request body, or the OpenAI-shaped error for one too large (413) or unreadable (400).
+pub(crate) fn read_body(
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<axum::body::Bytes, ProxyError> {
+    body.map_err(|e| match e.status() {
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE => ProxyError::PayloadTooLarge(MAX_BODY_BYTES),
+        _ => ProxyError::invalid(format!("reading request body: {e}")),
+    })
+}
+
 /// The URL without user name or password, for logs.
 fn redact_url(url: &str) -> String {
     match reqwest::Url::parse(url) {
