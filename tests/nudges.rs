@@ -5,29 +5,15 @@ use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::proxy::Proxy;
-use crate::util::{fixture_json, read_trace};
-
-fn call(resp: &Value) -> &Value {
-    &resp["choices"][0]["message"]["tool_calls"][0]
-}
-
-fn args(resp: &Value) -> Value {
-    serde_json::from_str(call(resp)["function"]["arguments"].as_str().unwrap()).unwrap()
-}
+use crate::util::{
+    arguments as args, continue_with as push_result, fixture_json, read_trace, tool_call as call,
+};
 
 /// The fields of a minted id: session, step, nudges.
 fn id_parts(resp: &Value) -> (String, String, String) {
     let id = call(resp)["id"].as_str().unwrap();
     let parts: Vec<&str> = id.trim_start_matches("call_asap_").split('_').collect();
     (parts[0].into(), parts[1].into(), parts[2].into())
-}
-
-fn push_result(body: &mut Value, resp: &Value, output: &str) {
-    let message = resp["choices"][0]["message"].clone();
-    let id = message["tool_calls"][0]["id"].clone();
-    let messages = body["messages"].as_array_mut().unwrap();
-    messages.push(message);
-    messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
 }
 
 fn steps(proxy: &Proxy) -> Vec<Value> {

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::proxy::Proxy;
-use crate::util::{fixture_json, read_trace};
+use crate::util::{arguments, continue_with, fixture_json, read_trace, tool_call};
 
 fn id_is_valid(id: &str) -> bool {
     !id.is_empty()
@@ -14,23 +14,6 @@ fn id_is_valid(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-fn tool_call(resp: &Value) -> &Value {
-    &resp["choices"][0]["message"]["tool_calls"][0]
-}
-
-fn arguments(resp: &Value) -> Value {
-    serde_json::from_str(tool_call(resp)["function"]["arguments"].as_str().unwrap()).unwrap()
-}
-
-/// Appends the assistant message of `resp` and a tool result to `body`.
-fn continue_with(body: &mut Value, resp: &Value, output: &str) {
-    let message = resp["choices"][0]["message"].clone();
-    let id = message["tool_calls"][0]["id"].clone();
-    let messages = body["messages"].as_array_mut().unwrap();
-    messages.push(message);
-    messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
 }
 
 #[tokio::test]

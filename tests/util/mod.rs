@@ -6,7 +6,7 @@ pub mod proxy;
 
 use std::path::PathBuf;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// `tests/fixtures/<rel>`.
 pub fn fixture_path(rel: &str) -> PathBuf {
@@ -28,4 +28,23 @@ pub fn read_trace(path: &std::path::Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// The first tool call of a chat completion.
+pub fn tool_call(resp: &Value) -> &Value {
+    &resp["choices"][0]["message"]["tool_calls"][0]
+}
+
+/// The parsed arguments of that tool call.
+pub fn arguments(resp: &Value) -> Value {
+    serde_json::from_str(tool_call(resp)["function"]["arguments"].as_str().unwrap()).unwrap()
+}
+
+/// Appends the assistant message of `resp` and a tool result to `body`.
+pub fn continue_with(body: &mut Value, resp: &Value, output: &str) {
+    let message = resp["choices"][0]["message"].clone();
+    let id = message["tool_calls"][0]["id"].clone();
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(message);
+    messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
 }
