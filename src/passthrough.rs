@@ -20,7 +20,7 @@ use crate::openai::chat::{ChatCompletionRequest, RAW_ARGUMENTS};
 use crate::openai::completions::Usage;
 use crate::openai::response::{FunctionOut, ToolCallOut};
 use crate::parse::{FailureClass, ParseFailure, Parsed};
-use crate::pipeline::{prepare, previous_prompt, StepContext, StepOutcome};
+use crate::pipeline::{previous_prompt, StepContext, StepOutcome};
 use crate::respond::Reply;
 use crate::session::CallId;
 use crate::trace::{StepRecord, Timings};
@@ -32,21 +32,10 @@ pub async fn run_passthrough(
     raw: &[u8],
 ) -> Result<StepOutcome, ProxyError> {
     let started = Instant::now();
-    let prepared = prepare(
-        request,
-        ctx.profiles,
-        ctx.renderer,
-        ctx.prompt_config,
-        ctx.sessions,
-        ctx.prefixes,
-    )?;
+    let prepared = ctx.prepare(request)?;
     let session = prepared.session.session.clone();
     let step = prepared.conversation.action_count();
-    let previous = if prepared.session.recovered {
-        previous_prompt(ctx, &prepared)
-    } else {
-        None
-    };
+    let previous = previous_prompt(ctx, &prepared);
     let mut body: Value = serde_json::from_slice(raw)
         .map_err(|e| ProxyError::invalid(format!("invalid request body: {e}")))?;
     if let Some(o) = body.as_object_mut() {

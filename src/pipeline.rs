@@ -203,6 +203,20 @@ pub struct StepContext<'a> {
     pub on_terminate: OnTerminate,
 }
 
+impl StepContext<'_> {
+    /// [`prepare`] with the server's profiles, templates, sessions and prefixes.
+    pub fn prepare(&self, request: &ChatCompletionRequest) -> Result<Prepared, ProxyError> {
+        prepare(
+            request,
+            self.profiles,
+            self.renderer,
+            self.prompt_config,
+            self.sessions,
+            self.prefixes,
+        )
+    }
+}
+
 /// The outcome of one step, ready to be sent in either dialect.
 #[derive(Debug, Clone)]
 pub struct StepOutcome {
@@ -236,23 +250,11 @@ pub async fn run_step(
     request: &ChatCompletionRequest,
 ) -> Result<StepOutcome, ProxyError> {
     let started = Instant::now();
-    let mut prepared = prepare(
-        request,
-        ctx.profiles,
-        ctx.renderer,
-        ctx.prompt_config,
-        ctx.sessions,
-        ctx.prefixes,
-    )?;
+    let mut prepared = ctx.prepare(request)?;
     let session = prepared.session.session.clone();
     let mut nudges = prepared.session.nudges.clone();
     let step = prepared.conversation.action_count();
-    // A new session's file must be readable on its own: its first prompt is stored whole.
-    let mut previous = if prepared.session.recovered {
-        previous_prompt(ctx, &prepared)
-    } else {
-        None
-    };
+    let mut previous = previous_prompt(ctx, &prepared);
     if let Some(kind) = side_call::detect(request) {
         return run_side_call(ctx, request, &prepared, kind, started).await;
     }
@@ -497,8 +499,12 @@ async fn run_side_call(
 
 /// The prompt of the previous request, re-rendered from the history without its last turn
 /// (nudged steps before that turn stay), so the trace can store this prompt as a delta.
-/// `None` on the first step.
+/// `None` on the first step and for a new session, whose file must be readable on its own
+/// (its first prompt is stored whole).
 pub fn previous_prompt(ctx: &StepContext<'_>, prepared: &Prepared) -> Option<String> {
+    if !prepared.session.recovered {
+        return None;
+    }
     let steps = &prepared.conversation.steps;
     let last_turn = steps.iter().rev().find(|s| s.nudge.is_none())?.turn;
     // All tool calls of one assistant message form one turn: drop them together.
