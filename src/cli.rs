@@ -27,6 +27,10 @@ pub enum Command {
     Render(RenderArgs),
     /// Reference prefixes: build them from reference trajectories.
     Prefix(PrefixArgs),
+    /// Re-render and re-parse recorded steps with the current code; report differences.
+    Replay(ReplayArgs),
+    /// Pass@k, Intersection@n and the behaviour breakdown over trace logs.
+    Report(ReportArgs),
 }
 
 /// Flags shared by `serve` and `render`: how a request is turned into a prompt.
@@ -165,6 +169,57 @@ pub struct PrefixBuildArgs {
     /// openhands-sdk, openhands-codeact for OpenHands V0).
     #[arg(long)]
     pub profile: Option<String>,
+}
+
+/// `asap-proxy replay`.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// Trace files or directories (searched recursively for `*.jsonl`).
+    #[arg(required = true)]
+    pub logs: Vec<PathBuf>,
+    /// Exit with status 1 when any step's prompt hash or parsed action differs.
+    #[arg(long)]
+    pub check: bool,
+    /// Print every step, not only the ones that differ.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// Output format of `report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// Markdown tables.
+    #[default]
+    Md,
+    /// Comma-separated rows, one table after another with a blank line between.
+    Csv,
+    /// One JSON document.
+    Json,
+}
+
+/// `asap-proxy report`.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// Trace directories or files (searched recursively for `*.jsonl`).
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Resolution results: SWE-bench harness report JSON (`resolved_ids`, `unresolved_ids`,
+    /// `empty_patch_ids`, `error_ids`), or JSONL/CSV rows of `instance_id, run, resolved`
+    /// (optional `label`); repeatable.
+    #[arg(long, num_args = 1..)]
+    pub results: Vec<String>,
+    /// k values for Pass@k (each reported where k ≤ n).
+    #[arg(long, value_delimiter = ',', default_value = "1,3,8")]
+    pub k: Vec<usize>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: ReportFormat,
+    /// Write SVG plots (Pass@k curves, behaviour bars) into this directory.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+    /// Paired comparison of two labels, aligned by task and run index.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub pair: Option<Vec<String>>,
 }
 
 #[cfg(test)]

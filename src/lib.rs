@@ -19,6 +19,8 @@ pub mod policy;
 pub mod prefix;
 pub mod profile;
 pub mod render;
+pub mod replay;
+pub mod report;
 pub mod respond;
 pub mod server;
 pub mod session;

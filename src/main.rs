@@ -31,6 +31,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => run_serve(&args),
         Command::Render(args) => run_render(&args),
         Command::Prefix(args) => run_prefix(&args),
+        Command::Replay(args) => asap_proxy::replay::run(&args),
+        Command::Report(args) => asap_proxy::report::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
