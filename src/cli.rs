@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// with an error (`error`) [default: submit].
     #[arg(long, env = "ASAP_ON_TERMINATE", value_enum)]
     pub on_terminate: Option<OnTerminate>,
+    /// Model or checkpoint label recorded in every session of the trace (what `report`
+    /// groups by) [default: each request's `model`].
+    #[arg(long, env = "ASAP_LABEL")]
+    pub label: Option<String>,
     #[command(flatten)]
     pub prompt: PromptArgs,
 }

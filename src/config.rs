@@ -45,6 +45,7 @@ pub struct FileConfig {
     pub max_unparsable: Option<usize>,
     pub loop_window: Option<usize>,
     pub on_terminate: Option<OnTerminate>,
+    pub label: Option<String>,
 }
 
 /// Which profile serves requests.
@@ -87,6 +88,9 @@ pub struct Config {
     pub limits: Limits,
     pub on_terminate: OnTerminate,
     pub mode: Mode,
+    /// Model or checkpoint label written into every session record (`--label`); `None`:
+    /// each session's request `model`.
+    pub label: Option<String>,
 }
 
 /// A configuration that cannot be used.
@@ -213,6 +217,11 @@ impl Config {
             limits,
             on_terminate: args.on_terminate.or(file.on_terminate).unwrap_or_default(),
             mode: args.mode.or(file.mode).unwrap_or_default(),
+            label: args
+                .label
+                .clone()
+                .or(file.label.clone())
+                .filter(|l| !l.trim().is_empty()),
             listen,
             backend,
             backend_model: args.backend_model.clone().or(file.backend_model.clone()),
@@ -236,6 +245,26 @@ impl Config {
                 .unwrap_or(DEFAULT_BACKEND_RETRIES),
             prompt: PromptConfig::resolve(&args.prompt, &file),
         })
+    }
+}
+
+impl Config {
+    /// Hex SHA-256 of the settings that shape prompts and decisions (profile, format, prefix
+    /// directories and K, max_tokens, termination limits, on_terminate, mode), so sessions run
+    /// under different settings can be told apart in traces.
+    pub fn digest(&self) -> String {
+        let canonical = format!(
+            "profile={:?}\nformat={}\nprefixes={:?}\nprefix_k={}\nmax_tokens={}\nlimits={:?}\non_terminate={:?}\nmode={:?}\n",
+            self.prompt.profile,
+            self.prompt.format.name(),
+            self.prompt.prefixes,
+            self.prompt.prefix_k,
+            self.max_tokens,
+            self.limits,
+            self.on_terminate,
+            self.mode,
+        );
+        crate::trace::sha256_hex(canonical.as_bytes())
     }
 }
 

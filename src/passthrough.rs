@@ -10,6 +10,7 @@
 //! the conversation rendered as the base model would see it, the reply's content as the
 //! completion text, and its tool call mapped to the neutral action.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
@@ -20,23 +21,23 @@ use crate::openai::chat::{ChatCompletionRequest, RAW_ARGUMENTS};
 use crate::openai::completions::Usage;
 use crate::openai::response::{FunctionOut, ToolCallOut};
 use crate::parse::{FailureClass, ParseFailure, Parsed};
-use crate::pipeline::{previous_prompt, StepContext, StepOutcome};
+use crate::pipeline::{new_record, previous_prompt, StepContext, StepOutcome};
 use crate::respond::Reply;
 use crate::session::CallId;
-use crate::trace::{StepRecord, Timings};
+use crate::trace::{RequestInput, Timings};
 
 /// Runs one passthrough step and writes its trace record.
 pub async fn run_passthrough(
     ctx: &StepContext<'_>,
     request: &ChatCompletionRequest,
-    raw: &[u8],
 ) -> Result<StepOutcome, ProxyError> {
     let started = Instant::now();
     let prepared = ctx.prepare(request)?;
     let session = prepared.session.session.clone();
     let step = prepared.conversation.action_count();
     let previous = previous_prompt(ctx, &prepared);
-    let mut body: Value = serde_json::from_slice(raw)
+    let input = Arc::new(RequestInput::from_request(request));
+    let mut body: Value = serde_json::from_slice(&request.raw_body)
         .map_err(|e| ProxyError::invalid(format!("invalid request body: {e}")))?;
     if let Some(o) = body.as_object_mut() {
         o.insert("stream".into(), Value::Bool(false));
@@ -46,17 +47,19 @@ pub async fn run_passthrough(
     let backend_started = Instant::now();
     let result = ctx.backend.chat(&body).await;
     let backend_ms = backend_started.elapsed().as_secs_f64() * 1e3;
-    let mut record = StepRecord::new(&session, step, 0, &prepared, previous.as_deref());
-    record.ignored_fields = request.ignored_fields();
-    record.task = (
-        request.first_user_text().to_string(),
-        request.explicit_task().map(|(id, _)| id),
+    let mut record = new_record(
+        ctx,
+        &input,
+        request,
+        step,
+        0,
+        &prepared,
+        previous.as_deref(),
     );
-    record.stream = request.is_stream();
     let (response, attempts) = match result {
         Ok(r) => r,
         Err(e) => {
-            record.error = Some(e.to_string());
+            record.set_error(&e);
             ctx.trace.write_step(&session, record).await;
             return Err(e);
         }

@@ -19,7 +19,11 @@ use crate::render::Renderer;
 use crate::respond::{self, Reply};
 use crate::session::{CallId, SessionId, SessionIndex, SessionState};
 use crate::side_call;
-use crate::trace::{NudgeRecord, StepRecord, Timings, TraceWriter};
+use std::sync::Arc;
+
+use crate::trace::{
+    NudgeRecord, RequestInput, StepDecision, StepRecord, TerminateRecord, Timings, TraceWriter,
+};
 
 /// A request turned into a prompt.
 #[derive(Debug, Clone)]
@@ -237,6 +241,29 @@ fn generation_params(ctx: &StepContext<'_>, request: &ChatCompletionRequest) -> 
     }
 }
 
+/// A trace record for a completion call of `request`.
+pub fn new_record(
+    ctx: &StepContext<'_>,
+    input: &Arc<RequestInput>,
+    request: &ChatCompletionRequest,
+    step: usize,
+    attempt: usize,
+    prepared: &Prepared,
+    previous: Option<&str>,
+) -> StepRecord {
+    let mut record = StepRecord::new(
+        step,
+        attempt,
+        prepared,
+        previous,
+        ctx.prompt_config.format.cue(),
+    );
+    record.input = Some(input.clone());
+    record.ignored_fields = request.ignored_fields();
+    record.stream = request.is_stream();
+    record
+}
+
 fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
@@ -250,13 +277,14 @@ pub async fn run_step(
     request: &ChatCompletionRequest,
 ) -> Result<StepOutcome, ProxyError> {
     let started = Instant::now();
+    let input = Arc::new(RequestInput::from_request(request));
     let mut prepared = ctx.prepare(request)?;
     let session = prepared.session.session.clone();
     let mut nudges = prepared.session.nudges.clone();
     let step = prepared.conversation.action_count();
     let mut previous = previous_prompt(ctx, &prepared);
     if let Some(kind) = side_call::detect(request) {
-        return run_side_call(ctx, request, &prepared, kind, started).await;
+        return run_side_call(ctx, request, &input, &prepared, kind, started).await;
     }
     // Terminus-2 asks to confirm a `task_complete`: the answer stays the same, with no model
     // call (the trace record has a response and no completion).
@@ -274,7 +302,15 @@ pub async fn run_step(
                 action: Some(Action::Submit { message: None }),
                 parse_error: None,
             };
-            let mut record = StepRecord::new(&session, step, 0, &prepared, previous.as_deref());
+            let mut record = new_record(
+                ctx,
+                &input,
+                request,
+                step,
+                0,
+                &prepared,
+                previous.as_deref(),
+            );
             record.set_response(&reply);
             record.timings.total_ms = ms_since(started);
             ctx.sessions.remember(
@@ -306,18 +342,20 @@ pub async fn run_step(
             )
             .await;
         let backend_ms = ms_since(attempt_started);
-        let mut record = StepRecord::new(&session, step, attempt, &prepared, previous.as_deref());
-        record.nudges_used = nudges.0.clone();
-        record.ignored_fields = request.ignored_fields();
-        record.task = (
-            request.first_user_text().to_string(),
-            request.explicit_task().map(|(id, _)| id),
+        let mut record = new_record(
+            ctx,
+            &input,
+            request,
+            step,
+            attempt,
+            &prepared,
+            previous.as_deref(),
         );
-        record.stream = request.is_stream();
+        record.nudges_used = nudges.0.clone();
         let completion: BackendCompletion = match completion {
             Ok(c) => c,
             Err(e) => {
-                record.error = Some(e.to_string());
+                record.set_error(&e);
                 record.timings = Timings {
                     render_ms,
                     backend_ms,
@@ -356,7 +394,10 @@ pub async fn run_step(
             nudges.push(kind, place);
             let nudged = policy::nudged_step(&prepared.conversation.steps, kind, &prepared.tools);
             record.set_parse(&completion, &parsed);
+            record.decision = StepDecision::Nudge;
             record.nudge = Some(NudgeRecord {
+                step,
+                attempt,
                 kind,
                 rejected: parsed.outcome.as_ref().ok().cloned(),
                 hint: nudged.observation.clone().unwrap_or_default(),
@@ -386,7 +427,17 @@ pub async fn run_step(
 
         let reply = match decision {
             Decision::Terminate(termination) => {
-                record.termination = Some(termination);
+                record.decision = StepDecision::Terminate;
+                record.termination = Some(TerminateRecord {
+                    step,
+                    attempt,
+                    termination,
+                    description: termination.describe(),
+                    on_terminate: match ctx.on_terminate {
+                        OnTerminate::Submit => "submit",
+                        OnTerminate::Error => "error",
+                    },
+                });
                 tracing::info!(%session, step, reason = termination.describe(), "trajectory terminated");
                 if ctx.on_terminate == OnTerminate::Error {
                     let error = ProxyError::Terminated(termination.describe());
@@ -438,6 +489,7 @@ pub async fn run_step(
 async fn run_side_call(
     ctx: &StepContext<'_>,
     request: &ChatCompletionRequest,
+    input: &Arc<RequestInput>,
     prepared: &Prepared,
     kind: &'static str,
     started: Instant,
@@ -457,14 +509,12 @@ async fn run_side_call(
             request.model.as_deref(),
         )
         .await;
-    let mut record = StepRecord::new(&session, step, 0, &side, None);
-    record.side_call = Some(kind);
-    record.ignored_fields = request.ignored_fields();
-    record.stream = request.is_stream();
+    let mut record = new_record(ctx, input, request, step, 0, &side, None);
+    record.kind = Some(kind);
     let completion = match completion {
         Ok(c) => c,
         Err(e) => {
-            record.error = Some(e.to_string());
+            record.set_error(&e);
             ctx.trace.write_step(&session, record).await;
             return Err(e);
         }

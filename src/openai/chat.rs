@@ -42,9 +42,27 @@ pub struct ChatCompletionRequest {
     /// The `X-ASAP-Task` header, set by the HTTP layer (not part of the body).
     #[serde(skip)]
     pub task_header: Option<String>,
+    /// The `X-ASAP-Run` header, set by the HTTP layer (not part of the body).
+    #[serde(skip)]
+    pub run_header: Option<String>,
+    /// The body as received, for the trace (set by [`ChatCompletionRequest::from_slice`]).
+    #[serde(skip)]
+    pub raw_body: bytes::Bytes,
 }
 
 impl ChatCompletionRequest {
+    /// The run index this request names (ASAP protocol: n runs per task): the `X-ASAP-Run`
+    /// header, else `metadata.run`; `None` when absent or not a non-negative integer.
+    pub fn explicit_run(&self) -> Option<usize> {
+        if let Some(run) = self.run_header.as_deref() {
+            return run.trim().parse().ok();
+        }
+        let run = self.extra.get("metadata")?.get("run")?;
+        run.as_u64()
+            .map(|r| r as usize)
+            .or_else(|| run.as_str()?.trim().parse().ok())
+    }
+
     /// The task this request names explicitly, and how: the `X-ASAP-Task` header, else
     /// `metadata.instance_id` in the body (LiteLLM forwards `metadata`; `extra_body` works too).
     pub fn explicit_task(&self) -> Option<(String, &'static str)> {
@@ -79,7 +97,15 @@ impl ChatCompletionRequest {
             .map_or("", |m| m.content.as_str())
     }
 
-    /// Decodes a request body. Errors carry the JSON path of the bad field (`messages[1].role`)
+    /// [`ChatCompletionRequest::from_slice`], keeping `body` (shared, not copied) as
+    /// `raw_body` for the trace.
+    pub fn from_bytes(body: bytes::Bytes) -> Result<Self, ProxyError> {
+        let mut request = Self::from_slice(&body)?;
+        request.raw_body = body;
+        Ok(request)
+    }
+
+    /// Decodes a request body (`raw_body` stays empty). Errors carry the JSON path of the bad field (`messages[1].role`)
     /// so the 400 tells the client exactly what is wrong.
     pub fn from_slice(body: &[u8]) -> Result<Self, ProxyError> {
         let de = &mut serde_json::Deserializer::from_slice(body);

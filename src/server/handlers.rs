@@ -27,17 +27,13 @@ pub async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ProxyError> {
     let body = super::read_body(body)?;
-    let mut request = ChatCompletionRequest::from_slice(&body)?;
-    request.task_header = headers
-        .get("x-asap-task")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let mut request = ChatCompletionRequest::from_bytes(body)?;
+    set_headers(&mut request, &headers);
     let model = request.model.clone().unwrap_or_else(|| "base-model".into());
     let id = completion_id();
     let created = now_s();
-    let raw = body.to_vec();
     if !request.is_stream() {
-        let outcome = step(state, request, raw).await?;
+        let outcome = step(state, request).await?;
         return Ok(Json(completion_object(&outcome.reply, &id, &model, created)).into_response());
     }
     let chunks = ChunkBuilder {
@@ -46,9 +42,21 @@ pub async fn chat_completions(
         created,
         include_usage: request.include_usage(),
     };
-    Ok(Sse::new(sse_stream(state, request, raw, chunks))
+    Ok(Sse::new(sse_stream(state, request, chunks))
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// Copies the headers the pipeline reads (`X-ASAP-Task`, `X-ASAP-Run`) into the request.
+pub(super) fn set_headers(request: &mut ChatCompletionRequest, headers: &HeaderMap) {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    request.task_header = header("x-asap-task");
+    request.run_header = header("x-asap-run");
 }
 
 /// Runs the step on its own task, so that a client that disconnects mid-generation does not
@@ -56,7 +64,6 @@ pub async fn chat_completions(
 pub(super) async fn step(
     state: Arc<AppState>,
     request: ChatCompletionRequest,
-    raw: Vec<u8>,
 ) -> Result<StepOutcome, ProxyError> {
     tokio::spawn(async move {
         let ctx = StepContext {
@@ -73,7 +80,7 @@ pub(super) async fn step(
         };
         match state.mode {
             Mode::Proxy => run_step(&ctx, &request).await,
-            Mode::Passthrough => run_passthrough(&ctx, &request, &raw).await,
+            Mode::Passthrough => run_passthrough(&ctx, &request).await,
         }
     })
     .await
@@ -85,12 +92,11 @@ pub(super) async fn step(
 fn sse_stream(
     state: Arc<AppState>,
     request: ChatCompletionRequest,
-    raw: Vec<u8>,
     chunks: ChunkBuilder,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let first = event(&chunks.role());
     let rest = stream::once(async move {
-        let events: Vec<Event> = match step(state, request, raw).await {
+        let events: Vec<Event> = match step(state, request).await {
             Ok(outcome) => chunks.rest(&outcome.reply).iter().map(event).collect(),
             Err(e) => {
                 tracing::error!(error = %e, "streamed request failed");

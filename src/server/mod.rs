@@ -22,7 +22,7 @@ use crate::prefix::PrefixStore;
 use crate::profile::Profiles;
 use crate::render::Renderer;
 use crate::session::{SessionIndex, DEFAULT_INDEX_CAPACITY};
-use crate::trace::TraceWriter;
+use crate::trace::{TraceSettings, TraceWriter};
 
 /// Largest accepted request body: long trajectories with big observations reach several MB.
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -73,11 +73,18 @@ impl AppState {
             renderer,
             prompt_config: config.prompt.clone(),
             backend,
-            trace: TraceWriter::new(
-                config.log_dir.clone(),
-                config.prompt.format.name().to_string(),
-                redact_url(&config.backend),
-            ),
+            trace: TraceWriter::new(TraceSettings {
+                dir: config.log_dir.clone(),
+                format: config.prompt.format.name().to_string(),
+                backend: redact_url(&config.backend),
+                label: config.label.clone(),
+                mode: match config.mode {
+                    Mode::Proxy => "proxy",
+                    Mode::Passthrough => "passthrough",
+                },
+                prefix_k: config.prompt.prefix_k,
+                config_sha256: config.digest(),
+            }),
             sessions: SessionIndex::new(DEFAULT_INDEX_CAPACITY),
             prefixes,
             max_tokens: config.max_tokens,

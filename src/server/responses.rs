@@ -30,21 +30,17 @@ pub async fn create(
     let body = super::read_body(body)?;
     let decoded = ResponsesRequest::from_slice(&body)?;
     let mut request = decoded.chat;
-    request.task_header = headers
-        .get("x-asap-task")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    request.raw_body = decoded.chat_body.into();
+    super::handlers::set_headers(&mut request, &headers);
     let model = request.model.clone().unwrap_or_else(|| "base-model".into());
     let builder = ResponseBuilder::new(model, now_s(), decoded.echo);
     if !request.is_stream() {
-        let outcome = step(state, request, decoded.chat_body).await?;
+        let outcome = step(state, request).await?;
         return Ok(Json(builder.response(&outcome.reply)).into_response());
     }
-    Ok(
-        Sse::new(sse_stream(state, request, decoded.chat_body, builder))
-            .keep_alive(KeepAlive::default())
-            .into_response(),
-    )
+    Ok(Sse::new(sse_stream(state, request, builder))
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 /// SSE: `response.created` and `response.in_progress` at once, the item events and
@@ -52,7 +48,6 @@ pub async fn create(
 fn sse_stream(
     state: Arc<AppState>,
     request: ChatCompletionRequest,
-    raw: Vec<u8>,
     builder: ResponseBuilder,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let first: Vec<Event> = builder
@@ -61,7 +56,7 @@ fn sse_stream(
         .map(|(kind, body)| event(kind, body))
         .collect();
     let rest = stream::once(async move {
-        let events: Vec<Event> = match step(state, request, raw).await {
+        let events: Vec<Event> = match step(state, request).await {
             Ok(outcome) => builder
                 .rest_events(&outcome.reply)
                 .iter()

@@ -21,13 +21,34 @@ pub fn fixture_json(rel: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// Reads a JSONL trace file into its records.
-pub fn read_trace(path: &std::path::Path) -> Vec<Value> {
+/// Reads a JSONL trace file into its records, as written.
+pub fn read_records(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// A trace's records with each `nudge` / `terminate` record merged into the record before it
+/// (as `data.nudge` / `data.termination`) and side calls marked with `data.side_call` = kind:
+/// one entry per completion call, after the session record.
+pub fn read_trace(path: &std::path::Path) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for record in read_records(path) {
+        assert_eq!(record["v"], 1, "schema version");
+        match record["type"].as_str().unwrap() {
+            "nudge" => out.last_mut().unwrap()["data"]["nudge"] = record["data"].clone(),
+            "terminate" => out.last_mut().unwrap()["data"]["termination"] = record["data"].clone(),
+            "side_call" => {
+                let mut record = record;
+                record["data"]["side_call"] = record["data"]["kind"].clone();
+                out.push(record);
+            }
+            _ => out.push(record),
+        }
+    }
+    out
 }
 
 /// The first tool call of a chat completion.

@@ -30,7 +30,7 @@
 //!   `run_ipython`, `read`, `edit`, `think`, `finish`, `browse`); its observation the event whose
 //!   `cause` is the action's `id`. Task: the first user `message` action.
 //! - **asap-proxy traces** (JSONL from [`crate::trace`]): one step per `step` record with a
-//!   `parse.action` and no `nudge` (already neutral), up to a `termination`; the thought is
+//!   `parse.action` whose `decision` is `accept` (already neutral), up to a `terminate`; the thought is
 //!   `parse.thought`; the observation is the last `<observation>` block of the prompt delta of
 //!   the next record with a higher `step`. Task: the first prompt's text between `# Task` and
 //!   `# Tools` (system text included unless the statement is tagged). Instance id: the session's `instance_id` if recorded,

@@ -6,7 +6,10 @@ use super::*;
 // asap-proxy traces
 
 pub(super) fn is_trace_record(v: &Value) -> bool {
-    matches!(str_of(v, "type"), Some("session" | "step")) && v.get("data").is_some()
+    matches!(
+        str_of(v, "type"),
+        Some("session" | "step" | "side_call" | "nudge" | "terminate")
+    ) && v.get("data").is_some()
 }
 
 pub(super) fn read_trace(records: &[Value], stem: &str) -> Trajectory {
@@ -18,6 +21,7 @@ pub(super) fn read_trace(records: &[Value], stem: &str) -> Trajectory {
         .iter()
         .filter(|r| str_of(r, "type") == Some("step"))
         .filter_map(|r| r.get("data"))
+        .filter(|r| r.get("prompt").is_some_and(Value::is_object))
         .collect();
     let delta = |r: &Value| -> String {
         r.get("prompt")
@@ -51,11 +55,14 @@ pub(super) fn read_trace(records: &[Value], stem: &str) -> Trajectory {
     let index = |r: &Value| r.get("step").and_then(Value::as_u64).unwrap_or(0);
     let mut out = Vec::new();
     for (i, r) in steps.iter().enumerate() {
-        if r.get("termination").is_some_and(|t| !t.is_null()) {
-            break;
-        }
-        if r.get("nudge").is_some_and(|n| !n.is_null()) {
-            continue;
+        // Schema v1 has `decision`; the unversioned first layout had `nudge`/`termination`.
+        let set = |key: &str| r.get(key).is_some_and(|v| !v.is_null());
+        match str_of(r, "decision") {
+            Some("terminate") => break,
+            Some("nudge" | "error") => continue,
+            _ if set("termination") => break,
+            _ if set("nudge") => continue,
+            _ => {}
         }
         let Some(action) = r
             .get("parse")

@@ -1,0 +1,279 @@
+//! Deltas that keep a session's log linear in its length (DESIGN.md "Trace log").
+//!
+//! **Prompt.** `prompt(n) = prompt(n-1)[..prefix_bytes] + delta`, where `prompt(n-1)` is the
+//! full prompt of the previous `step` record of the file (side calls are stored whole and are
+//! not part of the chain). `prefix_bytes` is 0 when the prompt is stored whole: the first
+//! step, a new process, or a prompt that does not extend the previous one.
+//!
+//! **Request.** The body the client sent is rebuilt as `rest` (every top-level field except
+//! `messages`, stored when it changes) plus `messages`: the previous record's messages
+//! truncated to `messages_from`, then the new `messages` of this record. A new message whose
+//! string `content` (≥ [`MIN_REF_BYTES`] bytes) appears verbatim in the part of this record's
+//! prompt that the prompt delta stores has its content replaced by `null` and a
+//! `content_refs` entry `{message, start, len}` (index into the new messages; byte range of
+//! the full prompt): observations are stored once, not twice. Headers the proxy reads
+//! (`x-asap-task`, `x-asap-run`) are stored in `headers` when they change. A record of a
+//! request already stored (an attempt after a nudge) has no `request`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::{sha256_hex, PromptRecord, RequestInput};
+
+/// Shortest message content worth replacing by a reference into the prompt, bytes.
+pub const MIN_REF_BYTES: usize = 64;
+
+/// A message content stored as a byte range of the record's full prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContentRef {
+    /// Index into the record's new `messages`.
+    pub message: usize,
+    /// Byte offset into the full prompt.
+    pub start: usize,
+    /// Length, bytes.
+    pub len: usize,
+}
+
+/// The request of a record, as a delta against the previous record's.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestDelta {
+    /// Messages of the previous request kept (a prefix of it).
+    pub messages_from: usize,
+    /// Messages appended after those.
+    pub messages: Vec<Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub content_refs: Vec<ContentRef>,
+    /// Every top-level field but `messages`, when it differs from the previous request's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rest: Option<Box<RawValue>>,
+    /// Headers the proxy reads, when they differ from the previous request's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+type Digest16 = [u8; 16];
+
+fn digest16(bytes: &[u8]) -> Digest16 {
+    let full = Sha256::digest(bytes);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+/// The writer's memory of the last request of a session.
+#[derive(Debug, Default)]
+pub struct DeltaState {
+    messages: Vec<Digest16>,
+    rest: Option<Digest16>,
+    headers: BTreeMap<String, String>,
+    known: bool,
+}
+
+impl DeltaState {
+    /// Whether a record of this session was written by this process since the state was made.
+    pub fn is_known(&self) -> bool {
+        self.known
+    }
+
+    /// Marks the state as describing the file's last record.
+    pub fn mark_known(&mut self) {
+        self.known = true;
+    }
+
+    /// The delta of `input` against the last request, and the state moved to `input`.
+    /// `prompt` is the record's full prompt and `stored_from` where its stored delta begins.
+    /// `None` when the request equals the last one (or its body is not a JSON object).
+    pub fn request_delta(
+        &mut self,
+        input: &RequestInput,
+        prompt: &str,
+        stored_from: usize,
+    ) -> Option<RequestDelta> {
+        let top: BTreeMap<String, &RawValue> = serde_json::from_slice(&input.body).ok()?;
+        let messages: Vec<&RawValue> = top
+            .get("messages")
+            .and_then(|m| serde_json::from_str(m.get()).ok())
+            .unwrap_or_default();
+        let digests: Vec<Digest16> = messages
+            .iter()
+            .map(|m| digest16(m.get().as_bytes()))
+            .collect();
+        let kept = self
+            .messages
+            .iter()
+            .zip(&digests)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let kept = if self.known { kept } else { 0 };
+        let rest: BTreeMap<&String, &&RawValue> = top
+            .iter()
+            .filter(|(k, _)| k.as_str() != "messages")
+            .collect();
+        let rest_json = serde_json::to_string(&rest).ok()?;
+        let rest_digest = digest16(rest_json.as_bytes());
+        let mut headers = BTreeMap::new();
+        if let Some(task) = &input.task_header {
+            headers.insert("x-asap-task".to_string(), task.clone());
+        }
+        if let Some(run) = &input.run_header {
+            headers.insert("x-asap-run".to_string(), run.clone());
+        }
+        let unchanged = self.known
+            && kept == digests.len()
+            && kept == self.messages.len()
+            && self.rest == Some(rest_digest)
+            && self.headers == headers;
+        let headers_changed = !self.known || self.headers != headers;
+        let rest_changed = !self.known || self.rest != Some(rest_digest);
+        self.messages = digests;
+        self.rest = Some(rest_digest);
+        self.headers = headers.clone();
+        self.known = true;
+        if unchanged {
+            return None;
+        }
+        let searchable = prompt.get(stored_from..).unwrap_or_default();
+        let mut new_messages = Vec::with_capacity(messages.len() - kept);
+        let mut content_refs = Vec::new();
+        for (i, raw) in messages[kept..].iter().enumerate() {
+            let mut message: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+            if let Some(content) = message.get("content").and_then(Value::as_str) {
+                if content.len() >= MIN_REF_BYTES {
+                    if let Some(at) = searchable.find(content) {
+                        content_refs.push(ContentRef {
+                            message: i,
+                            start: stored_from + at,
+                            len: content.len(),
+                        });
+                        message["content"] = Value::Null;
+                    }
+                }
+            }
+            new_messages.push(message);
+        }
+        Some(RequestDelta {
+            messages_from: kept,
+            messages: new_messages,
+            content_refs,
+            rest: rest_changed
+                .then(|| serde_json::value::to_raw_value(&rest).ok())
+                .flatten(),
+            headers: headers_changed.then_some(headers),
+        })
+    }
+}
+
+/// The prompt record of `prompt`: a delta against `previous` (the previous request's prompt
+/// without `cue`) when `previous + cue` is the last prompt stored (`last_sha256`), else whole.
+pub fn prompt_record(
+    prompt: &str,
+    previous: Option<&str>,
+    cue: &str,
+    last_sha256: Option<&str>,
+) -> PromptRecord {
+    let prefix_bytes = match (previous, last_sha256) {
+        (Some(previous), Some(last)) if prompt.starts_with(previous) => {
+            let mut hasher = Sha256::new();
+            hasher.update(previous.as_bytes());
+            hasher.update(cue.as_bytes());
+            if format!("{:x}", hasher.finalize()) == last {
+                previous.len()
+            } else {
+                0
+            }
+        }
+        _ => 0,
+    };
+    PromptRecord {
+        prefix_bytes,
+        delta: prompt[prefix_bytes..].to_string(),
+        sha256: sha256_hex(prompt.as_bytes()),
+        bytes: prompt.len(),
+    }
+}
+
+/// The reader's state: the last request and prompt of a file, rebuilt record by record.
+#[derive(Debug, Default, Clone)]
+pub struct RequestState {
+    messages: Vec<Value>,
+    rest: Map<String, Value>,
+    headers: BTreeMap<String, String>,
+    seen: bool,
+}
+
+/// The stored form of [`RequestDelta`], for reading.
+#[derive(Debug, Deserialize)]
+struct StoredDelta {
+    messages_from: usize,
+    #[serde(default)]
+    messages: Vec<Value>,
+    #[serde(default)]
+    content_refs: Vec<ContentRef>,
+    #[serde(default)]
+    rest: Option<Map<String, Value>>,
+    #[serde(default)]
+    headers: Option<BTreeMap<String, String>>,
+}
+
+impl RequestState {
+    /// Applies a record's `request` delta; `prompt` is the record's full prompt.
+    ///
+    /// Errors: a malformed delta, or one that refers past the stored messages or prompt.
+    pub fn apply(&mut self, delta: &Value, prompt: &str) -> Result<(), String> {
+        let delta: StoredDelta =
+            serde_json::from_value(delta.clone()).map_err(|e| format!("request delta: {e}"))?;
+        if delta.messages_from > self.messages.len() {
+            return Err(format!(
+                "request delta keeps {} messages of {}",
+                delta.messages_from,
+                self.messages.len()
+            ));
+        }
+        let mut messages = delta.messages;
+        for r in &delta.content_refs {
+            let text = prompt
+                .get(r.start..r.start + r.len)
+                .ok_or_else(|| format!("content ref {}..+{} outside the prompt", r.start, r.len))?;
+            let message = messages
+                .get_mut(r.message)
+                .ok_or_else(|| format!("content ref to message {} of a delta", r.message))?;
+            message["content"] = Value::String(text.to_string());
+        }
+        self.messages.truncate(delta.messages_from);
+        self.messages.extend(messages);
+        if let Some(rest) = delta.rest {
+            self.rest = rest;
+        }
+        if let Some(headers) = delta.headers {
+            self.headers = headers;
+        }
+        self.seen = true;
+        Ok(())
+    }
+
+    /// Whether any request was read yet.
+    pub fn is_known(&self) -> bool {
+        self.seen
+    }
+
+    /// The full request body.
+    pub fn body(&self) -> Value {
+        let mut body = self.rest.clone();
+        body.insert("messages".into(), Value::Array(self.messages.clone()));
+        Value::Object(body)
+    }
+
+    /// The messages of the request.
+    pub fn messages(&self) -> &[Value] {
+        &self.messages
+    }
+
+    /// A header the proxy read (`x-asap-task`, `x-asap-run`).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}

@@ -1,0 +1,584 @@
+//! Trace log: one JSONL file per session, `{log_dir}/{session}.jsonl`; the full contract is
+//! `docs/trace-format.md` (schema version [`SCHEMA_VERSION`]).
+//!
+//! Every line is one [`Envelope`]: `{"v": 1, "type": …, "session": …, "time_ms": …, "data":
+//! {…}}`. Types, in the order they appear:
+//! - `session` ([`SessionRecord`]): first line of a file: task, run index, label, profile,
+//!   format, prefix, backend, config digest.
+//! - `step` ([`StepRecord`]): one completion call: the request as a delta, the prompt as a
+//!   delta, the raw completion, the parse, the decision, the response, timings.
+//! - `nudge` ([`NudgeRecord`]): follows the `step` whose output a nudge rejected.
+//! - `terminate` ([`TerminateRecord`]): follows the `step` with which a rule ended the
+//!   trajectory.
+//! - `side_call` ([`StepRecord`] with `kind`): a summary or question request served as prose.
+//!
+//! Durability: every record is serialised whole and appended with one `write` on an
+//! `O_APPEND` descriptor, so concurrent writers never interleave lines and a `kill -9` loses
+//! at most the records in flight; a reader skips a torn last line ([`read`]). API keys are
+//! never written.
+//!
+//! Size: prompts and requests are stored as deltas (see [`delta`]), so a 100-step log grows
+//! linearly with the trajectory, not quadratically.
+
+pub mod delta;
+pub mod read;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::backend::BackendCompletion;
+use crate::conversation::Action;
+use crate::openai::response::ToolCallOut;
+use crate::parse::{ParseFailure, Parsed};
+use crate::pipeline::{PrefixInfo, Prepared};
+use crate::policy::Termination;
+use crate::respond::Reply;
+use crate::session::{NudgeKind, SessionId};
+
+/// Version of the record layout; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Sessions whose delta state the writer keeps; past this the state is dropped and the next
+/// record of a dropped session stores its request and prompt whole (still valid, just larger).
+const CACHED_SESSIONS: usize = 65_536;
+
+/// The line format shared by all records.
+#[derive(Debug, Serialize)]
+pub struct Envelope<'a, T: Serialize> {
+    /// [`SCHEMA_VERSION`].
+    pub v: u32,
+    /// `session`, `step`, `nudge`, `terminate` or `side_call`.
+    pub r#type: &'static str,
+    /// Session id (also the file's stem).
+    pub session: &'a str,
+    /// Unix time of the write, milliseconds.
+    pub time_ms: u64,
+    pub data: &'a T,
+}
+
+/// Where a session's run index came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunSource {
+    /// The client's `X-ASAP-Run` header (or `metadata.run`).
+    Header,
+    /// Order of sessions for the same task and label within this proxy process; `report`
+    /// renumbers these by start time across all files.
+    Order,
+}
+
+/// First record of a session file.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionRecord {
+    /// `instance_id` of the task: the request's explicit id (`X-ASAP-Task`,
+    /// `metadata.instance_id`), else the id of the prefix matched by task-text fingerprint.
+    pub instance_id: Option<String>,
+    /// Task key used for grouping: `instance_id`, else `task-` and 12 hex digits of the
+    /// SHA-256 of `task_text`.
+    pub task: String,
+    /// The first user message of the session's first request.
+    pub task_text: String,
+    /// Run index of this session for (task, label), 0-based.
+    pub run: usize,
+    pub run_source: RunSource,
+    /// Model or checkpoint label: `serve --label`, else the request's `model`.
+    pub label: String,
+    /// The request's `model` field.
+    pub model: Option<String>,
+    pub profile: String,
+    pub format: String,
+    /// `proxy` or `passthrough`.
+    pub mode: &'static str,
+    /// The reference prefix rendered (id, how it matched, K), if any.
+    pub prefix: Option<PrefixInfo>,
+    /// Configured K (`--prefix-k`).
+    pub prefix_k: usize,
+    /// Backend URL without credentials.
+    pub backend: String,
+    /// SHA-256 of the settings that shape prompts and decisions (see `docs/trace-format.md`).
+    pub config_sha256: String,
+    pub proxy_version: &'static str,
+}
+
+/// The prompt of a step, as a delta against the previous step's (see [`delta`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptRecord {
+    /// Bytes of the previous step's full prompt this prompt starts with (0: stored whole).
+    pub prefix_bytes: usize,
+    /// The rest of the prompt.
+    pub delta: String,
+    /// Hex SHA-256 of the full prompt.
+    pub sha256: String,
+    /// Length of the full prompt, bytes.
+    pub bytes: usize,
+}
+
+/// What the parser made of the completion.
+#[derive(Debug, Clone, Serialize)]
+pub struct ParseRecord {
+    pub thought: String,
+    pub action: Option<Action>,
+    pub error: Option<ParseFailure>,
+    /// Bytes of the completion after the action that were dropped.
+    pub dropped_bytes: usize,
+    pub notes: Vec<String>,
+}
+
+/// A rejected output: the nudge, the action it rejected, the hint shown.
+#[derive(Debug, Clone, Serialize)]
+pub struct NudgeRecord {
+    pub step: usize,
+    pub attempt: usize,
+    pub kind: NudgeKind,
+    pub rejected: Option<Action>,
+    pub hint: String,
+}
+
+/// A rule ended the trajectory.
+#[derive(Debug, Clone, Serialize)]
+pub struct TerminateRecord {
+    pub step: usize,
+    pub attempt: usize,
+    /// `reason` (snake_case) and the rule's parameter, e.g. `{"reason": "step_cap",
+    /// "max_steps": 100}`.
+    #[serde(flatten)]
+    pub termination: Termination,
+    /// One-line explanation.
+    pub description: String,
+    /// `submit` (the finish action was sent) or `error` (HTTP 400 `trajectory_terminated`).
+    pub on_terminate: &'static str,
+}
+
+/// What was sent to the client.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResponseRecord {
+    pub content: Option<String>,
+    pub tool_call: Option<ToolCallOut>,
+    pub finish_reason: &'static str,
+}
+
+/// Milliseconds spent per stage.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    pub render_ms: f64,
+    pub backend_ms: f64,
+    pub parse_ms: f64,
+    /// From the start of the request's processing to this record.
+    pub total_ms: f64,
+}
+
+/// What the policy decided about a step's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepDecision {
+    /// Sent to the scaffold.
+    #[default]
+    Accept,
+    /// Rejected with a nudge and generated again (a `nudge` record follows).
+    Nudge,
+    /// Ended the trajectory (a `terminate` record follows).
+    Terminate,
+    /// The step failed; `error` says why.
+    Error,
+}
+
+/// The request a record belongs to, as received (for the request delta and the session
+/// record; never serialised itself).
+#[derive(Debug, Clone, Default)]
+pub struct RequestInput {
+    /// The body as received (JSON).
+    pub body: bytes::Bytes,
+    /// `X-ASAP-Task` header.
+    pub task_header: Option<String>,
+    /// `X-ASAP-Run` header.
+    pub run_header: Option<String>,
+    /// `model` of the body.
+    pub model: Option<String>,
+    /// First user message.
+    pub task_text: String,
+    /// Explicit task id (header or metadata).
+    pub instance_id: Option<String>,
+    /// Run index given by the client (header or `metadata.run`).
+    pub run: Option<usize>,
+}
+
+/// One completion call (`step`), or a side call (`side_call`, with `kind`).
+#[derive(Debug, Clone, Serialize)]
+pub struct StepRecord {
+    /// 0-based step index: actions in the history (a requery of a failed turn keeps it).
+    pub step: usize,
+    /// Completion call within the request: 0, then 1 and 2 after nudges.
+    pub attempt: usize,
+    /// Side calls only: `summary` or `question`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub profile: String,
+    /// The client asked for SSE.
+    pub stream: bool,
+    pub decision: StepDecision,
+    /// Top-level request fields the proxy did not interpret.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ignored_fields: Vec<String>,
+    /// The request as a delta against the previous record's; absent on records of a request
+    /// already stored (attempts after a nudge).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<delta::RequestDelta>,
+    /// Filled by the writer from [`StepRecord::full_prompt`].
+    pub prompt: Option<PromptRecord>,
+    /// The backend's answer; its `finish_reason` is the backend's, not the one sent.
+    pub completion: Option<BackendCompletion>,
+    pub parse: Option<ParseRecord>,
+    pub response: Option<ResponseRecord>,
+    /// Nudges used in the session before this completion, in order: kind and place.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nudges_used: Vec<(NudgeKind, usize)>,
+    /// The error returned to the client, when the step failed.
+    pub error: Option<String>,
+    pub timings: Timings,
+
+    /// The full prompt sent (stored as a delta by the writer).
+    #[serde(skip)]
+    pub full_prompt: String,
+    /// The previous request's prompt as re-rendered (without the trailing cue): the base the
+    /// delta is computed against when it matches what was stored last.
+    #[serde(skip)]
+    pub previous_prompt: Option<String>,
+    /// The request (stored as a delta by the writer).
+    #[serde(skip)]
+    pub input: Option<Arc<RequestInput>>,
+    /// The reference prefix rendered, for the session record.
+    #[serde(skip)]
+    pub prefix: Option<PrefixInfo>,
+    /// Set on a nudge: written as a `nudge` record after this one.
+    #[serde(skip)]
+    pub nudge: Option<NudgeRecord>,
+    /// Set on a termination: written as a `terminate` record after this one.
+    #[serde(skip)]
+    pub termination: Option<TerminateRecord>,
+    /// The format's cue (`## Thinking\n`), which previous prompts are stored without.
+    #[serde(skip)]
+    pub cue: &'static str,
+}
+
+/// Unix time, milliseconds.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+impl StepRecord {
+    /// A record for a prepared step; `previous_prompt` is the prior request's prompt without
+    /// the trailing cue.
+    pub fn new(
+        step: usize,
+        attempt: usize,
+        prepared: &Prepared,
+        previous_prompt: Option<&str>,
+        cue: &'static str,
+    ) -> Self {
+        Self {
+            step,
+            attempt,
+            kind: None,
+            profile: prepared.tools.profile.clone(),
+            stream: false,
+            decision: StepDecision::Accept,
+            ignored_fields: Vec::new(),
+            request: None,
+            prompt: None,
+            completion: None,
+            parse: None,
+            response: None,
+            nudges_used: prepared.session.nudges.0.clone(),
+            error: None,
+            timings: Timings::default(),
+            full_prompt: prepared.prompt.clone(),
+            previous_prompt: previous_prompt.map(str::to_string),
+            input: None,
+            prefix: prepared.prefix.clone(),
+            nudge: None,
+            termination: None,
+            cue,
+        }
+    }
+
+    /// Fills the completion and parse parts.
+    pub fn set_parse(&mut self, completion: &BackendCompletion, parsed: &Parsed) {
+        self.completion = Some(completion.clone());
+        self.parse = Some(ParseRecord {
+            thought: parsed.thought.clone(),
+            action: parsed.outcome.as_ref().ok().cloned(),
+            error: parsed.outcome.as_ref().err().cloned(),
+            dropped_bytes: parsed.dropped_bytes,
+            notes: parsed.notes.clone(),
+        });
+    }
+
+    /// Fills the response part only (a reply made without calling the model).
+    pub fn set_response(&mut self, reply: &Reply) {
+        self.response = Some(ResponseRecord {
+            content: reply.content.clone(),
+            tool_call: reply.tool_call.clone(),
+            finish_reason: reply.finish_reason,
+        });
+    }
+
+    /// Fills the completion, parse and response parts.
+    pub fn set_completion(
+        &mut self,
+        completion: &BackendCompletion,
+        parsed: &Parsed,
+        reply: &Reply,
+    ) {
+        self.set_parse(completion, parsed);
+        self.set_response(reply);
+    }
+
+    /// Marks the step failed with `error`.
+    pub fn set_error(&mut self, error: &impl std::fmt::Display) {
+        self.error = Some(error.to_string());
+        self.decision = StepDecision::Error;
+    }
+}
+
+/// Settings recorded in every session record.
+#[derive(Debug, Clone, Default)]
+pub struct TraceSettings {
+    pub dir: PathBuf,
+    pub format: String,
+    /// Backend URL without credentials.
+    pub backend: String,
+    /// `serve --label`.
+    pub label: Option<String>,
+    pub mode: &'static str,
+    pub prefix_k: usize,
+    /// See [`SessionRecord::config_sha256`].
+    pub config_sha256: String,
+}
+
+/// What the writer remembers of a session between records (for deltas).
+#[derive(Debug, Default)]
+struct SessionCache {
+    delta: delta::DeltaState,
+    /// SHA-256 of the full prompt of the last `step` record written.
+    prompt_sha256: Option<String>,
+}
+
+/// Writes trace records; cheap to share.
+#[derive(Debug, Clone)]
+pub struct TraceWriter {
+    settings: Arc<TraceSettings>,
+    sessions: Arc<Mutex<HashMap<String, Arc<Mutex<SessionCache>>>>>,
+    /// Next run index per (task, label) (run source `order`).
+    runs: Arc<Mutex<HashMap<(String, String), usize>>>,
+}
+
+impl TraceWriter {
+    /// Writer into `settings.dir` (created on first write).
+    pub fn new(settings: TraceSettings) -> Self {
+        Self {
+            settings: Arc::new(settings),
+            sessions: Arc::default(),
+            runs: Arc::default(),
+        }
+    }
+
+    /// The file of a session.
+    pub fn path(&self, session: &SessionId) -> PathBuf {
+        self.settings.dir.join(format!("{session}.jsonl"))
+    }
+
+    /// Appends a step record (the session record first, for a new file; a `nudge` or
+    /// `terminate` record after it when set). Failures are logged, never returned: a full
+    /// disk must not fail the scaffold's request.
+    pub async fn write_step(&self, session: &SessionId, record: StepRecord) {
+        let writer = self.clone();
+        let session = session.clone();
+        let result =
+            tokio::task::spawn_blocking(move || writer.write_blocking(&session, record)).await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, dir = %self.settings.dir.display(), "writing trace record failed")
+            }
+            Err(e) => tracing::error!(error = %e, "trace writer task failed"),
+        }
+    }
+
+    fn cache(&self, session: &SessionId) -> Arc<Mutex<SessionCache>> {
+        let mut sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if sessions.len() >= CACHED_SESSIONS && !sessions.contains_key(session.as_str()) {
+            sessions.clear();
+        }
+        sessions.entry(session.to_string()).or_default().clone()
+    }
+
+    fn next_run(&self, task: &str, label: &str) -> usize {
+        let mut runs = self
+            .runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let next = runs
+            .entry((task.to_string(), label.to_string()))
+            .or_insert(0);
+        *next += 1;
+        *next - 1
+    }
+
+    fn session_record(&self, record: &StepRecord) -> SessionRecord {
+        let input = record.input.as_deref().cloned().unwrap_or_default();
+        let instance_id = input.instance_id.clone().or_else(|| {
+            record
+                .prefix
+                .as_ref()
+                .filter(|p| p.matched_by == "fingerprint")
+                .map(|p| p.id.clone())
+        });
+        let task = instance_id
+            .clone()
+            .unwrap_or_else(|| format!("task-{}", &sha256_hex(input.task_text.as_bytes())[..12]));
+        let label = self
+            .settings
+            .label
+            .clone()
+            .or_else(|| input.model.clone())
+            .unwrap_or_else(|| "unknown".into());
+        let (run, run_source) = match input.run {
+            Some(run) => (run, RunSource::Header),
+            None => (self.next_run(&task, &label), RunSource::Order),
+        };
+        SessionRecord {
+            instance_id,
+            task,
+            task_text: input.task_text,
+            run,
+            run_source,
+            label,
+            model: input.model,
+            profile: record.profile.clone(),
+            format: self.settings.format.clone(),
+            mode: self.settings.mode,
+            prefix: record.prefix.clone(),
+            prefix_k: self.settings.prefix_k,
+            backend: self.settings.backend.clone(),
+            config_sha256: self.settings.config_sha256.clone(),
+            proxy_version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+
+    fn write_blocking(&self, session: &SessionId, mut record: StepRecord) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.settings.dir)?;
+        let path = self.path(session);
+        let cache = self.cache(session);
+        let mut cache = cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let fresh = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .is_ok();
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
+        if fresh {
+            *cache = SessionCache::default();
+            let header = self.session_record(&record);
+            write_line(&mut file, session, "session", &header)?;
+        } else if !cache.delta.is_known() {
+            // A file from before a restart (or dropped from the cache): end a torn last line
+            // so the next record starts on its own line.
+            if !ends_with_newline(&path)? {
+                file.write_all(b"\n")?;
+            }
+        }
+        let side_call = record.kind.is_some();
+        let prompt = delta::prompt_record(
+            &record.full_prompt,
+            record.previous_prompt.as_deref(),
+            record.cue,
+            if side_call {
+                None
+            } else {
+                cache.prompt_sha256.as_deref()
+            },
+        );
+        record.request = record.input.as_deref().and_then(|input| {
+            cache
+                .delta
+                .request_delta(input, &record.full_prompt, prompt.prefix_bytes)
+        });
+        cache.delta.mark_known();
+        if !side_call {
+            cache.prompt_sha256 = Some(prompt.sha256.clone());
+        }
+        record.prompt = Some(prompt);
+        let kind = if side_call { "side_call" } else { "step" };
+        write_line(&mut file, session, kind, &record)?;
+        if let Some(nudge) = &record.nudge {
+            write_line(&mut file, session, "nudge", nudge)?;
+        }
+        if let Some(termination) = &record.termination {
+            write_line(&mut file, session, "terminate", termination)?;
+        }
+        Ok(())
+    }
+}
+
+/// Serialises one envelope and appends it with a single `write`.
+fn write_line<T: Serialize>(
+    file: &mut std::fs::File,
+    session: &SessionId,
+    kind: &'static str,
+    data: &T,
+) -> std::io::Result<()> {
+    let mut buf = serde_json::to_vec(&Envelope {
+        v: SCHEMA_VERSION,
+        r#type: kind,
+        session: session.as_str(),
+        time_ms: unix_ms(),
+        data,
+    })?;
+    buf.push(b'\n');
+    file.write_all(&buf)
+}
+
+fn ends_with_newline(path: &std::path::Path) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(true);
+    }
+    file.seek(SeekFrom::Start(len - 1))?;
+    let mut last = [0u8; 1];
+    file.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
+}
+
+impl RequestInput {
+    /// What the trace needs of a request (the body is shared, not copied).
+    pub fn from_request(request: &crate::openai::chat::ChatCompletionRequest) -> Self {
+        Self {
+            body: request.raw_body.clone(),
+            task_header: request.task_header.clone(),
+            run_header: request.run_header.clone(),
+            model: request.model.clone(),
+            task_text: request.first_user_text().to_string(),
+            instance_id: request.explicit_task().map(|(id, _)| id),
+            run: request.explicit_run(),
+        }
+    }
+}

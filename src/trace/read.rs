@@ -1,0 +1,217 @@
+//! Reading trace files: envelopes in file order, with each step's full prompt and request
+//! rebuilt from the deltas ([`super::delta`]).
+//!
+//! A last line without its newline is a write cut short by a crash: it is skipped and
+//! reported in [`TraceReader::torn_tail`]. Other lines that are not valid records are skipped
+//! and listed in [`TraceReader::invalid_lines`] (1-based), so one bad line never hides a
+//! session.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::delta::RequestState;
+use super::{sha256_hex, SCHEMA_VERSION};
+
+/// Errors reading a trace file.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("reading {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// One record: its envelope fields and `data`.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// `session`, `step`, `nudge`, `terminate`, `side_call`.
+    pub kind: String,
+    /// 1-based line number in the file.
+    pub line: usize,
+    pub time_ms: u64,
+    pub data: Value,
+}
+
+impl Record {
+    /// `data[key]` as a string.
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.data.get(key).and_then(Value::as_str)
+    }
+
+    /// `data[key]` as an unsigned integer.
+    pub fn u64(&self, key: &str) -> Option<u64> {
+        self.data.get(key).and_then(Value::as_u64)
+    }
+}
+
+/// Reads one session file record by record.
+#[derive(Debug)]
+pub struct TraceReader {
+    path: PathBuf,
+    records: std::vec::IntoIter<Record>,
+    /// The full prompt of the last `step` record (the base of the next prompt delta).
+    chain: String,
+    /// The full prompt of the last side call, when the last prompt-bearing record was one.
+    side_prompt: Option<String>,
+    request: RequestState,
+    invalid_lines: Vec<usize>,
+    torn_tail: bool,
+    session: Option<Record>,
+}
+
+impl TraceReader {
+    /// Opens and splits a file.
+    ///
+    /// Errors: the file cannot be read, or a record has a newer schema version.
+    pub fn open(path: &Path) -> Result<Self, ReadError> {
+        let bytes = std::fs::read(path).map_err(|source| ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_bytes(path, &bytes)
+    }
+
+    /// As [`TraceReader::open`], from the file's bytes.
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self, ReadError> {
+        let mut records = Vec::new();
+        let mut invalid_lines = Vec::new();
+        let mut torn_tail = false;
+        let complete = bytes.ends_with(b"\n");
+        let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+        let last = lines.len().saturating_sub(1);
+        for (i, line) in lines.iter().enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match parse_envelope(line) {
+                Some(Ok(record)) => records.push(Record {
+                    line: i + 1,
+                    ..record
+                }),
+                Some(Err(v)) => {
+                    return Err(ReadError::Invalid {
+                        path: path.to_path_buf(),
+                        line: i + 1,
+                        message: format!(
+                            "schema version {v} is newer than this reader's {SCHEMA_VERSION}"
+                        ),
+                    })
+                }
+                None if i == last && !complete => torn_tail = true,
+                None => invalid_lines.push(i + 1),
+            }
+        }
+        let session = records.iter().find(|r| r.kind == "session").cloned();
+        Ok(Self {
+            path: path.to_path_buf(),
+            records: records.into_iter(),
+            chain: String::new(),
+            side_prompt: None,
+            request: RequestState::default(),
+            invalid_lines,
+            torn_tail,
+            session,
+        })
+    }
+
+    /// The file's `session` record, if it has one.
+    pub fn session(&self) -> Option<&Record> {
+        self.session.as_ref()
+    }
+
+    /// Lines skipped as invalid (1-based), not counting a torn last line.
+    pub fn invalid_lines(&self) -> &[usize] {
+        &self.invalid_lines
+    }
+
+    /// Whether the last line was cut short (skipped).
+    pub fn torn_tail(&self) -> bool {
+        self.torn_tail
+    }
+
+    /// The full prompt of the last `step` or `side_call` record returned.
+    pub fn prompt(&self) -> &str {
+        self.side_prompt.as_deref().unwrap_or(&self.chain)
+    }
+
+    /// The request of the last record returned that carries one (rebuilt).
+    pub fn request(&self) -> &RequestState {
+        &self.request
+    }
+
+    /// The next record; for `step` and `side_call` records the prompt and request are
+    /// rebuilt first (see [`TraceReader::prompt`], [`TraceReader::request`]).
+    ///
+    /// Errors: a delta that does not apply, or a prompt whose SHA-256 does not match.
+    pub fn next_record(&mut self) -> Option<Result<Record, ReadError>> {
+        let record = self.records.next()?;
+        if record.kind == "step" || record.kind == "side_call" {
+            if let Err(message) = self.rebuild(&record) {
+                return Some(Err(ReadError::Invalid {
+                    path: self.path.clone(),
+                    line: record.line,
+                    message,
+                }));
+            }
+        }
+        Some(Ok(record))
+    }
+
+    fn rebuild(&mut self, record: &Record) -> Result<(), String> {
+        let Some(prompt) = record.data.get("prompt").filter(|p| p.is_object()) else {
+            return Ok(());
+        };
+        let prefix_bytes = prompt
+            .get("prefix_bytes")
+            .and_then(Value::as_u64)
+            .unwrap_or(0) as usize;
+        let delta = prompt.get("delta").and_then(Value::as_str).unwrap_or("");
+        let base = self.chain.get(..prefix_bytes).ok_or_else(|| {
+            format!("prompt delta keeps {prefix_bytes} bytes of a shorter prompt")
+        })?;
+        let full = format!("{base}{delta}");
+        if let Some(expected) = prompt.get("sha256").and_then(Value::as_str) {
+            if sha256_hex(full.as_bytes()) != expected {
+                return Err("rebuilt prompt does not match its sha256".into());
+            }
+        }
+        if record.kind == "step" {
+            self.chain = full;
+            self.side_prompt = None;
+        } else {
+            self.side_prompt = Some(full);
+        }
+        if let Some(request) = record.data.get("request").filter(|r| r.is_object()) {
+            let prompt = self.side_prompt.as_deref().unwrap_or(&self.chain);
+            self.request.apply(request, prompt)?;
+        }
+        Ok(())
+    }
+}
+
+/// `None`: not a record; `Some(Err(v))`: a record of a newer schema version `v`.
+fn parse_envelope(line: &[u8]) -> Option<Result<Record, u64>> {
+    let mut value: Value = serde_json::from_slice(line).ok()?;
+    let object = value.as_object_mut()?;
+    let v = object.get("v").and_then(Value::as_u64)?;
+    if v > u64::from(SCHEMA_VERSION) {
+        return Some(Err(v));
+    }
+    let kind = object.get("type").and_then(Value::as_str)?.to_string();
+    let time_ms = object.get("time_ms").and_then(Value::as_u64).unwrap_or(0);
+    let data = object.remove("data")?;
+    Some(Ok(Record {
+        kind,
+        line: 0,
+        time_ms,
+        data,
+    }))
+}
