@@ -21,7 +21,6 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
-
 pub enum Command {
     /// Serve the OpenAI Chat Completions API in front of a base-model completion backend.
     Serve(ServeArgs),
