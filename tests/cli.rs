@@ -13,13 +13,13 @@ use crate::util::{fixture_json, fixture_path};
 const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
 
 /// A running `asap-proxy serve`, killed on drop.
-struct Served {
-    child: Child,
-    base: String,
+pub(crate) struct Served {
+    pub(crate) child: Child,
+    pub(crate) base: String,
 }
 
 impl Served {
-    fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut cmd = Command::new(BIN);
         cmd.arg("serve")
             .args(["--listen", "127.0.0.1:0"])

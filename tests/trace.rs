@@ -1,1 +1,383 @@
-//! placeholder
+//! The trace contract (docs/trace-format.md): versioned envelopes, deltas that rebuild every
+//! prompt and request, a log linear in the trajectory, the session record (task, run, label),
+//! torn lines, and `kill -9` in the middle of a run.
+
+use std::path::Path;
+use std::time::Duration;
+
+use asap_proxy::trace::read::TraceReader;
+use serde_json::{json, Value};
+
+use crate::cli::Served;
+use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::proxy::Proxy;
+use crate::util::{continue_with, fixture_json, read_records, tool_call};
+
+/// Posts `body` with extra headers; returns the JSON answer.
+async fn post_with(proxy_url: &str, body: &Value, headers: &[(&str, &str)]) -> Value {
+    let mut request = reqwest::Client::new().post(proxy_url).json(body);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let resp = request.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
+/// Every record of a file through the reader, with the rebuilt prompt and request of each
+/// `step`/`side_call` record: `(type, data, prompt, request body)`.
+fn rebuilt(path: &Path) -> Vec<(String, Value, String, Value)> {
+    let mut reader = TraceReader::open(path).unwrap();
+    assert!(reader.invalid_lines().is_empty());
+    let mut out = Vec::new();
+    while let Some(record) = reader.next_record() {
+        let record = record.unwrap();
+        out.push((
+            record.kind.clone(),
+            record.data.clone(),
+            reader.prompt().to_string(),
+            reader.request().body(),
+        ));
+    }
+    out
+}
+
+#[tokio::test]
+async fn deltas_rebuild_every_prompt_and_request_and_the_session_record_names_task_run_label() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look around first.\n<bash>ls /testbed</bash>\n"),
+        // Submit before any edit: nudged, generated again in the same request.
+        Scripted::text("Looks fine.\n<submit/>\n"),
+        Scripted::text("Then edit.\n<bash>sed -i 's/a/b/' /testbed/inventory.py</bash>\n"),
+        Scripted::text("Check it.\n<bash>python -m pytest -q /testbed/tests</bash>\n"),
+        Scripted::text("All green.\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| a.label = Some("ckpt-100B".into())).await;
+    let headers = [
+        ("x-asap-task", "inventory__inventory-1"),
+        ("x-asap-run", "5"),
+    ];
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut sent = Vec::new();
+    let observations = [
+        "inventory.py\ntests\nREADME.md\n".repeat(4),
+        String::new(),
+        "===== 3 passed in 0.02s =====\n".repeat(3),
+    ];
+    for observation in &observations {
+        sent.push(body.clone());
+        let resp = post_with(&proxy.url(), &body, &headers).await;
+        continue_with(&mut body, &resp, observation);
+    }
+    sent.push(body.clone());
+    let last = post_with(&proxy.url(), &body, &headers).await;
+    assert_eq!(tool_call(&last)["function"]["name"], "submit");
+
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1);
+    let raw = read_records(&files[0]);
+    assert!(raw
+        .iter()
+        .all(|r| r["v"] == 1 && r["time_ms"].as_u64().unwrap() > 0));
+    let session_id = files[0].file_stem().unwrap().to_str().unwrap();
+    assert!(raw.iter().all(|r| r["session"] == session_id));
+    let kinds: Vec<&str> = raw.iter().map(|r| r["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["session", "step", "step", "nudge", "step", "step", "step"]
+    );
+
+    let session = &raw[0]["data"];
+    assert_eq!(session["instance_id"], "inventory__inventory-1");
+    assert_eq!(session["task"], "inventory__inventory-1");
+    assert_eq!(session["run"], 5);
+    assert_eq!(session["run_source"], "header");
+    assert_eq!(session["label"], "ckpt-100B");
+    assert_eq!(session["model"], "base-model");
+    assert_eq!(session["profile"], "swe-agent");
+    assert_eq!(session["format"], "markdown_xml");
+    assert_eq!(session["mode"], "proxy");
+    assert_eq!(session["prefix_k"], 3);
+    assert_eq!(session["config_sha256"].as_str().unwrap().len(), 64);
+    assert!(session["task_text"]
+        .as_str()
+        .unwrap()
+        .contains("change request"));
+
+    // Every prompt the backend saw is rebuilt from the deltas, and every request the client
+    // sent from the request deltas; only the first prompt is stored whole.
+    let prompts = backend.prompts();
+    let steps: Vec<_> = rebuilt(&files[0])
+        .into_iter()
+        .filter(|(kind, ..)| kind == "step")
+        .collect();
+    assert_eq!(steps.len(), prompts.len());
+    for (i, ((_, data, prompt, _), expected)) in steps.iter().zip(&prompts).enumerate() {
+        assert_eq!(prompt, expected, "prompt of record {i}");
+        assert_eq!(data["prompt"]["bytes"], expected.len());
+        if i > 0 {
+            assert!(data["prompt"]["prefix_bytes"].as_u64().unwrap() > 0, "{i}");
+        }
+    }
+    // Records 1 and 2 are one request (the nudge's retry stores no request).
+    let requests: Vec<&Value> = steps.iter().map(|(_, _, _, r)| r).collect();
+    assert_eq!(requests[0], &sent[0]);
+    assert_eq!(requests[1], &sent[1]);
+    assert_eq!(requests[2], &sent[1]);
+    assert!(steps[2].1.get("request").is_none());
+    assert_eq!(requests[3], &sent[2]);
+    assert_eq!(requests[4], &sent[3]);
+    // Observations are stored once: the tool message's content is a reference into the
+    // prompt delta.
+    let delta = &steps[1].1["request"];
+    assert!(delta["messages_from"].as_u64().unwrap() >= 2);
+    assert_eq!(delta["content_refs"][0]["len"], observations[0].len());
+    assert!(!raw[2]
+        .to_string()
+        .contains(&"README.md\\ninventory.py".repeat(2)));
+
+    let nudge = &raw[3]["data"];
+    assert_eq!(nudge["kind"], "submit_before_edit");
+    assert_eq!(nudge["step"], 1);
+    assert_eq!(nudge["attempt"], 0);
+    assert_eq!(steps[1].1["decision"], "nudge");
+    assert_eq!(steps[2].1["decision"], "accept");
+    assert_eq!(steps[2].1["attempt"], 1);
+}
+
+#[tokio::test]
+async fn runs_are_numbered_per_task_and_label_and_the_label_defaults_to_the_model() {
+    let backend = FakeBackend::start(
+        (0..3)
+            .map(|_| Scripted::text("Look.\n<bash>ls</bash>\n"))
+            .collect(),
+    )
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let body = fixture_json("requests/swe-agent-1.json");
+    let mut other = body.clone();
+    other["model"] = json!("ckpt-b");
+    post_with(&proxy.url(), &body, &[]).await;
+    post_with(&proxy.url(), &body, &[]).await;
+    post_with(&proxy.url(), &other, &[]).await;
+    let mut sessions: Vec<Value> = proxy
+        .trace_files()
+        .iter()
+        .map(|f| read_records(f)[0]["data"].clone())
+        .collect();
+    sessions.sort_by_key(|s| (s["label"].to_string(), s["run"].as_u64()));
+    let got: Vec<(String, u64, String)> = sessions
+        .iter()
+        .map(|s| {
+            (
+                s["label"].as_str().unwrap().to_string(),
+                s["run"].as_u64().unwrap(),
+                s["run_source"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("base-model".to_string(), 0, "order".to_string()),
+            ("base-model".to_string(), 1, "order".to_string()),
+            ("ckpt-b".to_string(), 0, "order".to_string()),
+        ]
+    );
+    // No explicit id and no prefix matched by fingerprint: the task key hashes the task text.
+    let task = sessions[0]["task"].as_str().unwrap();
+    assert!(task.starts_with("task-") && task.len() == 17, "{task}");
+    assert_eq!(sessions[0]["instance_id"], Value::Null);
+    assert_eq!(sessions[1]["task"], task);
+}
+
+/// Deterministic observation text of 0.5–4 KiB: listings, source and test output, the
+/// shapes SWE-agent sessions are made of.
+fn observation(i: usize) -> String {
+    let lines = 12 + (i * 37) % 90;
+    (0..lines)
+        .map(|l| match i % 3 {
+            0 => format!(
+                "-rw-r--r-- 1 root root {:5} Nov 30 09:{:02} module_{i}_{l}.py",
+                (l * 131 + i) % 9000,
+                l % 60
+            ),
+            1 => format!("{l:4}     def helper_{i}_{l}(self, value):  return value * {l} + {i}"),
+            _ => format!(
+                "tests/test_mod_{i}.py::test_case_{l} {}",
+                if l % 7 == 0 { "FAILED" } else { "PASSED" }
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A completion: a few sentences of reasoning and one command.
+fn completion(i: usize) -> String {
+    let thought = format!(
+        "The output of step {i} shows the module layout. I should look at the helper that \
+         handles value {i} and check whether the boundary case is covered before editing. "
+    )
+    .repeat(1 + i % 3);
+    format!(
+        "{thought}\n<bash>grep -n 'helper_{i}' -r /testbed/src | head -{}</bash>\n",
+        5 + i
+    )
+}
+
+#[tokio::test]
+async fn a_100_step_log_is_less_than_twice_its_completions_and_observations() {
+    let steps = 100;
+    let backend =
+        FakeBackend::start((0..steps).map(|i| Scripted::text(&completion(i))).collect()).await;
+    let proxy = Proxy::start_with(&backend.url(), |a| a.max_steps = Some(1000)).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut payload = 0;
+    for i in 0..steps {
+        let (status, resp) = proxy.post(&body).await;
+        assert_eq!(status, 200);
+        assert_eq!(tool_call(&resp)["function"]["name"], "bash", "step {i}");
+        let obs = observation(i);
+        payload += completion(i).len() + obs.len();
+        continue_with(&mut body, &resp, &obs);
+    }
+    let file = &proxy.trace_files()[0];
+    let size = std::fs::metadata(file).unwrap().len() as usize;
+    let ratio = size as f64 / payload as f64;
+    eprintln!("100-step log: {size} bytes for {payload} bytes of payload ({ratio:.2}x)");
+    assert!(
+        ratio < 2.0,
+        "log {size} bytes for {payload} bytes of completions and observations ({ratio:.2}x)"
+    );
+    // And it still rebuilds the last prompt exactly.
+    let last = rebuilt(file).pop().unwrap();
+    assert_eq!(last.2, backend.prompts()[steps - 1]);
+}
+
+#[tokio::test]
+async fn a_torn_last_line_is_skipped_and_a_restarted_proxy_starts_a_new_line() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look.\n<bash>ls</bash>\n"),
+        Scripted::text("Again.\n<bash>ls -la</bash>\n"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let log_dir = dir.path().to_path_buf();
+    let first = Proxy::start_with(&backend.url(), |a| a.log_dir = Some(log_dir.clone())).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_, resp) = first.post(&body).await;
+    continue_with(&mut body, &resp, "inventory.py\n");
+    let file = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    // A crash in the middle of a write.
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes.extend_from_slice(br#"{"v":1,"type":"step","session":"x","data":{"step":1,"#);
+    std::fs::write(&file, &bytes).unwrap();
+    let reader = TraceReader::open(&file).unwrap();
+    assert!(reader.torn_tail());
+    assert!(reader.invalid_lines().is_empty());
+
+    // A new process continues the session in the same file, on a line of its own.
+    let second = Proxy::start_with(&backend.url(), |a| a.log_dir = Some(log_dir.clone())).await;
+    let (status, _) = second.post(&body).await;
+    assert_eq!(status, 200);
+    let mut reader = TraceReader::open(&file).unwrap();
+    assert!(!reader.torn_tail());
+    assert_eq!(
+        reader.invalid_lines().len(),
+        1,
+        "the torn line, now mid-file"
+    );
+    let mut steps = 0;
+    while let Some(record) = reader.next_record() {
+        let record = record.unwrap();
+        if record.kind == "step" {
+            steps += 1;
+            assert_eq!(reader.prompt(), backend.prompts()[steps - 1]);
+        }
+    }
+    assert_eq!(steps, 2);
+}
+
+#[tokio::test]
+async fn kill_9_during_a_run_loses_only_the_records_in_flight() {
+    let sessions = 12;
+    let mut script: Vec<Scripted> = (0..sessions)
+        .map(|i| Scripted::text(&format!("Look {i}.\n<bash>ls /testbed/{i}</bash>\n")))
+        .collect();
+    script.extend((0..sessions).map(|i| Scripted::Slow {
+        delay: Duration::from_secs(30),
+        text: format!("Slow {i}.\n<bash>cat /testbed/{i}</bash>\n"),
+    }));
+    let backend = FakeBackend::start(script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let mut served = Served::start(
+        &[
+            "--backend",
+            &backend.url(),
+            "--log-dir",
+            logs.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let url = format!("{}/chat/completions", served.base);
+    // First turns complete (their records must survive) ...
+    let mut bodies = Vec::new();
+    for i in 0..sessions {
+        let mut body = fixture_json("requests/swe-agent-1.json");
+        let run = i.to_string();
+        let resp = post_with(&url, &body, &[("x-asap-run", run.as_str())]).await;
+        continue_with(&mut body, &resp, &format!("output {i}\n"));
+        bodies.push(body);
+    }
+    // ... second turns are in flight at the backend when the proxy is killed.
+    let client = reqwest::Client::new();
+    let in_flight: Vec<_> = bodies
+        .into_iter()
+        .map(|body| {
+            let request = client.post(&url).json(&body);
+            tokio::spawn(async move { request.send().await })
+        })
+        .collect();
+    for _ in 0..100 {
+        if backend.calls() == 2 * sessions {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(backend.calls(), 2 * sessions);
+    served.child.kill().unwrap(); // SIGKILL
+    served.child.wait().unwrap();
+    for handle in in_flight {
+        assert!(
+            handle.await.unwrap().is_err(),
+            "no answer from a killed proxy"
+        );
+    }
+
+    let files: Vec<_> = std::fs::read_dir(&logs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), sessions);
+    let mut runs = Vec::new();
+    for file in &files {
+        let kinds: Vec<(String, Value)> = rebuilt(file)
+            .into_iter()
+            .map(|(kind, data, ..)| (kind, data))
+            .collect();
+        assert_eq!(kinds.len(), 2, "{file:?}: session + the completed step");
+        assert_eq!(kinds[0].0, "session");
+        assert_eq!(kinds[1].0, "step");
+        assert_eq!(kinds[1].1["step"], 0);
+        runs.push(kinds[0].1["run"].as_u64().unwrap());
+    }
+    runs.sort_unstable();
+    assert_eq!(runs, (0..sessions as u64).collect::<Vec<_>>());
+}
