@@ -25,7 +25,7 @@ use crate::session::NudgeKind;
 
 /// An action in the neutral vocabulary. Serialised in traces as
 /// `{"kind": "call", "tag": …, "arguments": {…}}` or `{"kind": "submit", "message": …}`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Action {
     /// A tool call written as `<tag>…</tag>`; `arguments` are already coerced to the schema.

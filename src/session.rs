@@ -42,6 +42,17 @@ impl SessionId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// An id read back from a trace (a file stem or the `session` of a record): 12 lowercase
+    /// hex digits, as [`SessionId::mint`] makes them; `None` for any other text. `replay` uses
+    /// it to feed the session index with the recorded id, as the pipeline did.
+    pub fn from_recorded(text: &str) -> Option<Self> {
+        (text.len() == 12
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| Self(text.to_string()))
+    }
 }
 
 impl fmt::Display for SessionId {
@@ -51,7 +62,7 @@ impl fmt::Display for SessionId {
 }
 
 /// The two nudges of the paper (ASAP, failure recovery): each fires at most once per session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NudgeKind {
     /// A submit before any file edit.

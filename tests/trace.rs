@@ -381,3 +381,81 @@ async fn kill_9_during_a_run_loses_only_the_records_in_flight() {
     runs.sort_unstable();
     assert_eq!(runs, (0..sessions as u64).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn a_recorded_session_loads_as_a_report_trajectory() {
+    use asap_proxy::conversation::Action;
+    use asap_proxy::report::load;
+    use asap_proxy::session::NudgeKind;
+
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look around first.\n<bash>ls /testbed</bash>\n"),
+        Scripted::text("Not sure what to write."),
+        Scripted::text("Edit.\n<bash>sed -i 's/a/b/' /testbed/inventory.py</bash>\n"),
+        Scripted::text("Again.\n<bash>sed -i 's/a/b/' /testbed/inventory.py</bash>\n"),
+        Scripted::text("Test.\n<bash>python -m pytest -q</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let headers = [
+        ("x-asap-task", "inventory__inventory-1"),
+        ("x-asap-run", "2"),
+    ];
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let resp = post_with(&proxy.url(), &body, &headers).await;
+    continue_with(&mut body, &resp, "inventory.py\ntests\n");
+    // An unparsable turn: content, no tool call; SWE-agent answers with a format error.
+    let resp = post_with(&proxy.url(), &body, &headers).await;
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(resp["choices"][0]["message"].clone());
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "Your output could not be parsed."}));
+    let resp = post_with(&proxy.url(), &body, &headers).await;
+    continue_with(&mut body, &resp, "");
+    // The repeated edit is nudged; the retry runs the tests.
+    let resp = post_with(&proxy.url(), &body, &headers).await;
+    assert_eq!(
+        crate::util::arguments(&resp)["command"],
+        "python -m pytest -q"
+    );
+    continue_with(&mut body, &resp, "1 failed, 2 passed in 0.03s");
+
+    let file = &proxy.trace_files()[0];
+    let trajectory = load::trajectory(file).unwrap().unwrap();
+    assert_eq!(trajectory.label, "base-model");
+    assert_eq!(trajectory.instance_id, "inventory__inventory-1");
+    assert_eq!(trajectory.run, Some(2));
+    assert_eq!(trajectory.profile, "swe-agent");
+    let turns = &trajectory.turns;
+    assert_eq!(turns.len(), 5);
+    assert_eq!(
+        turns
+            .iter()
+            .map(|t| (t.step, t.attempt))
+            .collect::<Vec<_>>(),
+        [(0, 0), (1, 0), (1, 0), (2, 0), (2, 1)]
+    );
+    assert_eq!(turns[0].shell_command.as_deref(), Some("ls /testbed"));
+    assert_eq!(
+        turns[0].observation.as_deref(),
+        Some("inventory.py\ntests\n")
+    );
+    assert!(!turns[0].is_edit);
+    assert_eq!(turns[1].parse_error.as_deref(), Some("no_action"));
+    assert!(turns[2].is_edit);
+    assert_eq!(turns[3].nudge, Some(NudgeKind::RepeatedAction));
+    assert!(
+        turns[3].observation.is_none(),
+        "a rejected action has no observation"
+    );
+    assert!(matches!(turns[4].action, Some(Action::Call { .. })));
+    assert_eq!(turns[4].nudge, None);
+    // The last action's result is not in the trace: no request followed it.
+    assert_eq!(turns[4].observation, None);
+    assert_eq!(trajectory.termination, None);
+    assert_eq!(trajectory.error, None);
+}

@@ -2,7 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Trajectory;
+use serde_json::Value;
+
+use super::{Trajectory, Turn};
+use crate::conversation::{Action, Conversation};
+use crate::openai::chat::ChatCompletionRequest;
+use crate::policy;
+use crate::profile::{Profiles, ToolRole, ToolSet};
+use crate::trace::delta::RequestState;
+use crate::trace::read::{ReadError, Record, TraceReader};
 
 /// Errors reading trace files.
 #[derive(Debug, thiserror::Error)]
@@ -51,13 +59,148 @@ fn collect(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// The trajectory recorded in one session file; `None` for a file with no `session` record
-/// or no model turns (a passthrough log is read like any other).
+/// The trajectory recorded in one session file; `None` for a file with no `session` record.
 ///
-/// Errors: the file cannot be read, or a record other than a torn last line is not valid.
+/// Turns are the records of model completions (`step` records with a `completion`; side
+/// calls, the Terminus confirmation turn and failed backend calls are not turns). A turn's
+/// observation is what the scaffold sent back for that step, read from the last request of
+/// the file (its history holds every earlier step's result) with the same conversation rules
+/// as the proxy.
+///
+/// Errors: the file cannot be read, or a delta does not apply.
 pub fn trajectory(path: &Path) -> Result<Option<Trajectory>, LoadError> {
-    Err(LoadError::Invalid {
+    let invalid = |e: ReadError| LoadError::Invalid {
         path: path.to_path_buf(),
-        message: "trace reading is being rewritten".into(),
+        message: e.to_string(),
+    };
+    let mut reader = TraceReader::open(path).map_err(|e| match e {
+        ReadError::Io { path, source } => LoadError::Io { path, source },
+        other => invalid(other),
+    })?;
+    let Some(session) = reader.session().cloned() else {
+        return Ok(None);
+    };
+    let data = &session.data;
+    let text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_string);
+    let mut trajectory = Trajectory {
+        session: path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        label: text("label").unwrap_or_else(|| "unknown".into()),
+        instance_id: text("task").unwrap_or_default(),
+        run: (text("run_source").as_deref() == Some("header"))
+            .then(|| data.get("run").and_then(Value::as_u64))
+            .flatten()
+            .map(|r| r as usize),
+        start_ms: session.time_ms,
+        profile: text("profile").unwrap_or_default(),
+        format: text("format").unwrap_or_default(),
+        prefix: data.get("prefix").and_then(|p| {
+            Some((
+                p.get("id")?.as_str()?.to_string(),
+                p.get("k")?.as_u64()? as usize,
+            ))
+        }),
+        ..Trajectory::default()
+    };
+    while let Some(record) = reader.next_record() {
+        let record = record.map_err(invalid)?;
+        match record.kind.as_str() {
+            "step" => {
+                trajectory.error = record.str("error").map(str::to_string);
+                if let Some(turn) = turn(&record) {
+                    trajectory.turns.push(turn);
+                }
+            }
+            "nudge" => {
+                let kind = record
+                    .data
+                    .get("kind")
+                    .and_then(|k| serde_json::from_value(k.clone()).ok());
+                if let Some(last) = trajectory.turns.last_mut() {
+                    last.nudge = kind;
+                }
+            }
+            "terminate" => {
+                trajectory.termination = record.str("reason").map(str::to_string);
+                if let Some(last) = trajectory.turns.last_mut() {
+                    last.terminated = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    classify(&mut trajectory, reader.request());
+    Ok(Some(trajectory))
+}
+
+/// A turn from a `step` record, without the parts that need the profile.
+fn turn(record: &Record) -> Option<Turn> {
+    record.data.get("completion").filter(|c| c.is_object())?;
+    let parse = record.data.get("parse");
+    let action: Option<Action> = parse
+        .and_then(|p| p.get("action"))
+        .filter(|a| a.is_object())
+        .and_then(|a| serde_json::from_value(a.clone()).ok());
+    Some(Turn {
+        step: record.u64("step").unwrap_or(0) as usize,
+        attempt: record.u64("attempt").unwrap_or(0) as usize,
+        parse_error: parse
+            .and_then(|p| p.get("error"))
+            .and_then(|e| e.get("class"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        is_submit: matches!(action, Some(Action::Submit { .. })),
+        terminated: record.str("decision") == Some("terminate"),
+        action,
+        ..Turn::default()
     })
+}
+
+/// Fills what needs the profile's tools: shell commands, edits, observations.
+fn classify(trajectory: &mut Trajectory, request: &RequestState) {
+    let Ok(profiles) = Profiles::builtin() else {
+        return;
+    };
+    let Ok(profile) = profiles.get(&trajectory.profile) else {
+        return;
+    };
+    let decoded = request
+        .is_known()
+        .then(|| serde_json::to_vec(&request.body()).ok())
+        .flatten()
+        .and_then(|body| ChatCompletionRequest::from_slice(&body).ok());
+    let tools = ToolSet::build(
+        profile,
+        decoded.as_ref().map_or(&[][..], |r| r.tools.as_slice()),
+    );
+    let observations: Vec<Option<String>> = decoded
+        .map(|r| Conversation::from_messages(&r.messages, &tools))
+        .map(|c| {
+            c.steps
+                .into_iter()
+                .filter(|s| s.action.is_some())
+                .map(|s| s.observation)
+                .collect()
+        })
+        .unwrap_or_default();
+    for turn in &mut trajectory.turns {
+        let Some(action) = &turn.action else {
+            continue;
+        };
+        turn.is_edit = policy::is_edit(action, &tools);
+        if let Action::Call { tag, arguments } = action {
+            if let Some(ToolRole::Shell { command_parameter }) = tools.get(tag).map(|t| &t.role) {
+                turn.shell_command = arguments
+                    .get(command_parameter)
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+            }
+        }
+        let accepted = turn.nudge.is_none() && !turn.terminated;
+        if accepted {
+            turn.observation = observations.get(turn.step).cloned().flatten();
+        }
+    }
 }
