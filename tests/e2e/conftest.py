@@ -110,6 +110,19 @@ def task_repo(tmp_path):
     return repo
 
 
+def check_replay_and_report(proxy):
+    """The traces of a real run re-render and re-parse identically with the current code
+    (`replay --check`), and `report` reads them."""
+    binary = os.environ.get("ASAP_PROXY_BIN", str(REPO / "target" / "debug" / "asap-proxy"))
+    replay = subprocess.run([binary, "replay", "--check", str(proxy.log_dir)],
+                            capture_output=True, text=True, timeout=120)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    report = subprocess.run([binary, "report", "--format", "json", str(proxy.log_dir)],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout), report.stdout
+
+
 def check_trace_complete(proxy, min_steps=1):
     """Every step record is complete: prompt, completion, parse outcome, and either a response
     in the scaffold's dialect or a nudge (a rejected completion generated again inside the
@@ -119,26 +132,40 @@ def check_trace_complete(proxy, min_steps=1):
     steps = []
     for name, records in traces.items():
         assert records[0]["type"] == "session", name
+        assert all(r["v"] == 1 for r in records), name
+        previous = None
         for r in records[1:]:
-            assert r["type"] == "step", name
             d = r["data"]
+            if r["type"] == "nudge":
+                assert previous is not None and previous["decision"] == "nudge", name
+                assert d["kind"] in {"submit_before_edit", "repeated_action"} and d["hint"]
+                continue
+            if r["type"] == "terminate":
+                assert previous is not None and previous["decision"] == "terminate", name
+                continue
+            assert r["type"] in {"step", "side_call"}, name
+            previous = d
             assert d["error"] is None, f"proxy error in {name}: {d['error']}"
             assert d["prompt"]["sha256"] and d["prompt"]["bytes"] > 0
-            assert d["completion"] is not None and isinstance(d["completion"]["text"], str)
+            if d["completion"] is None:
+                continue  # a reply made without the model (Terminus confirmation)
+            assert isinstance(d["completion"]["text"], str)
+            if r["type"] == "side_call":
+                continue
             parse = d["parse"]
             assert (parse["action"] is None) != (parse["error"] is None), parse
             if parse["error"] is not None:
                 assert parse["error"]["class"] in {
                     "no_action", "unknown_tool", "unclosed_tag", "missing_parameter", "invalid_parameter"}
-            if d["nudge"] is not None:
-                assert d["response"] is None and d["nudge"]["kind"] in {"submit_before_edit", "repeated_action"}
-                assert d["nudge"]["hint"]
+            if d["decision"] == "nudge":
+                assert d["response"] is None
                 continue
             response = d["response"]
             assert response["finish_reason"] in {"tool_calls", "stop", "length"}
             if response["tool_call"] is not None:
                 json.loads(response["tool_call"]["function"]["arguments"])
-            steps.append(d)
+            steps.append({**d, "time_ms": r["time_ms"], "session": r["session"]})
+    check_replay_and_report(proxy)
     assert len(steps) >= min_steps, f"only {len(steps)} steps logged"
     assert not proxy.proxy_errors(), proxy.proxy_errors()
     return steps

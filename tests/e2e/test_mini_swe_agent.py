@@ -99,9 +99,9 @@ def test_mini_swe_agent_on_real_model(proxy, task_repo, tmp_path):
             args = json.loads(tc["function"]["arguments"])
             assert isinstance(args.get("command"), str), args
             action = d["parse"]["action"]
-            if action["kind"] == "submit" or d.get("termination"):
+            if action["kind"] == "submit" or d["decision"] == "terminate":
                 # A submit, or the proxy ending the run: mini's completion command.
-                assert args["command"] == SUBMIT_COMMAND, (d.get("termination"), args)
+                assert args["command"] == SUBMIT_COMMAND, (d["decision"], args)
             else:
                 assert action["tag"] == "bash" and action["arguments"]["command"] == args["command"], action
             from_trace.append((tc["id"], args["command"]))
