@@ -1,1 +1,864 @@
-//! placeholder
+//! `asap-proxy report` on crafted trajectories: Pass@k and Intersection@n by hand, each
+//! behaviour definition with a positive and a negative case, results files, run numbering,
+//! the paired comparison, the three output formats and the SVG plots.
+
+use std::path::Path;
+
+use serde_json::{json, Map};
+
+use asap_proxy::cli::ReportFormat;
+use asap_proxy::conversation::Action;
+use asap_proxy::report::results::{self, Entry, Parsed, Spec};
+use asap_proxy::report::{
+    compare, intersection, mean_pass_at_k, number_runs, output, pass_at_k, plots, Behaviour,
+    Outcome, Report, Results, TaskCount, Trajectory, Turn,
+};
+use asap_proxy::session::NudgeKind;
+
+// ---------------------------------------------------------------------------------------------
+// Builders
+
+fn call(tag: &str, key: &str, value: &str) -> Option<Action> {
+    let mut arguments = Map::new();
+    arguments.insert(key.into(), json!(value));
+    Some(Action::Call {
+        tag: tag.into(),
+        arguments,
+    })
+}
+
+fn shell(command: &str, observation: &str) -> Turn {
+    Turn {
+        action: call("bash", "command", command),
+        shell_command: Some(command.into()),
+        observation: Some(observation.into()),
+        ..Turn::default()
+    }
+}
+
+fn edit() -> Turn {
+    Turn {
+        action: call("str_replace_editor", "command", "str_replace"),
+        is_edit: true,
+        observation: Some("The file has been edited.".into()),
+        ..Turn::default()
+    }
+}
+
+fn submit() -> Turn {
+    Turn {
+        action: Some(Action::Submit { message: None }),
+        is_submit: true,
+        ..Turn::default()
+    }
+}
+
+fn unparsable(class: &str) -> Turn {
+    Turn {
+        parse_error: Some(class.into()),
+        ..Turn::default()
+    }
+}
+
+fn nudged(mut turn: Turn, kind: NudgeKind) -> Turn {
+    turn.nudge = Some(kind);
+    turn.observation = None;
+    turn
+}
+
+fn terminated(mut turn: Turn) -> Turn {
+    turn.terminated = true;
+    turn.observation = None;
+    turn
+}
+
+fn traj(
+    label: &str,
+    task: &str,
+    run: Option<usize>,
+    start_ms: u64,
+    turns: Vec<Turn>,
+) -> Trajectory {
+    let turns = turns
+        .into_iter()
+        .enumerate()
+        .map(|(step, t)| Turn { step, ..t })
+        .collect();
+    Trajectory {
+        session: format!(
+            "{label}-{task}-{}-{start_ms}",
+            run.map_or("x".to_string(), |r| r.to_string())
+        ),
+        label: label.into(),
+        instance_id: task.into(),
+        run,
+        start_ms,
+        profile: "swe-agent".into(),
+        format: "markdown-xml".into(),
+        turns,
+        ..Trajectory::default()
+    }
+}
+
+fn one(turns: Vec<Turn>) -> Trajectory {
+    traj("m", "t", None, 0, turns)
+}
+
+fn behaviour(turns: Vec<Turn>) -> Behaviour {
+    Behaviour::of(&one(turns))
+}
+
+fn resolved_entry(label: Option<&str>, id: &str, run: Option<usize>, resolved: bool) -> Entry {
+    Entry {
+        label: label.map(String::from),
+        instance_id: id.into(),
+        run,
+        outcome: Outcome {
+            resolved,
+            ..Outcome::default()
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pass@k and Intersection@n
+
+#[test]
+fn pass_at_k_by_hand() {
+    assert!((pass_at_k(8, 3, 1).unwrap() - 0.375).abs() < 1e-12);
+    assert!((pass_at_k(8, 3, 3).unwrap() - (1.0 - 10.0 / 56.0)).abs() < 1e-12);
+    assert_eq!(pass_at_k(8, 3, 9), None);
+    assert_eq!(pass_at_k(8, 0, 8), Some(0.0));
+    assert_eq!(pass_at_k(8, 1, 8), Some(1.0));
+    // Large n stays finite and exact enough: C(200,100) overflows f64 factorial forms.
+    let p = pass_at_k(200, 1, 100).unwrap();
+    assert!((p - 0.5).abs() < 1e-12, "{p}");
+}
+
+#[test]
+fn pass_at_k_is_averaged_over_tasks_and_omitted_for_k_above_n() {
+    let tasks = [
+        TaskCount {
+            instance_id: "a".into(),
+            n: 8,
+            c: 3,
+        },
+        TaskCount {
+            instance_id: "b".into(),
+            n: 8,
+            c: 0,
+        },
+    ];
+    assert!((mean_pass_at_k(&tasks, 1).unwrap() - 0.375 / 2.0).abs() < 1e-12);
+    assert_eq!(mean_pass_at_k(&tasks, 9), None);
+
+    // Through the report: task a has 8 runs (3 resolved), task b 8 runs (none).
+    let mut trajs = Vec::new();
+    let mut entries = Vec::new();
+    for run in 0..8 {
+        trajs.push(traj("m", "a", Some(run), 0, vec![submit()]));
+        trajs.push(traj("m", "b", Some(run), 0, vec![submit()]));
+        entries.push(resolved_entry(None, "a", Some(run), run < 3));
+        entries.push(resolved_entry(None, "b", Some(run), false));
+    }
+    let results = Results::from_entries(entries);
+    let report = Report::build(&trajs, Some(&results), &[3, 1, 8, 9, 0, 1]);
+    assert_eq!(report.ks, vec![1, 3, 8, 9]);
+    let m = report.label("m").unwrap();
+    assert_eq!((m.tasks, m.runs, m.min_runs, m.max_runs), (2, 16, 8, 8));
+    assert!((m.pass_at_k[&1] - 0.1875).abs() < 1e-12);
+    assert!((m.pass_at_k[&3] - (1.0 - 10.0 / 56.0) / 2.0).abs() < 1e-12);
+    assert!((m.pass_at_k[&8] - 0.5).abs() < 1e-12);
+    assert!(!m.pass_at_k.contains_key(&9), "k > n is not reported");
+
+    // A label whose fewest runs per task is 2 reports only k ≤ 2.
+    let short = vec![
+        traj("s", "a", None, 1, vec![]),
+        traj("s", "a", None, 2, vec![]),
+        traj("s", "b", None, 1, vec![]),
+        traj("s", "b", None, 2, vec![]),
+        traj("s", "b", None, 3, vec![]),
+    ];
+    let report = Report::build(&short, Some(&Results::default()), &[1, 2, 3]);
+    let s = report.label("s").unwrap();
+    assert_eq!(s.pass_at_k.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(s.behaviour.no_result, 5);
+}
+
+#[test]
+fn intersection_on_a_crafted_set() {
+    let counts = |v: &[(usize, usize)]| -> Vec<TaskCount> {
+        v.iter()
+            .enumerate()
+            .map(|(i, &(n, c))| TaskCount {
+                instance_id: format!("t{i}"),
+                n,
+                c,
+            })
+            .collect()
+    };
+    let i = intersection(&counts(&[(3, 3), (3, 2), (3, 3), (3, 0)]));
+    assert_eq!((i.solved, i.tasks), (2, 4));
+    assert!((i.fraction - 0.5).abs() < 1e-12);
+    assert_eq!(intersection(&[]).solved, 0);
+
+    // Through the report, with a harness-style "any run" entry and per-run rows.
+    let trajs: Vec<Trajectory> = ["x", "y", "z"]
+        .iter()
+        .flat_map(|t| (0..3).map(move |r| traj("m", t, Some(r), 0, vec![])))
+        .collect();
+    let results = Results::from_entries(vec![
+        resolved_entry(None, "x", None, true),
+        resolved_entry(Some("m"), "y", None, true),
+        resolved_entry(Some("m"), "y", Some(1), false),
+        resolved_entry(None, "z", Some(0), true),
+    ]);
+    let report = Report::build(&trajs, Some(&results), &[1]);
+    let i = report.label("m").unwrap().intersection.unwrap();
+    assert_eq!(
+        (i.solved, i.tasks),
+        (1, 3),
+        "only x is solved in all 3 runs"
+    );
+    let m = report.label("m").unwrap();
+    assert_eq!(m.behaviour.no_result, 2, "z runs 1 and 2 have no result");
+    assert_eq!(m.behaviour.resolved, 3 + 2 + 1);
+}
+
+#[test]
+fn without_results_there_is_no_pass_at_k() {
+    let report = Report::build(&[one(vec![submit()])], None, &[1]);
+    let m = report.label("m").unwrap();
+    assert!(!report.has_results);
+    assert!(m.pass_at_k.is_empty());
+    assert!(m.intersection.is_none());
+    assert_eq!(m.behaviour.rates(false).len(), 11);
+    assert_eq!(m.behaviour.no_result, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Behaviours: one positive and one negative trajectory per definition
+
+#[test]
+fn parsable_turns_and_valid_tool_calls() {
+    let b = behaviour(vec![
+        shell("ls", "a"),
+        unparsable("unknown_tool"),
+        unparsable("missing_parameter"),
+        unparsable("invalid_parameter"),
+        unparsable("no_action"),
+        unparsable("unclosed_tag"),
+    ]);
+    assert_eq!((b.turns, b.parsable_turns, b.valid_tool_calls), (6, 4, 1));
+    let b = behaviour(vec![unparsable("no_action")]);
+    assert_eq!((b.turns, b.parsable_turns, b.valid_tool_calls), (1, 0, 0));
+}
+
+#[test]
+fn autonomous_edit() {
+    assert!(behaviour(vec![shell("ls", ""), edit()]).autonomous_edit);
+    // An edit rejected by a nudge, or replaced by the termination, does not count.
+    let b = behaviour(vec![
+        nudged(edit(), NudgeKind::RepeatedAction),
+        terminated(edit()),
+        shell("ls", ""),
+    ]);
+    assert!(!b.autonomous_edit);
+    assert_eq!(b.edits, 0);
+}
+
+#[test]
+fn active_testing() {
+    assert!(
+        behaviour(vec![shell(
+            "cd /testbed && python -m pytest tests/",
+            "1 passed"
+        )])
+        .active_testing
+    );
+    let b = behaviour(vec![
+        shell("cat tests/test_x.py", "def test(): ..."),
+        shell("grep -rn test src", ""),
+        shell("ls tests", ""),
+        nudged(shell("pytest", ""), NudgeKind::RepeatedAction),
+    ]);
+    assert!(!b.active_testing);
+    assert_eq!(b.test_runs, 0);
+}
+
+#[test]
+fn failed_test_and_valid_re_edit() {
+    let failing = "===== 1 failed, 2 passed in 0.1s =====";
+    let b = behaviour(vec![shell("pytest -q", failing), edit(), submit()]);
+    assert!(b.failed_test && b.re_edit_after_failed_test);
+
+    // Edit before the failure, passing tests, a failure with no later accepted edit.
+    for turns in [
+        vec![edit(), shell("pytest -q", failing), submit()],
+        vec![shell("pytest -q", "3 passed in 0.1s"), edit()],
+        vec![
+            shell("pytest -q", failing),
+            nudged(edit(), NudgeKind::RepeatedAction),
+            unparsable("no_action"),
+        ],
+        // Failure text from a command that is not a test run.
+        vec![shell("cat log.txt", failing), edit()],
+    ] {
+        let b = behaviour(turns);
+        assert!(!b.re_edit_after_failed_test, "{b:?}");
+    }
+    let b = behaviour(vec![shell("pytest", "3 passed"), edit()]);
+    assert!(b.active_testing && !b.failed_test);
+}
+
+#[test]
+fn explicit_submission() {
+    let b = behaviour(vec![edit(), submit()]);
+    assert!(b.explicit_submission);
+    assert_eq!(b.abnormal, None);
+    for turns in [
+        vec![
+            nudged(submit(), NudgeKind::SubmitBeforeEdit),
+            shell("ls", ""),
+        ],
+        vec![terminated(submit())],
+        vec![edit()],
+    ] {
+        assert!(!behaviour(turns).explicit_submission);
+    }
+}
+
+#[test]
+fn repetitive_command_loop() {
+    let b = behaviour(vec![
+        shell("ls", ""),
+        nudged(shell("ls", ""), NudgeKind::RepeatedAction),
+        edit(),
+        submit(),
+    ]);
+    assert!(b.repetitive_loop);
+    assert_eq!(b.nudges_repeated_action, 1);
+    for reason in ["same_action_thrice", "alternation", "repeated_action_again"] {
+        let mut t = one(vec![shell("ls", ""), terminated(submit())]);
+        t.termination = Some(reason.into());
+        assert!(Behaviour::of(&t).repetitive_loop, "{reason}");
+    }
+    let mut t = one(vec![shell("ls", ""), terminated(submit())]);
+    t.termination = Some("step_cap".into());
+    assert!(!Behaviour::of(&t).repetitive_loop);
+    assert!(!behaviour(vec![shell("ls", ""), shell("pwd", "")]).repetitive_loop);
+}
+
+#[test]
+fn abnormal_termination_by_reason() {
+    let mut t = one(vec![shell("ls", ""), terminated(submit())]);
+    t.termination = Some("step_cap".into());
+    let b = Behaviour::of(&t);
+    assert_eq!(b.abnormal.as_deref(), Some("step_cap"));
+    assert!(!b.no_submission);
+
+    let mut t = one(vec![shell("ls", "")]);
+    t.error = Some("backend: connection refused".into());
+    assert_eq!(Behaviour::of(&t).abnormal.as_deref(), Some("error"));
+
+    let b = behaviour(vec![shell("ls", "")]);
+    assert!(b.no_submission);
+    assert_eq!(b.abnormal.as_deref(), Some("no_submission"));
+
+    let b = behaviour(vec![edit(), submit()]);
+    assert!(!b.no_submission && b.abnormal.is_none());
+
+    let mut trajs = vec![one(vec![edit(), submit()]), one(vec![shell("ls", "")])];
+    trajs[1].session = "other".into();
+    let mut t = traj("m", "u", None, 0, vec![terminated(submit())]);
+    t.termination = Some("unparsable".into());
+    trajs.push(t);
+    let report = Report::build(&trajs, None, &[1]);
+    let agg = &report.label("m").unwrap().behaviour;
+    assert_eq!(agg.abnormal_termination, 2);
+    assert_eq!(
+        agg.abnormal_by_reason
+            .iter()
+            .map(|(k, v)| (k.as_str(), *v))
+            .collect::<Vec<_>>(),
+        vec![("no_submission", 1), ("unparsable", 1)]
+    );
+}
+
+#[test]
+fn nudges_fired() {
+    let b = behaviour(vec![
+        nudged(submit(), NudgeKind::SubmitBeforeEdit),
+        edit(),
+        submit(),
+    ]);
+    assert_eq!(
+        (b.nudges_submit_before_edit, b.nudges_repeated_action),
+        (1, 0)
+    );
+    assert!(b.explicit_submission);
+    let b = behaviour(vec![edit(), submit()]);
+    assert_eq!(
+        (b.nudges_submit_before_edit, b.nudges_repeated_action),
+        (0, 0)
+    );
+}
+
+#[test]
+fn patch_outcomes_with_results() {
+    let trajs = vec![
+        traj("m", "resolved", Some(0), 0, vec![edit(), submit()]),
+        traj("m", "empty", Some(0), 0, vec![submit()]),
+        traj("m", "error", Some(0), 0, vec![edit(), submit()]),
+        traj("m", "unresolved", Some(0), 0, vec![edit(), submit()]),
+        traj("m", "missing", Some(0), 0, vec![edit(), submit()]),
+    ];
+    let text = json!({
+        "resolved_ids": ["resolved"],
+        "unresolved_ids": ["unresolved"],
+        "empty_patch_ids": ["empty"],
+        "error_ids": ["error"],
+    })
+    .to_string();
+    let Parsed::Report(outcomes) = results::parse(&text, Path::new("r.json")).unwrap() else {
+        panic!("not a harness report")
+    };
+    let results = Results::from_entries(outcomes.into_iter().map(|(id, outcome)| Entry {
+        label: None,
+        instance_id: id,
+        run: Some(0),
+        outcome,
+    }));
+    let report = Report::build(&trajs, Some(&results), &[1]);
+    let agg = &report.label("m").unwrap().behaviour;
+    assert_eq!(
+        (
+            agg.empty_patch,
+            agg.applicable_patch,
+            agg.resolved,
+            agg.no_result
+        ),
+        (1, 2, 1, 1)
+    );
+    let row = |id: &str| {
+        report
+            .trajectories
+            .iter()
+            .find(|r| r.instance_id == id)
+            .unwrap()
+            .outcome
+    };
+    assert!(row("resolved").unwrap().applicable());
+    assert!(row("unresolved").unwrap().applicable());
+    assert!(!row("empty").unwrap().applicable());
+    assert!(!row("error").unwrap().applicable());
+    assert_eq!(row("missing"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Results files
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn results_harness_json_mapping() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = |resolved: &[&str]| {
+        json!({"resolved_ids": resolved, "unresolved_ids": ["t1", "t2"], "schema_version": 2})
+            .to_string()
+    };
+    let labels = vec!["org/base-7b".to_string(), "chat".to_string()];
+    // Harness naming `<label>.<run id>.json` with `/` → `__`; `LABEL:RUN=FILE`; file order.
+    let named = write(dir.path(), "org__base-7b.run_3.json", &report(&["t1"]));
+    let explicit = write(dir.path(), "x.json", &report(&["t2"]));
+    let order0 = write(dir.path(), "a.json", &report(&["t1", "t2"]));
+    let order1 = write(dir.path(), "b.json", &report(&[]));
+    let results = results::load(
+        &[named, format!("chat:1={explicit}"), order0, order1],
+        &labels,
+    )
+    .unwrap();
+    let resolved =
+        |label: &str, id: &str, run: usize| results.lookup(label, id, run).map(|o| o.resolved);
+    assert_eq!(resolved("org/base-7b", "t1", 3), Some(true));
+    assert_eq!(resolved("org/base-7b", "t2", 3), Some(false));
+    assert_eq!(resolved("chat", "t2", 1), Some(true));
+    assert_eq!(resolved("chat", "t1", 1), Some(false));
+    // Unlabelled files in command-line order: runs 0 and 1 of every label.
+    assert_eq!(resolved("chat", "t2", 0), Some(true));
+    assert_eq!(resolved("org/base-7b", "t1", 0), Some(true));
+    assert_eq!(
+        resolved("chat", "t1", 1),
+        Some(false),
+        "label-specific wins"
+    );
+    assert_eq!(resolved("org/base-7b", "t1", 1), Some(false));
+    assert_eq!(resolved("chat", "t1", 2), None);
+    assert_eq!(resolved("chat", "t9", 0), None);
+}
+
+#[test]
+fn results_spec_parsing() {
+    let spec = Spec::parse("qwen:7b:2=/r/x.json");
+    assert_eq!(
+        (spec.label.as_deref(), spec.run, spec.path.to_str()),
+        (Some("qwen:7b"), Some(2), Some("/r/x.json"))
+    );
+    let spec = Spec::parse("qwen:7b=/r/x.json");
+    assert_eq!((spec.label.as_deref(), spec.run), (Some("qwen:7b"), None));
+    let spec = Spec::parse("/r/x.json");
+    assert_eq!((spec.label, spec.run), (None, None));
+}
+
+#[test]
+fn results_per_instance_report() {
+    let text = json!({
+        "t1": {"resolved": true, "patch_exists": true, "patch_successfully_applied": true},
+        "t2": {"resolved": false, "patch_is_None": true},
+        "t3": {"resolved": false, "patch_exists": true, "patch_successfully_applied": false},
+    })
+    .to_string();
+    let Parsed::Report(outcomes) = results::parse(&text, Path::new("report.json")).unwrap() else {
+        panic!("not a report")
+    };
+    let get = |id: &str| outcomes.iter().find(|(i, _)| i == id).unwrap().1;
+    assert!(get("t1").resolved && get("t1").applicable());
+    assert!(get("t2").empty_patch);
+    assert!(get("t3").error && !get("t3").applicable());
+    assert!(results::parse("{\"x\": 1}", Path::new("bad.json")).is_err());
+}
+
+#[test]
+fn results_jsonl_and_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = write(
+        dir.path(),
+        "r.jsonl",
+        "{\"instance_id\": \"t1\", \"run\": 0, \"resolved\": true}\n\
+         \n\
+         {\"instance_id\": \"t1\", \"run\": \"1\", \"resolved\": false, \"label\": \"a\"}\n\
+         {\"instance_id\": \"t2\", \"resolved\": 1, \"empty_patch\": false}\n",
+    );
+    let csv = write(
+        dir.path(),
+        "r.csv",
+        "\u{feff}Label,instance_id,run,resolved,empty_patch\r\n\
+         b,t3,0,yes,\r\n\
+         \"b\",\"t,4\",2,false,true\r\n\
+         ,t5,,0,\n",
+    );
+    let results = results::load(&[jsonl, format!("b={csv}")], &[]).unwrap();
+    let get = |label: &str, id: &str, run: usize| results.lookup(label, id, run);
+    assert!(get("a", "t1", 0).unwrap().resolved);
+    assert!(!get("a", "t1", 1).unwrap().resolved);
+    assert_eq!(get("z", "t1", 1), None);
+    assert!(get("any", "t2", 7).unwrap().resolved, "no run: every run");
+    assert!(get("b", "t3", 0).unwrap().resolved);
+    let t4 = get("b", "t,4", 2).unwrap();
+    assert!(!t4.resolved && t4.empty_patch);
+    assert!(!get("b", "t5", 3).unwrap().resolved, "label from `b=`");
+    assert_eq!(get("c", "t5", 3), None);
+
+    for bad in [
+        "{\"run\": 0, \"resolved\": true}\n",
+        "{\"instance_id\": \"t\", \"resolved\": \"maybe\"}\n",
+        "instance_id,run\nt1,0\n",
+        "instance_id,run,resolved\nt1,-1,true\n",
+    ] {
+        assert!(results::parse(bad, Path::new("bad")).is_err(), "{bad}");
+    }
+    let missing = results::load(&["/nonexistent/results.json".into()], &[]);
+    assert!(missing.is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Run numbering
+
+#[test]
+fn runs_are_numbered_by_start_time_around_explicit_ones() {
+    let trajs = vec![
+        traj("m", "t", None, 300, vec![]),
+        traj("m", "t", Some(0), 500, vec![]),
+        traj("m", "t", None, 100, vec![]),
+        traj("m", "t", Some(2), 50, vec![]),
+        traj("m", "u", None, 10, vec![]),
+        traj("n", "t", None, 10, vec![]),
+        // A duplicate explicit index is renumbered like an unnumbered one.
+        traj("m", "t", Some(2), 900, vec![]),
+    ];
+    assert_eq!(number_runs(&trajs), vec![3, 0, 1, 2, 0, 0, 4]);
+
+    // Ties in start time break on the session id.
+    let mut a = traj("m", "t", None, 5, vec![]);
+    a.session = "b".into();
+    let mut b = traj("m", "t", None, 5, vec![]);
+    b.session = "a".into();
+    assert_eq!(number_runs(&[a, b]), vec![1, 0]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paired comparison
+
+fn pair_fixture() -> (Vec<Trajectory>, Results) {
+    let failing = "FAILED tests/test_x.py::test_a";
+    let trajs = vec![
+        // Task t, run 0: A explores only, B edits, tests, re-edits and submits.
+        traj("A", "t", Some(0), 0, vec![shell("ls", ""), shell("ls", "")]),
+        traj(
+            "B",
+            "t",
+            Some(0),
+            0,
+            vec![edit(), shell("pytest", failing), edit(), submit()],
+        ),
+        // Task t, run 1: both edit and submit; A also tests.
+        traj(
+            "A",
+            "t",
+            Some(1),
+            0,
+            vec![edit(), shell("pytest", "1 passed"), submit()],
+        ),
+        traj("B", "t", Some(1), 0, vec![edit(), submit()]),
+        // Task u, run 0: only A has it.
+        traj("A", "u", Some(0), 0, vec![submit()]),
+        // Task t, run 2: only B.
+        traj("B", "t", Some(2), 0, vec![unparsable("no_action")]),
+    ];
+    let results = Results::from_entries(vec![
+        resolved_entry(Some("B"), "t", Some(0), true),
+        resolved_entry(Some("A"), "t", Some(1), true),
+        resolved_entry(Some("B"), "t", Some(1), true),
+    ]);
+    (trajs, results)
+}
+
+#[test]
+fn pair_aligns_by_task_and_run_and_counts_flips() {
+    let (trajs, results) = pair_fixture();
+    let report = Report::build(&trajs, Some(&results), &[1]);
+    let p = compare(&report, "A", "B").unwrap();
+    assert_eq!((p.pairs, p.unmatched_a, p.unmatched_b), (2, 1, 1));
+    let row = |key: &str| p.rows.iter().find(|r| r.key == key).unwrap();
+    let edit = row("autonomous_edit");
+    assert_eq!(
+        (edit.a, edit.b, edit.b_higher, edit.a_higher),
+        (Some(0.5), Some(1.0), 1, 0)
+    );
+    assert_eq!(edit.diff, Some(0.5));
+    let testing = row("active_testing");
+    assert_eq!(
+        (testing.a, testing.b, testing.b_higher, testing.a_higher),
+        (Some(0.5), Some(0.5), 1, 1)
+    );
+    let re_edit = row("re_edit_after_failed_test");
+    assert_eq!((re_edit.b_higher, re_edit.a_higher), (1, 0));
+    let resolved = row("resolved");
+    assert_eq!((resolved.a, resolved.b), (Some(0.5), Some(1.0)));
+    assert_eq!(p.pass_at_1, Some((0.5, 1.0)));
+    assert!(compare(&report, "A", "C").is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output formats and plots
+
+fn render(report: &Report, format: ReportFormat) -> String {
+    let mut out = Vec::new();
+    output::write(report, format, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+fn full_report() -> Report {
+    let (trajs, results) = pair_fixture();
+    let mut report = Report::build(&trajs, Some(&results), &[1, 2]);
+    report.pair = Some(compare(&report, "A", "B").unwrap());
+    report
+}
+
+#[test]
+fn markdown_output() {
+    insta::assert_snapshot!("report_markdown", render(&full_report(), ReportFormat::Md));
+    let (trajs, _) = pair_fixture();
+    let plain = Report::build(&trajs, None, &[1]);
+    let md = render(&plain, ReportFormat::Md);
+    assert!(
+        !md.contains("Pass@1") && md.contains("No `--results`"),
+        "{md}"
+    );
+}
+
+#[test]
+fn csv_output() {
+    let csv = render(&full_report(), ReportFormat::Csv);
+    insta::assert_snapshot!("report_csv", csv);
+}
+
+#[test]
+fn json_output() {
+    let text = render(&full_report(), ReportFormat::Json);
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["labels"][0]["pass_at_k"]["1"], json!(0.25));
+    assert_eq!(
+        value["labels"][1]["behaviour"]["autonomous_edit"]["count"],
+        json!(2)
+    );
+    assert_eq!(value["trajectories"].as_array().unwrap().len(), 6);
+    assert_eq!(value["pair"]["pairs"], json!(2));
+    insta::assert_yaml_snapshot!("report_json", value);
+}
+
+#[test]
+fn plots_are_svg_with_the_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = plots::write(&full_report(), &dir.path().join("plots")).unwrap();
+    let names: Vec<_> = written
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, vec!["pass_at_k.svg", "behaviour.svg"]);
+    for path in &written {
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut reader = quick_xml::Reader::from_str(&text);
+        let mut texts = Vec::new();
+        let mut root = None;
+        loop {
+            match reader.read_event().unwrap() {
+                quick_xml::events::Event::Start(e) if root.is_none() => {
+                    root = Some(String::from_utf8(e.name().as_ref().to_vec()).unwrap());
+                }
+                quick_xml::events::Event::Text(t) => {
+                    texts.push(String::from_utf8(t.to_vec()).unwrap().trim().to_string());
+                }
+                quick_xml::events::Event::Eof => break,
+                _ => {}
+            }
+        }
+        assert_eq!(root.as_deref(), Some("svg"), "{}", path.display());
+        assert!(texts.iter().any(|t| t == "A"), "{texts:?}");
+        assert!(texts.iter().any(|t| t == "B"), "{texts:?}");
+    }
+    let behaviour = std::fs::read_to_string(dir.path().join("plots/behaviour.svg")).unwrap();
+    assert!(behaviour.contains("autonomous edit"));
+
+    // Without results only the behaviour chart is drawn.
+    let (trajs, _) = pair_fixture();
+    let written = plots::write(&Report::build(&trajs, None, &[1]), dir.path()).unwrap();
+    assert_eq!(written.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// End to end: sessions recorded by the proxy, then the `report` subcommand of the binary
+
+async fn post_with(
+    proxy_url: &str,
+    body: &serde_json::Value,
+    headers: &[(&str, &str)],
+) -> serde_json::Value {
+    let mut request = reqwest::Client::new().post(proxy_url).json(body);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let resp = request.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn report_subcommand_on_recorded_traces() {
+    use crate::util::backend::{FakeBackend, Scripted};
+    use crate::util::proxy::Proxy;
+    use crate::util::{continue_with, fixture_json};
+
+    let backend = FakeBackend::start(vec![
+        // Run 0: test (fails), edit, submit.
+        Scripted::text("Test.\n<bash>python -m pytest -q</bash>\n"),
+        Scripted::text("Fix.\n<bash>sed -i 's/a/b/' /testbed/inventory.py</bash>\n"),
+        Scripted::text("Done.\n<submit/>\n"),
+        // Run 1: looks around, then the scaffold stops.
+        Scripted::text("Look.\n<bash>ls /testbed</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| a.label = Some("ckpt-a".into())).await;
+    let run0 = [("x-asap-task", "inventory-1"), ("x-asap-run", "0")];
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let resp = post_with(&proxy.url(), &body, &run0).await;
+    continue_with(&mut body, &resp, "===== 1 failed, 2 passed in 0.03s =====");
+    let resp = post_with(&proxy.url(), &body, &run0).await;
+    continue_with(&mut body, &resp, "");
+    post_with(&proxy.url(), &body, &run0).await;
+    let body = fixture_json("requests/swe-agent-1.json");
+    post_with(
+        &proxy.url(),
+        &body,
+        &[("x-asap-task", "inventory-1"), ("x-asap-run", "1")],
+    )
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let results = write(
+        dir.path(),
+        "results.csv",
+        "instance_id,run,resolved\ninventory-1,0,true\ninventory-1,1,false\n",
+    );
+    let plots = dir.path().join("plots");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
+        .arg("report")
+        .arg(proxy.log_dir.path())
+        .args([
+            "--results",
+            &results,
+            "--k",
+            "1,2,3",
+            "--format",
+            "json",
+            "--plots",
+        ])
+        .arg(&plots)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let label = &report["labels"][0];
+    assert_eq!(label["label"], "ckpt-a");
+    assert_eq!(
+        (label["tasks"].as_u64(), label["runs"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(label["pass_at_k"], json!({"1": 0.5, "2": 1.0}));
+    let rate = |key: &str| label["behaviour"][key]["count"].as_u64().unwrap();
+    assert_eq!(rate("active_testing"), 1);
+    assert_eq!(rate("failed_test"), 1);
+    assert_eq!(rate("re_edit_after_failed_test"), 1);
+    assert_eq!(rate("explicit_submission"), 1);
+    assert_eq!(label["abnormal_by_reason"], json!({"no_submission": 1}));
+    assert!(plots.join("pass_at_k.svg").is_file() && plots.join("behaviour.svg").is_file());
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "no progress bar without a terminal: {stderr}"
+    );
+
+    // Markdown by default; an unknown --pair label is a usage error.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
+        .arg("report")
+        .arg(proxy.log_dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let md = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        md.starts_with("# asap-proxy report") && md.contains("| ckpt-a | 1 | 2 | 2 |"),
+        "{md}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
+        .arg("report")
+        .arg(proxy.log_dir.path())
+        .args(["--pair", "ckpt-a", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,13 +1,14 @@
 //! The behaviour breakdown of one trajectory (ASAP §metrics, "behaviour metrics") and its
 //! aggregation per label. Every definition is in `docs/report.md`; the text rules for test
-//! commands and failed tests are in [`super::testcmd`].
+//! commands and failed tests are in [`super::testcmd`] and [`super::failure`].
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::failure::shows_test_failure;
 use super::results::Outcome;
-use super::testcmd::{is_test_command, shows_test_failure};
+use super::testcmd::is_test_command;
 use super::{Trajectory, Turn};
 use crate::session::NudgeKind;
 
@@ -17,7 +18,8 @@ pub const PARSABLE_FAILURES: [&str; 3] = ["unknown_tool", "missing_parameter", "
 
 /// Termination reasons that count as a repetitive command loop (with the `repeated_action`
 /// nudge).
-pub const LOOP_TERMINATIONS: [&str; 3] = ["repeated_action_again", "same_action_thrice", "alternation"];
+pub const LOOP_TERMINATIONS: [&str; 3] =
+    ["repeated_action_again", "same_action_thrice", "alternation"];
 
 /// Behaviour flags and counts of one trajectory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -111,8 +113,7 @@ impl Behaviour {
         b.autonomous_edit = b.edits > 0;
         b.active_testing = b.test_runs > 0;
         b.repetitive_loop = b.nudges_repeated_action > 0
-            || b
-                .termination
+            || b.termination
                 .as_deref()
                 .is_some_and(|t| LOOP_TERMINATIONS.contains(&t));
         b.no_submission = !b.explicit_submission && b.termination.is_none() && !b.error;
@@ -138,6 +139,17 @@ pub enum Unit {
     Trajectories,
 }
 
+impl Unit {
+    /// The snake_case name (`turns`, `parsable_turns`, `trajectories`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Turns => "turns",
+            Self::ParsableTurns => "parsable_turns",
+            Self::Trajectories => "trajectories",
+        }
+    }
+}
+
 /// One aggregated behaviour: `count` out of `total` (`unit`s).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rate {
@@ -157,7 +169,9 @@ impl Rate {
     }
 }
 
-/// Behaviour counts summed over trajectories (one label, or one side of a pair).
+/// Behaviour counts summed over trajectories (one label, or one side of a pair). Each field
+/// without its own comment counts the trajectories whose [`Behaviour`] flag of the same name
+/// is set; `turns`, `parsable_turns` and `valid_tool_calls` are sums of turn counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Aggregate {
     pub trajectories: usize,
@@ -259,7 +273,11 @@ impl Aggregate {
                 "explicit submission",
                 self.explicit_submission,
             ),
-            traj("repetitive_loop", "repetitive command loop", self.repetitive_loop),
+            traj(
+                "repetitive_loop",
+                "repetitive command loop",
+                self.repetitive_loop,
+            ),
             traj(
                 "abnormal_termination",
                 "abnormal termination",

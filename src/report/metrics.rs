@@ -28,6 +28,7 @@ pub fn pass_at_k(n: usize, c: usize, k: usize) -> Option<f64> {
 /// Runs and resolved runs of one task (one label, one `instance_id`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TaskCount {
+    /// The task.
     pub instance_id: String,
     /// Runs (trajectories) of the task.
     pub n: usize,
@@ -80,6 +81,9 @@ mod tests {
     use super::*;
 
     fn binom(n: u64, k: u64) -> f64 {
+        if k > n {
+            return 0.0;
+        }
         (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
     }
 
@@ -88,8 +92,7 @@ mod tests {
         for n in 1..=20usize {
             for c in 0..=n {
                 for k in 1..=n {
-                    let direct =
-                        1.0 - binom((n - c) as u64, k as u64) / binom(n as u64, k as u64);
+                    let direct = 1.0 - binom((n - c) as u64, k as u64) / binom(n as u64, k as u64);
                     let got = pass_at_k(n, c, k).unwrap_or(f64::NAN);
                     assert!((got - direct).abs() < 1e-12, "n={n} c={c} k={k}");
                 }

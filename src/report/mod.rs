@@ -4,10 +4,34 @@
 //! Input is a list of [`Trajectory`] values (one per session), built from trace files by
 //! [`load`]; everything else here is pure and works on those values.
 
+pub mod behaviour;
+mod csv;
+pub mod failure;
 pub mod load;
+pub mod metrics;
+pub mod output;
+pub mod pair;
+pub mod plots;
+pub mod results;
+mod rows;
+mod shell;
+pub mod summary;
+pub mod testcmd;
 
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::ReportArgs;
 use crate::conversation::Action;
 use crate::session::NudgeKind;
+
+pub use behaviour::{Aggregate, Behaviour, Rate, Unit};
+pub use metrics::{intersection, mean_pass_at_k, pass_at_k, Intersection, TaskCount};
+pub use pair::{compare, PairReport, PairRow};
+pub use results::{Outcome, Results};
+pub use summary::{number_runs, LabelSummary, Report, TrajectoryRow};
 
 /// One session's trajectory as the report sees it.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -65,10 +89,144 @@ pub struct Turn {
     pub observation: Option<String>,
 }
 
-/// Runs `asap-proxy report`: reads the traces, computes, prints to standard output.
+/// Runs `asap-proxy report`: reads the traces (with a progress bar on a terminal), reads
+/// `--results`, computes the [`Report`], prints it to standard output in `--format`, and
+/// writes `--plots`. Warnings (unreadable trace records skipped, runs without a result, result
+/// ids matching no trajectory) go to standard error.
 ///
-/// Errors: `(exit code, message)`: 2 for bad arguments or unreadable inputs, 1 otherwise.
-pub fn run(args: &crate::cli::ReportArgs) -> Result<(), (u8, String)> {
-    let _ = args;
-    Err((1, "report: not implemented yet".into()))
+/// Errors: `(exit code, message)`: 2 for bad arguments or unreadable inputs (no trace
+/// files, a results file that cannot be read or parsed, an unknown `--pair` label), 1 for
+/// failures writing the output or the plots.
+pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
+    let files = load::trace_files(&args.dirs).map_err(|e| (2, e.to_string()))?;
+    let (trajectories, skipped) = load_all(&files)?;
+    let mut stderr = std::io::stderr();
+    for (path, message) in &skipped {
+        let _ = writeln!(stderr, "warning: skipped {}: {message}", path.display());
+    }
+    if trajectories.is_empty() {
+        return Err((
+            2,
+            format!(
+                "no trajectories in {} trace file(s) under the given paths",
+                files.len()
+            ),
+        ));
+    }
+    let results = if args.results.is_empty() {
+        None
+    } else {
+        let mut labels: Vec<String> = trajectories.iter().map(|t| t.label.clone()).collect();
+        labels.sort();
+        labels.dedup();
+        Some(results::load(&args.results, &labels).map_err(|e| (2, e.to_string()))?)
+    };
+    let mut report = Report::build(&trajectories, results.as_ref(), &args.k);
+    if let Some(pair) = &args.pair {
+        if let [a, b] = pair.as_slice() {
+            report.pair = Some(compare(&report, a, b).map_err(|e| (2, e))?);
+        }
+    }
+    if let Some(results) = &results {
+        for line in result_warnings(&report, results) {
+            let _ = writeln!(stderr, "warning: {line}");
+        }
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    output::write(&report, args.format, &mut out)
+        .and_then(|()| out.flush())
+        .map_err(|e| (1, format!("writing the report: {e}")))?;
+    if let Some(dir) = &args.plots {
+        let written = plots::write(&report, dir).map_err(|e| (1, e.to_string()))?;
+        if !report.has_results {
+            let _ = writeln!(stderr, "note: no --results, so no pass_at_k.svg");
+        }
+        for path in written {
+            let _ = writeln!(stderr, "wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// Trajectories of all files (in file order) and the files skipped as invalid, with why.
+/// A file that cannot be read at all is an error (exit 2).
+type Loaded = (Vec<Trajectory>, Vec<(PathBuf, String)>);
+
+fn load_all(files: &[PathBuf]) -> Result<Loaded, (u8, String)> {
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::with_draw_target(Some(files.len() as u64), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} trace files {eta}") {
+        bar.set_style(style);
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(16);
+    let chunk = files.len().div_ceil(threads).max(1);
+    type Part = Vec<(PathBuf, Result<Option<Trajectory>, load::LoadError>)>;
+    let parts: Vec<Part> = std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| {
+                let bar = bar.clone();
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|path| {
+                            let loaded = load::trajectory(path);
+                            bar.inc(1);
+                            (path.clone(), loaded)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    bar.finish_and_clear();
+    let mut trajectories = Vec::new();
+    let mut skipped = Vec::new();
+    for (path, loaded) in parts.into_iter().flatten() {
+        match loaded {
+            Ok(Some(t)) => trajectories.push(t),
+            Ok(None) => {}
+            Err(e @ load::LoadError::Io { .. }) => return Err((2, e.to_string())),
+            Err(e) => skipped.push((path, e.to_string())),
+        }
+    }
+    Ok((trajectories, skipped))
+}
+
+/// Warnings about the results: runs without a result, result ids that match no trajectory.
+fn result_warnings(report: &Report, results: &Results) -> Vec<String> {
+    let mut lines = Vec::new();
+    for l in &report.labels {
+        if l.behaviour.no_result > 0 {
+            lines.push(format!(
+                "{}: {} of {} runs have no result (counted as unresolved)",
+                l.label, l.behaviour.no_result, l.runs
+            ));
+        }
+    }
+    let known: std::collections::BTreeSet<&str> = report
+        .trajectories
+        .iter()
+        .map(|t| t.instance_id.as_str())
+        .collect();
+    let unknown = results
+        .instance_ids()
+        .into_iter()
+        .filter(|id| !known.contains(id))
+        .count();
+    if unknown > 0 {
+        lines.push(format!(
+            "{unknown} instance id(s) in the results match no trajectory"
+        ));
+    }
+    lines
 }

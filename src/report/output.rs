@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use serde_json::{json, Map, Value};
 
-use super::summary::{LabelSummary, Report, TrajectoryRow};
+use super::summary::{LabelSummary, Report};
 use crate::cli::ReportFormat;
 
 /// Writes `report` in `format`.
@@ -13,7 +13,7 @@ use crate::cli::ReportFormat;
 pub fn write(report: &Report, format: ReportFormat, out: &mut dyn Write) -> io::Result<()> {
     match format {
         ReportFormat::Md => markdown(report, out),
-        ReportFormat::Csv => csv(report, out),
+        ReportFormat::Csv => super::csv::write(report, out),
         ReportFormat::Json => {
             serde_json::to_writer_pretty(&mut *out, &to_json(report))?;
             writeln!(out)
@@ -80,9 +80,19 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             runs_per_task(l),
         ];
         if report.has_results {
-            cells.extend(report.ks.iter().map(|k| percent(l.pass_at_k.get(k).copied())));
+            cells.extend(
+                report
+                    .ks
+                    .iter()
+                    .map(|k| percent(l.pass_at_k.get(k).copied())),
+            );
             if let Some(i) = &l.intersection {
-                cells.push(format!("{}/{} ({:.1})", i.solved, i.tasks, i.fraction * 100.0));
+                cells.push(format!(
+                    "{}/{} ({:.1}%)",
+                    i.solved,
+                    i.tasks,
+                    i.fraction * 100.0
+                ));
             }
             cells.push(l.behaviour.no_result.to_string());
         }
@@ -118,9 +128,14 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         .flat_map(|l| l.behaviour.abnormal_by_reason.keys())
         .collect();
     writeln!(out, "\n## Abnormal termination by reason (trajectories)\n")?;
-    let mut head = vec!["reason".to_string()];
-    head.extend(report.labels.iter().map(|l| cell(&l.label)));
-    table_head(out, &head)?;
+    if reasons.is_empty() {
+        writeln!(
+            out,
+            "None: every trajectory ended with an explicit submission."
+        )?;
+    } else {
+        table_head(out, &head_with("reason", report))?;
+    }
     for reason in reasons {
         let mut cells = vec![cell(reason)];
         cells.extend(report.labels.iter().map(|l| {
@@ -191,7 +206,9 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 type NudgeCount = fn(&LabelSummary) -> usize;
 
 const NUDGES: [(&str, NudgeCount); 2] = [
-    ("submit_before_edit", |l| l.behaviour.nudges_submit_before_edit),
+    ("submit_before_edit", |l| {
+        l.behaviour.nudges_submit_before_edit
+    }),
     ("repeated_action", |l| l.behaviour.nudges_repeated_action),
 ];
 
@@ -203,207 +220,6 @@ fn head_with(first: &str, report: &Report) -> Vec<String> {
 
 fn signed(v: Option<f64>) -> String {
     v.map_or_else(|| "–".into(), |v| format!("{:+.1}", v * 100.0))
-}
-
-/// One CSV field, quoted when it holds `,`, `"` or a line break.
-fn field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
-    }
-}
-
-fn csv_row(out: &mut dyn Write, cells: &[String]) -> io::Result<()> {
-    let cells: Vec<String> = cells.iter().map(|c| field(c)).collect();
-    writeln!(out, "{}", cells.join(","))
-}
-
-fn num(v: Option<f64>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
-}
-
-fn opt(v: &Option<String>) -> String {
-    v.clone().unwrap_or_default()
-}
-
-/// CSV: tables `summary`, `behaviour` (long form), `tasks` (with results), `trajectories`,
-/// and `pair` (when asked for), each with a header row, separated by a blank line.
-fn csv(report: &Report, out: &mut dyn Write) -> io::Result<()> {
-    let mut head: Vec<String> = ["label", "tasks", "runs", "min_runs", "max_runs"]
-        .map(String::from)
-        .to_vec();
-    if report.has_results {
-        head.extend(report.ks.iter().map(|k| format!("pass@{k}")));
-        head.extend(["intersection_solved", "intersection_fraction", "no_result"].map(String::from));
-    }
-    csv_row(out, &head)?;
-    for l in &report.labels {
-        let mut cells = vec![
-            l.label.clone(),
-            l.tasks.to_string(),
-            l.runs.to_string(),
-            l.min_runs.to_string(),
-            l.max_runs.to_string(),
-        ];
-        if report.has_results {
-            cells.extend(report.ks.iter().map(|k| num(l.pass_at_k.get(k).copied())));
-            let i = l.intersection;
-            cells.push(i.map(|i| i.solved.to_string()).unwrap_or_default());
-            cells.push(num(i.map(|i| i.fraction)));
-            cells.push(l.behaviour.no_result.to_string());
-        }
-        csv_row(out, &cells)?;
-    }
-
-    writeln!(out)?;
-    csv_row(
-        out,
-        &["label", "behaviour", "unit", "count", "total", "rate"].map(String::from),
-    )?;
-    for l in &report.labels {
-        for r in l.behaviour.rates(report.has_results) {
-            let unit = serde_json::to_value(r.unit).unwrap_or(Value::Null);
-            csv_row(
-                out,
-                &[
-                    l.label.clone(),
-                    r.key.into(),
-                    unit.as_str().unwrap_or_default().into(),
-                    r.count.to_string(),
-                    r.total.to_string(),
-                    num(r.value()),
-                ],
-            )?;
-        }
-        let t = l.behaviour.trajectories;
-        for (reason, count) in &l.behaviour.abnormal_by_reason {
-            let rate = (t > 0).then(|| *count as f64 / t as f64);
-            csv_row(
-                out,
-                &[
-                    l.label.clone(),
-                    format!("abnormal:{reason}"),
-                    "trajectories".into(),
-                    count.to_string(),
-                    t.to_string(),
-                    num(rate),
-                ],
-            )?;
-        }
-    }
-
-    if report.has_results {
-        writeln!(out)?;
-        csv_row(out, &["label", "instance_id", "n", "c"].map(String::from))?;
-        for l in &report.labels {
-            for t in &l.task_counts {
-                csv_row(
-                    out,
-                    &[
-                        l.label.clone(),
-                        t.instance_id.clone(),
-                        t.n.to_string(),
-                        t.c.to_string(),
-                    ],
-                )?;
-            }
-        }
-    }
-
-    writeln!(out)?;
-    let mut head: Vec<String> = TRAJECTORY_COLUMNS.map(String::from).to_vec();
-    if report.has_results {
-        head.extend(["has_result", "empty_patch", "applicable_patch", "resolved"].map(String::from));
-    }
-    csv_row(out, &head)?;
-    for row in &report.trajectories {
-        csv_row(out, &trajectory_cells(row, report.has_results))?;
-    }
-
-    if let Some(p) = &report.pair {
-        writeln!(out)?;
-        csv_row(
-            out,
-            &["a", "b", "behaviour", "a_rate", "b_rate", "diff", "b_higher", "a_higher"]
-                .map(String::from),
-        )?;
-        let mut line = |key: &str, a: Option<f64>, b: Option<f64>, bh: String, ah: String| {
-            let diff = a.zip(b).map(|(a, b)| b - a);
-            csv_row(
-                out,
-                &[p.a.clone(), p.b.clone(), key.into(), num(a), num(b), num(diff), bh, ah],
-            )
-        };
-        line("pairs", None, None, p.pairs.to_string(), "".into())?;
-        line("unmatched", None, None, p.unmatched_b.to_string(), p.unmatched_a.to_string())?;
-        if let Some((a, b)) = p.pass_at_1 {
-            line("pass@1", Some(a), Some(b), "".into(), "".into())?;
-        }
-        for r in &p.rows {
-            line(r.key, r.a, r.b, r.b_higher.to_string(), r.a_higher.to_string())?;
-        }
-    }
-    Ok(())
-}
-
-const TRAJECTORY_COLUMNS: [&str; 21] = [
-    "label",
-    "instance_id",
-    "run",
-    "session",
-    "turns",
-    "parsable_turns",
-    "valid_tool_calls",
-    "edits",
-    "autonomous_edit",
-    "test_runs",
-    "active_testing",
-    "failed_test",
-    "re_edit_after_failed_test",
-    "explicit_submission",
-    "repetitive_loop",
-    "nudges_submit_before_edit",
-    "nudges_repeated_action",
-    "termination",
-    "error",
-    "no_submission",
-    "abnormal",
-];
-
-fn trajectory_cells(row: &TrajectoryRow, has_results: bool) -> Vec<String> {
-    let b = &row.behaviour;
-    let mut cells = vec![
-        row.label.clone(),
-        row.instance_id.clone(),
-        row.run.to_string(),
-        row.session.clone(),
-        b.turns.to_string(),
-        b.parsable_turns.to_string(),
-        b.valid_tool_calls.to_string(),
-        b.edits.to_string(),
-        b.autonomous_edit.to_string(),
-        b.test_runs.to_string(),
-        b.active_testing.to_string(),
-        b.failed_test.to_string(),
-        b.re_edit_after_failed_test.to_string(),
-        b.explicit_submission.to_string(),
-        b.repetitive_loop.to_string(),
-        b.nudges_submit_before_edit.to_string(),
-        b.nudges_repeated_action.to_string(),
-        opt(&b.termination),
-        b.error.to_string(),
-        b.no_submission.to_string(),
-        opt(&b.abnormal),
-    ];
-    if has_results {
-        let o = row.outcome;
-        cells.push(o.is_some().to_string());
-        cells.push(o.is_some_and(|o| o.empty_patch).to_string());
-        cells.push(o.is_some_and(|o| o.applicable()).to_string());
-        cells.push(o.is_some_and(|o| o.resolved).to_string());
-    }
-    cells
 }
 
 /// The JSON document (see `docs/report.md`): full precision, rates in `[0, 1]`.

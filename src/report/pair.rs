@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::behaviour::{Aggregate, Unit};
+use super::results::Outcome;
 use super::summary::{Report, TrajectoryRow};
 
 /// One behaviour compared between A and B over the matched pairs.
@@ -70,16 +71,18 @@ pub fn compare(report: &Report, a: &str, b: &str) -> Result<PairReport, String> 
         .filter_map(|(key, ra)| rows_b.get(key).map(|rb| (*ra, *rb)))
         .collect();
     let with = report.has_results;
-    let outcome = |r: &TrajectoryRow| with.then_some(r.outcome.as_ref());
+    fn outcome(with: bool, r: &TrajectoryRow) -> Option<Option<&Outcome>> {
+        with.then_some(r.outcome.as_ref())
+    }
     let (mut agg_a, mut agg_b) = (Aggregate::default(), Aggregate::default());
     let mut b_higher = BTreeMap::<&str, usize>::new();
     let mut a_higher = BTreeMap::<&str, usize>::new();
     for (ra, rb) in &pairs {
-        agg_a.add(&ra.behaviour, outcome(ra));
-        agg_b.add(&rb.behaviour, outcome(rb));
+        agg_a.add(&ra.behaviour, outcome(with, ra));
+        agg_b.add(&rb.behaviour, outcome(with, rb));
         let (mut one_a, mut one_b) = (Aggregate::default(), Aggregate::default());
-        one_a.add(&ra.behaviour, outcome(ra));
-        one_b.add(&rb.behaviour, outcome(rb));
+        one_a.add(&ra.behaviour, outcome(with, ra));
+        one_b.add(&rb.behaviour, outcome(with, rb));
         for (x, y) in one_a.rates(with).iter().zip(one_b.rates(with)) {
             match (x.value(), y.value()) {
                 (Some(va), Some(vb)) if vb > va => *b_higher.entry(x.key).or_default() += 1,

@@ -80,10 +80,15 @@ impl Results {
     /// (label, any run), (any label, run), (any label, any run).
     pub fn lookup(&self, label: &str, instance_id: &str, run: usize) -> Option<Outcome> {
         let l = Some(label.to_string());
-        [(l.clone(), Some(run)), (l, None), (None, Some(run)), (None, None)]
-            .into_iter()
-            .find_map(|(label, run)| self.map.get(&(label, instance_id.to_string(), run)))
-            .copied()
+        [
+            (l.clone(), Some(run)),
+            (l, None),
+            (None, Some(run)),
+            (None, None),
+        ]
+        .into_iter()
+        .find_map(|(label, run)| self.map.get(&(label, instance_id.to_string(), run)))
+        .copied()
     }
 
     /// Instance ids that have any entry.

@@ -62,7 +62,12 @@ pub fn csv(text: &str) -> Result<Vec<Entry>, String> {
             header.join(", ")
         ));
     };
-    let cols = [column("run"), column("label"), column("empty_patch"), column("error")];
+    let cols = [
+        column("run"),
+        column("label"),
+        column("empty_patch"),
+        column("error"),
+    ];
     let mut out = Vec::new();
     for (line, record) in rows {
         let field = |c: Option<usize>| {
@@ -153,7 +158,10 @@ impl Row {
             .instance_id
             .filter(|s| !s.is_empty())
             .ok_or("missing `instance_id`")?;
-        let resolved = boolean(self.resolved.as_deref().ok_or("missing `resolved`")?, "resolved")?;
+        let resolved = boolean(
+            self.resolved.as_deref().ok_or("missing `resolved`")?,
+            "resolved",
+        )?;
         let run = match self.run.as_deref() {
             None | Some("") => None,
             Some(r) => Some(

@@ -1,6 +1,8 @@
-//! The two text rules behind "active testing" and "valid re-edit after a failed test":
-//! [`is_test_command`] (does a shell command run tests?) and [`shows_test_failure`] (does a
-//! test command's output show a failure?). Both are documented in `docs/report.md`.
+//! The rule behind "active testing": [`is_test_command`] (does a shell command run tests?).
+//! Its companion for "valid re-edit after a failed test" is [`super::failure`]. Both are
+//! documented in `docs/report.md`.
+
+use super::shell::simple_commands;
 
 /// Whether a shell command runs tests.
 ///
@@ -53,246 +55,6 @@ pub fn is_test_script(path: &str) -> bool {
     named || in_test_dir
 }
 
-/// Whether the output of a test command shows a failure. Any of:
-/// - a count `N failed|failures|errors|error|failing` with `N > 0` (pytest, jest, mocha
-///   summaries), or `failures=N` / `errors=N` with `N > 0` (unittest);
-/// - the words `FAILED` or `FAIL` in capitals (pytest, unittest, go, cargo), or a line
-///   starting with the word `ERROR` (pytest collection errors, unittest);
-/// - `Traceback (most recent call last)`, or a line (after an optional pytest `E` prefix)
-///   starting with a Python exception name (`…Error` or `…Exception`, possibly dotted)
-///   followed by `:` or the end of the line, e.g. `AssertionError`;
-/// - a line starting with `Error:`, `error:` or `error[` (node, cargo, compilers);
-/// - a non-zero exit status marker: `exit code N`, `exit status N`, `exit_code=N`,
-///   `returncode: N`, `return code N`, `<returncode>N</returncode>` (`:`, `=`, `>` and spaces
-///   between), with `N ≠ 0`.
-///
-/// `0 failed`, `failures=0` and `exit code 0` are not failures.
-pub fn shows_test_failure(output: &str) -> bool {
-    word_rules(output) || output.lines().any(line_rule)
-}
-
-fn word_rules(text: &str) -> bool {
-    let words = words(text);
-    for (i, &(start, end)) in words.iter().enumerate() {
-        let w = &text[start..end];
-        if w == "FAILED" || w == "FAIL" {
-            return true;
-        }
-        let Some(&(nstart, nend)) = words.get(i + 1) else {
-            continue;
-        };
-        let next = &text[nstart..nend];
-        let between = &text[end..nstart];
-        let lower = w.to_ascii_lowercase();
-        let next_lower = next.to_ascii_lowercase();
-        if nonzero(w)
-            && between.chars().all(|c| c == ' ')
-            && matches!(
-                next_lower.as_str(),
-                "failed" | "failures" | "errors" | "error" | "failing"
-            )
-        {
-            return true;
-        }
-        if matches!(lower.as_str(), "failures" | "errors") && between == "=" && nonzero(next) {
-            return true;
-        }
-        let marker_then_number = |j: usize| {
-            words.get(j).is_some_and(|&(s, e)| {
-                let sep = &text[words[j - 1].1..s];
-                sep.chars().all(|c| " \t:=>-".contains(c)) && nonzero(&text[s..e])
-            })
-        };
-        let two_word = matches!(
-            (lower.as_str(), next_lower.as_str()),
-            ("exit", "code") | ("exit", "status") | ("return", "code")
-        ) && between.chars().all(|c| c == ' ');
-        if two_word && marker_then_number(i + 2) {
-            return true;
-        }
-        if matches!(
-            lower.as_str(),
-            "returncode" | "exit_code" | "exitcode" | "return_code"
-        ) && marker_then_number(i + 1)
-        {
-            return true;
-        }
-    }
-    false
-}
-
-fn line_rule(line: &str) -> bool {
-    let line = line.trim_start();
-    if line.contains("Traceback (most recent call last)") {
-        return true;
-    }
-    if line.starts_with("Error:") || line.starts_with("error:") || line.starts_with("error[") {
-        return true;
-    }
-    let first_word_end = line
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(line.len());
-    if &line[..first_word_end] == "ERROR" {
-        return true;
-    }
-    // pytest prefixes assertion details with "E   ".
-    let body = match line.strip_prefix("E ") {
-        Some(rest) => rest.trim_start(),
-        None => line,
-    };
-    let name_end = body
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-        .unwrap_or(body.len());
-    let name = &body[..name_end];
-    let after = &body[name_end..];
-    (name.ends_with("Error") || name.ends_with("Exception"))
-        && name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && (after.starts_with(':') || after.trim().is_empty())
-}
-
-/// Byte spans of the runs of ASCII letters, digits and `_`.
-fn words(text: &str) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut start = None;
-    for (i, c) in text.char_indices() {
-        let inside = c.is_ascii_alphanumeric() || c == '_';
-        match (inside, start) {
-            (true, None) => start = Some(i),
-            (false, Some(s)) => {
-                out.push((s, i));
-                start = None;
-            }
-            _ => {}
-        }
-    }
-    if let Some(s) = start {
-        out.push((s, text.len()));
-    }
-    out
-}
-
-fn nonzero(word: &str) -> bool {
-    !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit()) && word.bytes().any(|b| b != b'0')
-}
-
-/// Splits a shell command into simple commands (lists of words, quotes removed).
-fn simple_commands(command: &str) -> Vec<Vec<String>> {
-    let chars: Vec<char> = command.chars().collect();
-    let mut out = Vec::new();
-    let mut current: Vec<String> = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut heredocs: Vec<(String, bool)> = Vec::new();
-    let mut i = 0;
-    let flush_word = |word: &mut String, in_word: &mut bool, current: &mut Vec<String>| {
-        if *in_word {
-            current.push(std::mem::take(word));
-            *in_word = false;
-        }
-    };
-    while i < chars.len() {
-        let c = chars[i];
-        i += 1;
-        match c {
-            '\'' => {
-                in_word = true;
-                while i < chars.len() && chars[i] != '\'' {
-                    word.push(chars[i]);
-                    i += 1;
-                }
-                i += 1;
-            }
-            '"' => {
-                in_word = true;
-                while i < chars.len() && chars[i] != '"' {
-                    if chars[i] == '\\' && i + 1 < chars.len() {
-                        i += 1;
-                    }
-                    word.push(chars[i]);
-                    i += 1;
-                }
-                i += 1;
-            }
-            '\\' => {
-                if i < chars.len() && chars[i] != '\n' {
-                    word.push(chars[i]);
-                    in_word = true;
-                }
-                i += 1;
-            }
-            '#' if !in_word => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-            }
-            '<' if chars.get(i) == Some(&'<') && chars.get(i + 1) != Some(&'<') => {
-                flush_word(&mut word, &mut in_word, &mut current);
-                i += 1;
-                let strip_tabs = chars.get(i) == Some(&'-');
-                if strip_tabs {
-                    i += 1;
-                }
-                while i < chars.len() && (chars[i] == ' ' || chars[i] == '\t') {
-                    i += 1;
-                }
-                let mut delim = String::new();
-                while i < chars.len() && !chars[i].is_whitespace() && !";|&<>()".contains(chars[i])
-                {
-                    if chars[i] != '\'' && chars[i] != '"' && chars[i] != '\\' {
-                        delim.push(chars[i]);
-                    }
-                    i += 1;
-                }
-                if !delim.is_empty() {
-                    heredocs.push((delim, strip_tabs));
-                }
-            }
-            ';' | '&' | '|' | '\n' | '(' | ')' | '`' => {
-                flush_word(&mut word, &mut in_word, &mut current);
-                if !current.is_empty() {
-                    out.push(std::mem::take(&mut current));
-                }
-                if c == '\n' {
-                    for (delim, strip_tabs) in heredocs.drain(..) {
-                        i = skip_heredoc(&chars, i, &delim, strip_tabs);
-                    }
-                }
-            }
-            c if c.is_whitespace() => flush_word(&mut word, &mut in_word, &mut current),
-            c => {
-                word.push(c);
-                in_word = true;
-            }
-        }
-    }
-    flush_word(&mut word, &mut in_word, &mut current);
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
-}
-
-/// Index just after the here-document body starting at `i` (the line equal to `delim`).
-fn skip_heredoc(chars: &[char], mut i: usize, delim: &str, strip_tabs: bool) -> usize {
-    while i < chars.len() {
-        let end = chars[i..]
-            .iter()
-            .position(|&c| c == '\n')
-            .map_or(chars.len(), |p| i + p);
-        let line: String = chars[i..end].iter().collect();
-        let line = if strip_tabs {
-            line.trim_start_matches('\t')
-        } else {
-            &line
-        };
-        i = end + 1;
-        if line == delim {
-            break;
-        }
-    }
-    i.min(chars.len())
-}
-
 fn basename(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
 }
@@ -317,12 +79,6 @@ fn strip_prefixes(mut words: &[String]) -> &[String] {
             words = &words[1..];
             continue;
         }
-        let skip_options = |mut w: &[String]| {
-            while w.first().is_some_and(|x| x.starts_with('-')) {
-                w = &w[1..];
-            }
-            w
-        };
         let second = words.get(1).map(String::as_str);
         words = match basename(first) {
             "sudo" | "env" | "time" | "nohup" | "nice" | "xvfb-run" | "stdbuf" | "command"
@@ -345,6 +101,13 @@ fn strip_prefixes(mut words: &[String]) -> &[String] {
             _ => return words,
         };
     }
+}
+
+fn skip_options(mut words: &[String]) -> &[String] {
+    while words.first().is_some_and(|x| x.starts_with('-')) {
+        words = &words[1..];
+    }
+    words
 }
 
 fn first_arg(words: &[String]) -> Option<&str> {
@@ -431,7 +194,9 @@ fn python_runs_tests(args: &[String]) -> bool {
                 _ => is_test_script(word) && word.ends_with(".py"),
             };
         };
-        let after = args.get(i + if word == "-m" { 2 } else { 1 }..).unwrap_or(&[]);
+        let after = args
+            .get(i + if word == "-m" { 2 } else { 1 }..)
+            .unwrap_or(&[]);
         return match module {
             Some(
                 "pytest" | "unittest" | "nose" | "nose2" | "tox" | "nox" | "trial"
@@ -495,42 +260,6 @@ mod tests {
             "python app.py",
         ] {
             assert!(!is_test_command(cmd), "{cmd}");
-        }
-    }
-
-    #[test]
-    fn failures() {
-        for out in [
-            "===== 1 failed, 3 passed in 0.2s =====",
-            "FAILED tests/test_a.py::test_b - assert 1 == 2",
-            "FAILED (failures=1)",
-            "Ran 1 test\n\nFAILED (errors=2)",
-            "Traceback (most recent call last):\n  File \"x.py\", line 1",
-            "AssertionError",
-            "E       AssertionError: assert 1 == 2",
-            "ValueError: bad",
-            "--- FAIL: TestX (0.00s)",
-            "test result: FAILED. 1 passed; 1 failed",
-            "[Command finished with exit code 1]",
-            "<returncode>2</returncode>",
-            "error[E0425]: cannot find value",
-            "ERROR: file or directory not found: tests/x.py",
-            "Tests:       2 failed, 5 passed",
-            "==== 1 passed, 1 error in 0.1s ====",
-        ] {
-            assert!(shows_test_failure(out), "{out}");
-        }
-        for out in [
-            "===== 3 passed in 0.2s =====",
-            "Ran 3 tests in 0.001s\n\nOK",
-            "1 passed, 0 failed",
-            "exit code 0",
-            "<returncode>0</returncode>",
-            "1 xfailed, 2 passed",
-            "test_raises_ValueError PASSED",
-            "test result: ok. 3 passed; 0 failed",
-        ] {
-            assert!(!shows_test_failure(out), "{out}");
         }
     }
 }
