@@ -54,6 +54,11 @@ pub struct PromptArgs {
     /// Reference steps rendered before the live ones; 0 disables prefixes [default: 3].
     #[arg(long, env = "ASAP_PREFIX_K")]
     pub prefix_k: Option<usize>,
+    /// Directory of template overrides: `<format>.jinja` files (`markdown_xml.jinja`,
+    /// `xml.jinja`, `markdown.jinja`, `json.jinja`) used in place of the embedded ones
+    /// [default: the embedded templates].
+    #[arg(long, env = "ASAP_TEMPLATES")]
+    pub templates: Option<PathBuf>,
 }
 
 /// `asap-proxy serve`.
@@ -63,7 +68,9 @@ pub struct ServeArgs {
     #[arg(long, env = "ASAP_LISTEN")]
     pub listen: Option<SocketAddr>,
     /// Base URL of the completion backend, including `/v1`
-    /// [default: http://127.0.0.1:8080/v1, llama-server's default port].
+    /// [default: http://127.0.0.1:8080/v1, llama-server's default port]; or `replay:DIR`
+    /// (or `replay:FILE`): answer from the completions recorded in those trace logs, matched
+    /// by prompt SHA-256, else by session and step order; no model server needed.
     #[arg(long, env = "ASAP_BACKEND")]
     pub backend: Option<String>,
     /// Model name sent to the backend [default: the first model of `GET {backend}/models`,
@@ -188,6 +195,15 @@ pub struct ReplayArgs {
     /// Print every step, not only the ones that differ.
     #[arg(long)]
     pub verbose: bool,
+    /// Directory of task prefixes, as for `serve`; repeatable [default: ./prefixes when it
+    /// exists]. The built-in demonstration is always available; K is the one each session
+    /// recorded.
+    #[arg(long = "prefixes", value_delimiter = ',')]
+    pub prefixes: Vec<PathBuf>,
+    /// Directory of template overrides (`<format>.jinja`), as for `serve`: replay what a
+    /// template change would do to the recorded prompts.
+    #[arg(long)]
+    pub templates: Option<PathBuf>,
 }
 
 /// Output format of `report`.

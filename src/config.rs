@@ -46,6 +46,7 @@ pub struct FileConfig {
     pub loop_window: Option<usize>,
     pub on_terminate: Option<OnTerminate>,
     pub label: Option<String>,
+    pub templates: Option<PathBuf>,
 }
 
 /// Which profile serves requests.
@@ -91,6 +92,16 @@ pub struct Config {
     /// Model or checkpoint label written into every session record (`--label`); `None`:
     /// each session's request `model`.
     pub label: Option<String>,
+    /// Template override directory (`--templates`); `None`: the embedded templates.
+    pub templates: Option<PathBuf>,
+}
+
+/// Prefix of `--backend` that selects the replay backend: `replay:DIR` or `replay:FILE`.
+pub const REPLAY_BACKEND: &str = "replay:";
+
+/// The template override directory: flag/env, else the file's `templates`.
+pub fn templates_dir(args: &PromptArgs, file: &FileConfig) -> Option<PathBuf> {
+    args.templates.clone().or_else(|| file.templates.clone())
 }
 
 /// A configuration that cannot be used.
@@ -167,12 +178,25 @@ impl Config {
             .clone()
             .or_else(|| file.backend.clone())
             .unwrap_or_else(|| DEFAULT_BACKEND.to_string());
-        let backend = backend.trim_end_matches('/').to_string();
-        if !(backend.starts_with("http://") || backend.starts_with("https://")) {
+        let backend = if backend.starts_with(REPLAY_BACKEND) {
+            backend
+        } else {
+            backend.trim_end_matches('/').to_string()
+        };
+        if backend == REPLAY_BACKEND {
+            return Err(ConfigError::Invalid {
+                field: "backend",
+                reason: "replay: needs a trace directory or file (replay:DIR)".into(),
+            });
+        }
+        if !(backend.starts_with("http://")
+            || backend.starts_with("https://")
+            || backend.starts_with(REPLAY_BACKEND))
+        {
             return Err(ConfigError::Invalid {
                 field: "backend",
                 reason: format!(
-                    "{backend:?} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)"
+                    "{backend:?} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1) or replay:DIR"
                 ),
             });
         }
@@ -243,6 +267,7 @@ impl Config {
                 .backend_retries
                 .or(file.backend_retries)
                 .unwrap_or(DEFAULT_BACKEND_RETRIES),
+            templates: templates_dir(&args.prompt, &file),
             prompt: PromptConfig::resolve(&args.prompt, &file),
         })
     }
@@ -250,10 +275,11 @@ impl Config {
 
 impl Config {
     /// Hex SHA-256 of the settings that shape prompts and decisions (profile, format, prefix
-    /// directories and K, max_tokens, termination limits, on_terminate, mode), so sessions run
-    /// under different settings can be told apart in traces.
+    /// directories and K, max_tokens, termination limits, on_terminate, mode, and the template
+    /// override directory when one is set), so sessions run under different settings can be
+    /// told apart in traces.
     pub fn digest(&self) -> String {
-        let canonical = format!(
+        let mut canonical = format!(
             "profile={:?}\nformat={}\nprefixes={:?}\nprefix_k={}\nmax_tokens={}\nlimits={:?}\non_terminate={:?}\nmode={:?}\n",
             self.prompt.profile,
             self.prompt.format.name(),
@@ -264,6 +290,9 @@ impl Config {
             self.on_terminate,
             self.mode,
         );
+        if let Some(dir) = &self.templates {
+            canonical.push_str(&format!("templates={dir:?}\n"));
+        }
         crate::trace::sha256_hex(canonical.as_bytes())
     }
 }

@@ -35,6 +35,12 @@ pub enum ProxyError {
     /// with a body that is not an OpenAI completions response.
     #[error("completion backend error: {0}")]
     Backend(String),
+    /// The replay backend (`--backend replay:DIR`) has no recorded completion for a prompt:
+    /// its SHA-256 matches no recorded call, and no earlier call of the session matched a
+    /// recorded session to continue in step order (HTTP 502, code `replay_miss`). The message
+    /// names the prompt's SHA-256 and how many prompts were loaded.
+    #[error("replay backend has no recorded completion: {0}")]
+    ReplayMiss(String),
     /// The completion backend did not answer within the configured timeout (HTTP 504).
     #[error("completion backend timed out after {0} s")]
     BackendTimeout(u64),
@@ -63,7 +69,9 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST
             }
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::BackendUnavailable(_) | Self::Backend(_) => StatusCode::BAD_GATEWAY,
+            Self::BackendUnavailable(_) | Self::Backend(_) | Self::ReplayMiss(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             Self::BackendTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -82,6 +90,7 @@ impl ProxyError {
             }
             Self::BackendUnavailable(_) => ("server_error", "backend_unavailable", None),
             Self::Backend(_) => ("server_error", "backend_error", None),
+            Self::ReplayMiss(_) => ("server_error", "replay_miss", None),
             Self::BackendTimeout(_) => ("server_error", "backend_timeout", None),
             Self::Internal(_) => ("server_error", "internal_error", None),
         };

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::Parser;
 
 use asap_proxy::cli::{Cli, Command, PrefixArgs, PrefixCommand, RenderArgs, ServeArgs};
-use asap_proxy::config::{read_file, Config, PromptConfig};
+use asap_proxy::config::{read_file, templates_dir, Config, PromptConfig};
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::pipeline::prepare;
 use asap_proxy::prefix::build::{build, BuildOptions};
@@ -66,7 +66,8 @@ fn run_render(args: &RenderArgs) -> RunResult {
     read.map_err(|e| (2, format!("reading {}: {e}", args.request.display())))?;
     let request = ChatCompletionRequest::from_slice(&body).map_err(|e| (2, e.to_string()))?;
     let profiles = Profiles::builtin().map_err(|e| (1, e.to_string()))?;
-    let renderer = Renderer::new().map_err(|e| (1, e.to_string()))?;
+    let renderer = Renderer::with_templates(templates_dir(&args.prompt, &file).as_deref())
+        .map_err(|e| (2, e.to_string()))?;
     // Ids in the history carry the session's nudges; there is no content index offline.
     let sessions = SessionIndex::new(1);
     let prefixes =

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use crate::backend::{Backend, BackendCompletion, GenerationParams};
+use crate::backend::{Backend, BackendCompletion, CallContext, GenerationParams};
 use crate::config::{ProfileChoice, PromptConfig};
 use crate::conversation::{Action, Conversation, Example};
 use crate::dialect::Dialect;
@@ -339,6 +339,12 @@ pub async fn run_step(
                 &params,
                 ctx.prompt_config.format.stop(),
                 request.model.as_deref(),
+                CallContext {
+                    session: &session,
+                    step,
+                    attempt,
+                    side_call: None,
+                },
             )
             .await;
         let backend_ms = ms_since(attempt_started);
@@ -507,6 +513,12 @@ async fn run_side_call(
             &params,
             &side_call::STOP,
             request.model.as_deref(),
+            CallContext {
+                session: &session,
+                step,
+                attempt: 0,
+                side_call: Some(kind),
+            },
         )
         .await;
     let mut record = new_record(ctx, input, request, step, 0, &side, None);

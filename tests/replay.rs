@@ -1,1 +1,427 @@
-//! placeholder
+//! `asap-proxy replay` (re-render and re-parse recorded steps) and the replay backend
+//! (`serve --backend replay:DIR`), on a multi-turn SWE-agent session recorded through the
+//! proxy against the fake backend: a submit-before-edit nudge (two completion calls in one
+//! request); a repeated action nudged, then an unparsable output in the same request (that
+//! turn has no tool call, so its nudge lives in the session index only) and SWE-agent's
+//! requery; an edit; the final submit.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+
+use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::proxy::Proxy;
+use crate::util::{continue_with, fixture_json, read_trace};
+
+const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
+
+/// What the "model" writes, one completion call each.
+fn script() -> Vec<Scripted> {
+    vec![
+        Scripted::text("Looks fine already.\n<submit/>\n"),
+        Scripted::text("Let me look first.\n<bash>ls</bash>\n"),
+        Scripted::text("List again.\n<bash>ls</bash>\n"),
+        Scripted::text("I am not sure what to do next, maybe the price."),
+        Scripted::text("Read the module.\n<bash>cat inventory.py</bash>\n"),
+        Scripted::text(
+            "Fix the total.\n<str_replace_editor>\n<command>str_replace</command>\n\
+             <path>/testbed/inventory.py</path>\n<old_str>l.quantity</old_str>\n\
+             <new_str>l.quantity * l.unit_price</new_str>\n</str_replace_editor>\n",
+        ),
+        Scripted::text("Done.\n<submit/>\n"),
+    ]
+}
+
+/// Tool outputs the scaffold sends back, one per tool call.
+const OUTPUTS: [&str; 4] = [
+    "inventory.py\ntest_inventory.py",
+    "class Inventory:\n    def total(self):\n        return sum(l.quantity for l in self.lines)",
+    "The file /testbed/inventory.py has been edited.",
+    "",
+];
+
+/// Plays SWE-agent against `proxy`: tool results for tool calls, its format-error requery for
+/// a reply without one; stops after the submit. Returns every response (status, body).
+async fn drive(proxy: &Proxy, outputs: &[&str]) -> Vec<(u16, Value)> {
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut responses = Vec::new();
+    let mut outputs = outputs.iter();
+    for _ in 0..8 {
+        let (status, resp) = proxy.post(&body).await;
+        responses.push((status, resp.clone()));
+        if status != 200 {
+            break;
+        }
+        let message = &resp["choices"][0]["message"];
+        match message["tool_calls"][0]["function"]["name"].as_str() {
+            Some("submit") => break,
+            Some(_) => continue_with(&mut body, &resp, outputs.next().unwrap()),
+            None => {
+                let messages = body["messages"].as_array_mut().unwrap();
+                messages.push(message.clone());
+                messages.push(json!({"role": "user", "content": "Your last output did not use any tool calls!"}));
+            }
+        }
+    }
+    responses
+}
+
+/// Tool name, parsed arguments and content of each response: what must not change.
+fn calls(responses: &[(u16, Value)]) -> Vec<(Option<String>, Value, Value)> {
+    responses
+        .iter()
+        .map(|(status, r)| {
+            assert_eq!(*status, 200, "{r}");
+            let message = &r["choices"][0]["message"];
+            let call = &message["tool_calls"][0]["function"];
+            (
+                call["name"].as_str().map(str::to_string),
+                call["arguments"]
+                    .as_str()
+                    .map_or(Value::Null, |a| serde_json::from_str(a).unwrap()),
+                message["content"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Records the session; returns the proxy (its log directory holds the trace) and the calls.
+async fn record() -> (Proxy, Vec<(Option<String>, Value, Value)>) {
+    let backend = FakeBackend::start(script()).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let responses = drive(&proxy, &OUTPUTS).await;
+    assert_eq!(backend.calls(), 7, "every scripted call was made");
+    let calls = calls(&responses);
+    let names: Vec<Option<&str>> = calls.iter().map(|c| c.0.as_deref()).collect();
+    assert_eq!(
+        names,
+        [
+            Some("bash"),
+            None,
+            Some("bash"),
+            Some("str_replace_editor"),
+            Some("submit")
+        ]
+    );
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let records = read_trace(&files[0]);
+    assert_eq!(records[1]["data"]["nudge"]["kind"], "submit_before_edit");
+    assert_eq!(records[3]["data"]["nudge"]["kind"], "repeated_action");
+    assert_eq!(records[4]["data"]["parse"]["error"]["class"], "no_action");
+    assert_eq!(
+        records[5]["data"]["nudges_used"],
+        json!([["submit_before_edit", 0], ["repeated_action", 1]]),
+        "the requery found the nudge of the turn without a tool call"
+    );
+    (proxy, calls)
+}
+
+fn replay(args: &[&str]) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(BIN)
+        .arg("replay")
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    (
+        status.code().unwrap(),
+        String::from_utf8(stdout).unwrap(),
+        String::from_utf8(stderr).unwrap(),
+    )
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[tokio::test]
+async fn replay_check_passes_on_a_recording_and_fails_after_a_template_change() {
+    let (proxy, _) = record().await;
+    let logs = path_str(proxy.log_dir.path());
+
+    // (a) The current code renders and parses every recorded step identically.
+    let (code, out, err) = replay(&["--check", "--verbose", logs]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.ends_with(
+            "files 1  steps 7  prompt differences 0  parse differences 0  unreadable 0\n"
+        ),
+        "{out}"
+    );
+    assert_eq!(out.matches(": same (prompt ").count(), 7, "{out}");
+    assert!(out.contains("step 0 attempt 1: same"), "{out}");
+
+    // A verbatim copy of the template changes nothing.
+    let templates = tempfile::tempdir().unwrap();
+    let original = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/markdown_xml.jinja"),
+    )
+    .unwrap();
+    let target = templates.path().join("markdown_xml.jinja");
+    std::fs::write(&target, &original).unwrap();
+    let (code, out, err) = replay(&["--check", "--templates", path_str(templates.path()), logs]);
+    assert_eq!(code, 0, "{out}\n{err}");
+
+    // (b) One changed word in the template: every prompt differs, --check fails and names
+    // the steps, the first differing byte and both sides.
+    let changed = original.replace("Finish with <submit/>.", "End with <submit/>.");
+    assert_ne!(changed, original);
+    std::fs::write(&target, changed).unwrap();
+    let (code, out, err) = replay(&["--check", "--templates", path_str(templates.path()), logs]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        out.contains("prompt differences 7  parse differences 0  unreadable 0"),
+        "{out}"
+    );
+    let first = out.lines().next().unwrap();
+    assert!(
+        first.contains(".jsonl:2 step 0 attempt 0: prompt differs at byte "),
+        "{first}"
+    );
+    assert!(
+        first.contains("Finish with") && first.contains("End with"),
+        "{first}"
+    );
+    assert!(out.contains("step 0 attempt 1: prompt differs"), "{out}");
+    assert!(err.contains("difference"), "{err}");
+    // Without --check the report is the same and the exit status 0.
+    let (code, _, _) = replay(&["--templates", path_str(templates.path()), logs]);
+    assert_eq!(code, 0);
+}
+
+#[tokio::test]
+async fn replay_reports_parse_differences_and_unreadable_input() {
+    let (proxy, _) = record().await;
+    let file = &proxy.trace_files()[0];
+    // What the parser of today makes of a changed completion differs from what was recorded.
+    let tampered = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(file).unwrap();
+    let text = text.replacen(
+        "<bash>cat inventory.py</bash>",
+        "<bash>cat setup.py</bash>",
+        1,
+    ) + "{\"v\": 1, \"type\": \"st"; // and a crash cut the last write short
+    let copy = tampered.path().join(file.file_name().unwrap());
+    std::fs::write(&copy, text).unwrap();
+    let (code, out, _) = replay(&["--check", path_str(&copy)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("prompt differences 0  parse differences 1  unreadable 0"),
+        "{out}"
+    );
+    assert!(out.contains("note: torn last line skipped"), "{out}");
+    assert!(
+        out.contains("step 1 attempt 0: parse differs: recorded {")
+            && out.contains("cat inventory.py")
+            && out.contains("cat setup.py"),
+        "{out}"
+    );
+
+    // A file that is not a trace: exit 2, with or without --check.
+    std::fs::write(tampered.path().join("junk.jsonl"), "not json\n").unwrap();
+    let (code, out, _) = replay(&[path_str(tampered.path())]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("unreadable 2"), "{out}");
+}
+
+#[tokio::test]
+async fn replay_backend_reruns_the_recorded_session_offline() {
+    let (recorded, recorded_calls) = record().await;
+    let source = format!("replay:{}", path_str(recorded.log_dir.path()));
+    let replayed = Proxy::start(&source).await;
+
+    // (c) The same conversation again: identical tool calls and contents, every turn, with no
+    // model server.
+    let responses = drive(&replayed, &OUTPUTS).await;
+    assert_eq!(calls(&responses), recorded_calls);
+    let records = read_trace(&replayed.trace_files()[0]);
+    assert_eq!(
+        records[1]["data"]["nudge"]["kind"], "submit_before_edit",
+        "the nudge happened again"
+    );
+    assert_eq!(records.len(), 1 + 7);
+    assert_eq!(records[3]["data"]["nudge"]["kind"], "repeated_action");
+    let models: Value = replayed
+        .client
+        .get(format!("http://{}/v1/models", replayed.addr))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "fake-base", "the recorded model");
+
+    // (d) A prompt nobody recorded: a clear error.
+    let mut other = fixture_json("requests/swe-agent-1.json");
+    other["messages"][1]["content"] = json!("Fix the tests in /other.");
+    let (status, body) = replayed.post(&other).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["code"], "replay_miss");
+    assert_eq!(body["error"]["type"], "server_error");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("prompt sha256 ") && message.contains("none of the 7 recorded prompts"),
+        "{message}"
+    );
+
+    // (e) A changed observation: the prompts differ from then on, and the recorded session's
+    // calls are served by session and step order.
+    let mut outputs = OUTPUTS;
+    outputs[0] = "inventory.py\ntest_inventory.py\nREADME.md";
+    let responses = drive(&replayed, &outputs).await;
+    assert_eq!(calls(&responses), recorded_calls);
+
+    // The same through the real binary with `replay:FILE`.
+    let file = recorded.trace_files()[0].clone();
+    let logs = tempfile::tempdir().unwrap();
+    let served = crate::cli::Served::start(
+        &[
+            "--backend",
+            &format!("replay:{}", path_str(&file)),
+            "--log-dir",
+            path_str(logs.path()),
+        ],
+        &[],
+    );
+    let body = fixture_json("requests/swe-agent-1.json");
+    let resp: Value = reqwest::Client::new()
+        .post(format!("{}/chat/completions", served.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "bash",
+        "{resp}"
+    );
+}
+
+#[test]
+fn replay_backend_needs_traces() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--backend"])
+        .arg(format!("replay:{}", path_str(empty.path())))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no recorded completions"), "{err}");
+}
+
+#[tokio::test]
+async fn template_overrides_apply_to_render_and_serve() {
+    let templates = tempfile::tempdir().unwrap();
+    let original = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/markdown_xml.jinja"),
+    )
+    .unwrap();
+    let changed = original.replace("Finish with <submit/>.", "End with <submit/>.");
+    std::fs::write(templates.path().join("markdown_xml.jinja"), changed).unwrap();
+    let request = crate::util::fixture_path("requests/swe-agent-1.json");
+    let out = Command::new(BIN)
+        .args(["render", "--request", path_str(&request), "--templates"])
+        .arg(templates.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let prompt = String::from_utf8(out.stdout).unwrap();
+    assert!(prompt.contains("End with <submit/>.") && !prompt.contains("Finish with"));
+
+    let backend = FakeBackend::start(vec![Scripted::text("Look.\n<bash>ls</bash>\n")]).await;
+    let dir = templates.path().to_path_buf();
+    let proxy = Proxy::start_with(&backend.url(), |a| a.prompt.templates = Some(dir)).await;
+    let (status, _) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        backend.prompts()[0],
+        prompt,
+        "serve renders with the override too"
+    );
+
+    // A directory without any template, and a template that does not compile: start-up errors.
+    let empty = tempfile::tempdir().unwrap();
+    for (dir, needle) in [
+        (empty.path(), "holds none of"),
+        (templates.path(), "syntax"),
+    ] {
+        if dir == templates.path() {
+            std::fs::write(dir.join("markdown_xml.jinja"), "{% if %}").unwrap();
+        }
+        let out = Command::new(BIN)
+            .args(["render", "--request", path_str(&request), "--templates"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{err}");
+    }
+}
+
+/// Terminus-2 (a content dialect: no tool call ever, so every turn's session is found through
+/// the session index), its confirmation turn (no completion) and a summary side call.
+async fn drive_terminus(proxy: &Proxy) -> Vec<Value> {
+    let mut body = fixture_json("requests/terminus-2-1.json");
+    let mut replies = Vec::new();
+    let followups = [
+        "New Terminal Output:\n\nroot@box:/app# ",
+        "Current terminal state:\nroot@box:/app# \n\nAre you sure you want to mark the task as complete? If so, include \"task_complete\": true in your JSON response again.",
+        "You are about to hand off your work to another AI agent.\nPlease provide a comprehensive summary of what you have accomplished so far on this task:",
+    ];
+    for followup in followups.iter().map(Some).chain([None]) {
+        let (status, r) = proxy.post(&body).await;
+        assert_eq!(status, 200, "{r}");
+        let message = r["choices"][0]["message"].clone();
+        replies.push(message["content"].clone());
+        let Some(followup) = followup else { break };
+        let messages = body["messages"].as_array_mut().unwrap();
+        messages.push(json!({"role": "assistant", "content": message["content"]}));
+        messages.push(json!({"role": "user", "content": followup}));
+    }
+    replies
+}
+
+#[tokio::test]
+async fn content_dialects_confirmations_and_side_calls_replay_cleanly() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Write the file.\n\n<bash>printf 'int main(){}' > /app/hello.c</bash>\n"),
+        Scripted::text("It builds now.\n\n<submit/>\n"),
+        Scripted::text("I wrote /app/hello.c and it builds."),
+    ])
+    .await;
+    let recorded = Proxy::start(&backend.url()).await;
+    let replies = drive_terminus(&recorded).await;
+    assert_eq!(backend.calls(), 3, "the confirmation needs no model call");
+    let files = recorded.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let records = read_trace(&files[0]);
+    assert!(records[3]["data"]["completion"].is_null());
+    assert_eq!(records[4]["data"]["side_call"], "terminus_summary");
+
+    let logs = path_str(recorded.log_dir.path());
+    let (code, out, err) = replay(&["--check", "--verbose", logs]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.ends_with("steps 4  prompt differences 0  parse differences 0  unreadable 0\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("side_call terminus_summary step 3: same"),
+        "{out}"
+    );
+
+    let replayed = Proxy::start(&format!("replay:{logs}")).await;
+    assert_eq!(drive_terminus(&replayed).await, replies);
+}

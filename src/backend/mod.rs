@@ -1,12 +1,30 @@
-//! Completion backends. One closed enum for the set (DESIGN.md "Backends"); today the set is
-//! the OpenAI completions API that vLLM, SGLang, llama-server, TGI and Ollama serve.
+//! Completion backends. One closed enum for the set (DESIGN.md "Backends"): the OpenAI
+//! completions API that vLLM, SGLang, llama-server, TGI and Ollama serve, and `replay`, which
+//! answers from recorded trace logs (offline, deterministic re-runs).
 
 mod openai_completions;
+mod replay;
 
 pub use openai_completions::OpenAiCompletions;
+pub use replay::ReplayBackend;
 
 use crate::error::ProxyError;
 use crate::openai::completions::Usage;
+use crate::session::SessionId;
+
+/// Who a completion call is for. HTTP backends ignore it; the replay backend uses it to
+/// continue a recorded session in step order when a prompt's hash matches nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct CallContext<'a> {
+    /// The live session (the proxy's id, not a recorded one).
+    pub session: &'a SessionId,
+    /// Step index of the call (actions in the history).
+    pub step: usize,
+    /// Completion call within the request: 0, then 1 and 2 after nudges.
+    pub attempt: usize,
+    /// The side call's kind (`terminus_summary`, ...); `None` for a trajectory step.
+    pub side_call: Option<&'a str>,
+}
 
 /// Sampling parameters of one step, taken from the chat request.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,24 +65,30 @@ impl BackendCompletion {
 #[derive(Debug)]
 pub enum Backend {
     OpenAiCompletions(OpenAiCompletions),
+    /// `--backend replay:DIR`: recorded completions.
+    Replay(ReplayBackend),
 }
 
 impl Backend {
     /// Generates one step's continuation of `prompt`, stopping at `stop` (the format's stop
-    /// sequences, which follow one complete action).
+    /// sequences, which follow one complete action). `call` says which session, step and
+    /// attempt the call belongs to.
     ///
     /// Errors: [`ProxyError::ContextLengthExceeded`] when the backend says the prompt does not
     /// fit, [`ProxyError::BackendUnavailable`] after the retries, [`ProxyError::BackendTimeout`],
-    /// [`ProxyError::Backend`] for any other failure.
+    /// [`ProxyError::Backend`] for any other failure; [`ProxyError::ReplayMiss`] when the
+    /// replay backend has nothing recorded for the prompt.
     pub async fn complete(
         &self,
         prompt: &str,
         params: &GenerationParams,
         stop: &[&str],
         request_model: Option<&str>,
+        call: CallContext<'_>,
     ) -> Result<BackendCompletion, ProxyError> {
         match self {
             Self::OpenAiCompletions(b) => b.complete(prompt, params, stop, request_model).await,
+            Self::Replay(b) => b.complete(prompt, call),
         }
     }
 
@@ -75,6 +99,11 @@ impl Backend {
     ) -> Result<(serde_json::Value, u32), ProxyError> {
         match self {
             Self::OpenAiCompletions(b) => b.chat(body).await,
+            Self::Replay(_) => Err(ProxyError::Backend(
+                "the replay backend serves recorded completion calls only; passthrough mode \
+                 needs an instruction-tuned chat backend"
+                    .into(),
+            )),
         }
     }
 
@@ -82,6 +111,7 @@ impl Backend {
     pub async fn model_name(&self) -> Option<String> {
         match self {
             Self::OpenAiCompletions(b) => b.resolved_model().await,
+            Self::Replay(b) => b.model_name(),
         }
     }
 }

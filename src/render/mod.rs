@@ -4,6 +4,8 @@
 //! missing variable fails at startup validation instead of rendering an empty string.
 //! Rendering is deterministic and append-only (DESIGN.md "Append-only rendering"): the prompt
 //! of turn n+1 starts with the prompt of turn n minus the trailing cue ([`Format::cue`]).
+//! The templates are embedded from `templates/`; `--templates DIR` replaces any of them with
+//! `DIR/<format>.jinja` at start-up ([`Renderer::with_templates`]).
 
 mod escape;
 pub mod json;
@@ -122,6 +124,43 @@ impl Format {
     }
 }
 
+/// The override templates found in `dir`, by format (see [`Renderer::with_templates`]).
+fn read_overrides(dir: &std::path::Path) -> Result<Vec<(Format, String)>, RenderError> {
+    let fail = |template: &'static str, message: String| RenderError {
+        template,
+        source: minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message),
+    };
+    if !dir.is_dir() {
+        return Err(fail(
+            "(override directory)",
+            format!("{} is not a directory", dir.display()),
+        ));
+    }
+    let mut out = Vec::new();
+    for format in FORMATS {
+        let path = dir.join(format.template());
+        if !path.is_file() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            fail(
+                format.template(),
+                format!("reading {}: {e}", path.display()),
+            )
+        })?;
+        tracing::info!(path = %path.display(), "template override loaded");
+        out.push((format, text));
+    }
+    if out.is_empty() {
+        let names: Vec<&str> = FORMATS.iter().map(|f| f.template()).collect();
+        return Err(fail(
+            "(override directory)",
+            format!("{} holds none of {}", dir.display(), names.join(", ")),
+        ));
+    }
+    Ok(out)
+}
+
 /// Render failure: a template error with its full chain.
 #[derive(Debug, thiserror::Error)]
 #[error("rendering template {template}: {source:#}")]
@@ -164,6 +203,20 @@ struct StepDoc {
 impl Renderer {
     /// Compiles the built-in templates and checks each renders a sample conversation.
     pub fn new() -> Result<Self, RenderError> {
+        Self::with_templates(None)
+    }
+
+    /// As [`Renderer::new`], with `<format>.jinja` files from `dir` (`markdown_xml.jinja`,
+    /// `xml.jinja`, `markdown.jinja`, `json.jinja`) in place of the embedded templates of
+    /// those formats; formats without a file there keep the embedded one. Overrides get the
+    /// same environment (strict undefined variables, the `tojson_line` filter) and the same
+    /// start-up check (each renders a sample and ends with its format's cue). Used by
+    /// `--templates` to try a template change without rebuilding, and by `replay --check` to
+    /// see which recorded prompts it would change.
+    ///
+    /// Errors: `dir` cannot be read or holds none of those files, a file cannot be read, a
+    /// template does not compile or fails the check.
+    pub fn with_templates(dir: Option<&std::path::Path>) -> Result<Self, RenderError> {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_trim_blocks(true);
@@ -181,12 +234,23 @@ impl Renderer {
                 })
             },
         );
+        let overrides = match dir {
+            Some(dir) => read_overrides(dir)?,
+            None => Vec::new(),
+        };
         for format in FORMATS {
-            env.add_template(format.template(), format.source())
-                .map_err(|source| RenderError {
-                    template: format.template(),
-                    source,
-                })?;
+            let error = |source| RenderError {
+                template: format.template(),
+                source,
+            };
+            match overrides.iter().find(|(f, _)| *f == format) {
+                Some((_, text)) => env
+                    .add_template_owned(format.template(), text.clone())
+                    .map_err(error)?,
+                None => env
+                    .add_template(format.template(), format.source())
+                    .map_err(error)?,
+            }
         }
         let renderer = Self { env };
         for format in FORMATS {

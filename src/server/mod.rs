@@ -5,6 +5,7 @@ mod handlers;
 mod responses;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
@@ -13,8 +14,8 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
 
-use crate::backend::{Backend, OpenAiCompletions};
-use crate::config::{Config, ProfileChoice, PromptConfig};
+use crate::backend::{Backend, OpenAiCompletions, ReplayBackend};
+use crate::config::{Config, ProfileChoice, PromptConfig, REPLAY_BACKEND};
 use crate::error::ProxyError;
 use crate::pipeline::{Mode, OnTerminate};
 use crate::policy::Limits;
@@ -53,7 +54,8 @@ impl AppState {
                 .get(name)
                 .map_err(|e| ProxyError::invalid(e.to_string()))?;
         }
-        let renderer = Renderer::new().map_err(|e| ProxyError::Internal(e.to_string()))?;
+        let renderer = Renderer::with_templates(config.templates.as_deref())
+            .map_err(|e| ProxyError::invalid(e.to_string()))?;
         let prefixes = PrefixStore::load(&config.prompt.prefixes, config.prompt.prefix_k)
             .map_err(|e| ProxyError::invalid(format!("loading prefixes: {e}")))?;
         tracing::info!(
@@ -61,13 +63,23 @@ impl AppState {
             k = config.prompt.prefix_k,
             "prefixes loaded"
         );
-        let backend = Backend::OpenAiCompletions(OpenAiCompletions::new(
-            config.backend.clone(),
-            config.backend_model.clone(),
-            config.backend_api_key.clone(),
-            config.backend_timeout_s,
-            config.backend_retries,
-        )?);
+        let backend = match config.backend.strip_prefix(REPLAY_BACKEND) {
+            Some(path) => {
+                if config.mode == Mode::Passthrough {
+                    return Err(ProxyError::invalid(
+                        "--mode passthrough needs a chat backend, not replay:",
+                    ));
+                }
+                Backend::Replay(ReplayBackend::load(Path::new(path))?)
+            }
+            None => Backend::OpenAiCompletions(OpenAiCompletions::new(
+                config.backend.clone(),
+                config.backend_model.clone(),
+                config.backend_api_key.clone(),
+                config.backend_timeout_s,
+                config.backend_retries,
+            )?),
+        };
         Ok(Self {
             profiles,
             renderer,
@@ -105,8 +117,11 @@ pub(crate) fn read_body(
     })
 }
 
-/// The URL without user name or password, for logs.
+/// The URL without user name or password, for logs (`replay:` paths as given).
 fn redact_url(url: &str) -> String {
+    if url.starts_with(REPLAY_BACKEND) {
+        return url.to_string();
+    }
     match reqwest::Url::parse(url) {
         Ok(mut u) => {
             let _ = u.set_username("");

@@ -70,6 +70,9 @@ class Stack:
 
     workdir: Path
     script: list
+    # When set, no fake backend is started: the proxy answers from the trace logs there
+    # (``--backend replay:<path>``).
+    replay_from: Path | None = None
     backend: subprocess.Popen | None = None
     proxy: subprocess.Popen | None = None
     backend_port: int = 0
@@ -122,7 +125,8 @@ class Stack:
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> "Stack":
-        self._start_backend()
+        if self.replay_from is None:
+            self._start_backend()
         # A free port can be taken between our probe and the proxy's bind;
         # retry a few times rather than fail on that race.
         for _ in range(3):
@@ -154,6 +158,11 @@ class Stack:
             raise RuntimeError(
                 f"proxy binary not found at {binary}; run `cargo build` first or set ASAP_PROXY_BIN"
             )
+        backend = (
+            f"replay:{self.replay_from}"
+            if self.replay_from is not None
+            else f"http://127.0.0.1:{self.backend_port}/v1"
+        )
         log = open(self.workdir / "proxy.log", "ab")
         # Hermetic: a developer's ASAP_* settings (flags' env fallbacks) must not leak in.
         env = {k: v for k, v in os.environ.items() if not k.startswith("ASAP_")}
@@ -161,7 +170,7 @@ class Stack:
         self.proxy = subprocess.Popen(
             [str(binary), "serve",
              "--listen", f"127.0.0.1:{self.proxy_port}",
-             "--backend", f"http://127.0.0.1:{self.backend_port}/v1",
+             "--backend", backend,
              "--log-dir", str(self.log_dir)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )
@@ -193,11 +202,13 @@ def start_stack(tmp_path, request):
 
     Every call starts a fresh backend and proxy; all are stopped at teardown.
     Their logs are printed at teardown, so a failing test shows them.
+    ``start_stack([], replay_from=log_dir)`` starts only a proxy that replays
+    the trace logs in ``log_dir`` (no backend at all).
     """
     stacks: list[Stack] = []
 
-    def start(script: list) -> Stack:
-        stack = Stack(workdir=tmp_path / f"stack{len(stacks)}", script=script)
+    def start(script: list, replay_from: Path | None = None) -> Stack:
+        stack = Stack(workdir=tmp_path / f"stack{len(stacks)}", script=script, replay_from=replay_from)
         stacks.append(stack)
         return stack.start()
 

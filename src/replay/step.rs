@@ -1,0 +1,252 @@
+//! Replaying one `step` or `side_call` record: rebuild its request, render it again (nudged
+//! attempts and side calls as the pipeline renders them), parse its completion again, and
+//! feed the session index as the pipeline does.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::{diff, Replayer};
+use crate::config::PromptConfig;
+use crate::openai::chat::ChatCompletionRequest;
+use crate::parse::parse_for;
+use crate::pipeline::{self, Prepared};
+use crate::policy;
+use crate::session::{NudgeKind, NudgeState, SessionId, SessionIndex};
+use crate::side_call;
+use crate::trace::read::{Record, TraceReader};
+use crate::trace::sha256_hex;
+
+/// The request being replayed: its prepared prompt and the nudges used so far in it.
+pub(super) struct Current {
+    pub(super) prepared: Prepared,
+    pub(super) nudges: NudgeState,
+}
+
+/// One file's settings and state.
+pub(super) struct FileReplay<'a> {
+    pub(super) path: &'a Path,
+    /// The recorded format, profile (forced) and prefix K.
+    pub(super) config: PromptConfig,
+    /// A passthrough session: prompts are checked, completions (chat replies) not parsed.
+    pub(super) passthrough: bool,
+    /// The recorded session id (the file's stem), under which turns are remembered.
+    pub(super) session: SessionId,
+    /// This file's index of turns answered without a tool call.
+    pub(super) sessions: SessionIndex,
+    /// The request in progress (for attempts after a nudge).
+    pub(super) current: Option<Current>,
+    /// The kind of the last `nudge` record, for the next attempt.
+    pub(super) nudge: Option<NudgeKind>,
+    /// The prefix id recorded in the session record, checked against the first step.
+    pub(super) recorded_prefix: Option<String>,
+    pub(super) prefix_checked: bool,
+}
+
+impl Replayer {
+    /// Re-renders and re-parses one `step` or `side_call` record.
+    ///
+    /// Errors: the record cannot be replayed from what was stored (a message).
+    pub(super) fn step(
+        &self,
+        file: &mut FileReplay<'_>,
+        reader: &TraceReader,
+        record: &Record,
+    ) -> Result<Check, String> {
+        let recorded_sha = record
+            .data
+            .pointer("/prompt/sha256")
+            .and_then(Value::as_str)
+            .ok_or("the record has no prompt sha256")?;
+        let attempt = record.u64("attempt").unwrap_or(0);
+        let side = record.kind == "side_call";
+        let rendered = if side {
+            Rendered::Prompt(side_call::prompt(&request(reader)?))
+        } else if attempt == 0 {
+            file.nudge = None;
+            let request = request(reader)?;
+            let store = self
+                .stores
+                .get(&file.config.prefix_k)
+                .ok_or("no prefix store")?;
+            match pipeline::prepare(
+                &request,
+                &self.profiles,
+                &self.renderer,
+                &file.config,
+                &file.sessions,
+                store,
+            ) {
+                Ok(prepared) => {
+                    let nudges = prepared.session.nudges.clone();
+                    let prompt = prepared.prompt.clone();
+                    file.current = Some(Current { prepared, nudges });
+                    Rendered::Prompt(prompt)
+                }
+                Err(e) => {
+                    file.current = None;
+                    Rendered::Failed(e.to_string())
+                }
+            }
+        } else {
+            let kind = file
+                .nudge
+                .take()
+                .ok_or_else(|| format!("attempt {attempt} follows no nudge record"))?;
+            match file.current.as_mut() {
+                // The first attempt already failed to render (reported there).
+                None => Rendered::Failed("the request's first attempt did not render".into()),
+                Some(current) => {
+                    let conversation = &mut current.prepared.conversation;
+                    let place = conversation
+                        .steps
+                        .iter()
+                        .filter(|s| s.nudge.is_none())
+                        .count();
+                    current.nudges.push(kind, place);
+                    let tools = &current.prepared.tools;
+                    let nudged = policy::nudged_step(&conversation.steps, kind, tools);
+                    conversation.steps.push(nudged);
+                    match self
+                        .renderer
+                        .render(file.config.format, conversation, tools)
+                    {
+                        Ok(prompt) => {
+                            current.prepared.prompt = prompt.clone();
+                            Rendered::Prompt(prompt)
+                        }
+                        Err(e) => Rendered::Failed(e.to_string()),
+                    }
+                }
+            }
+        };
+
+        let mut check = Check::default();
+        match &rendered {
+            Rendered::Failed(e) => check.prompt = Some(format!("prompt not rendered: {e}")),
+            Rendered::Prompt(prompt) => {
+                let sha = sha256_hex(prompt.as_bytes());
+                check.same = format!("prompt {}", &sha[..12]);
+                if sha != recorded_sha {
+                    check.prompt = Some(prompt_difference(reader.prompt(), prompt));
+                }
+            }
+        }
+        if side {
+            return Ok(check);
+        }
+        let Some(current) = file.current.as_ref() else {
+            return Ok(check);
+        };
+        if !file.prefix_checked {
+            file.prefix_checked = true;
+            let now = current.prepared.prefix.as_ref().map(|p| p.id.clone());
+            if now != file.recorded_prefix {
+                check.note = Some(format!(
+                    "{}: note: recorded prefix {}, chosen now {} (pass the recorded --prefixes?)",
+                    file.path.display(),
+                    file.recorded_prefix.as_deref().unwrap_or("none"),
+                    now.as_deref().unwrap_or("none"),
+                ));
+            }
+        }
+        let completion = record
+            .data
+            .pointer("/completion/text")
+            .and_then(Value::as_str);
+        if let (Some(text), false) = (completion, file.passthrough) {
+            let parsed = parse_for(file.config.format, text, &current.prepared.tools);
+            let replayed = diff::replayed_outcome(&parsed);
+            let recorded = diff::recorded_outcome(record.data.get("parse").unwrap_or(&Value::Null));
+            if replayed != recorded {
+                check.parse = Some(format!(
+                    "parse differs: recorded {}, replayed {}",
+                    diff::describe(&recorded),
+                    diff::describe(&replayed)
+                ));
+            } else {
+                check
+                    .same
+                    .push_str(&format!(", {}", diff::describe(&replayed)));
+            }
+        }
+        // A turn answered without a tool call has no id to carry its session: the pipeline
+        // remembers it by content and prompt, and so does the replay.
+        if let Some(response) = record.data.get("response").filter(|r| r.is_object()) {
+            if response.get("tool_call").is_none_or(Value::is_null) {
+                let content = response
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                file.sessions.remember(
+                    content,
+                    current.prepared.base_prompt(),
+                    &file.session,
+                    &current.nudges,
+                );
+            }
+        }
+        Ok(check)
+    }
+}
+
+/// A re-rendered prompt, or why there is none.
+pub(super) enum Rendered {
+    Prompt(String),
+    Failed(String),
+}
+
+/// What replaying one record found.
+#[derive(Debug, Default)]
+pub(super) struct Check {
+    /// The prompt difference, if any.
+    pub(super) prompt: Option<String>,
+    /// The parse difference, if any.
+    pub(super) parse: Option<String>,
+    /// What matched (for `--verbose`).
+    pub(super) same: String,
+    /// A remark about the file, printed once.
+    pub(super) note: Option<String>,
+}
+
+/// The request of the last record, as the server decoded it (headers included).
+fn request(reader: &TraceReader) -> Result<ChatCompletionRequest, String> {
+    let state = reader.request();
+    if !state.is_known() {
+        return Err("no request stored before this record".into());
+    }
+    let body = serde_json::to_vec(&state.body()).map_err(|e| e.to_string())?;
+    let mut request =
+        ChatCompletionRequest::from_slice(&body).map_err(|e| format!("request: {e}"))?;
+    request.task_header = state.header("x-asap-task").map(str::to_string);
+    request.run_header = state.header("x-asap-run").map(str::to_string);
+    Ok(request)
+}
+
+/// `prompt differs at byte N: recorded "…" replayed "…"`.
+fn prompt_difference(recorded: &str, replayed: &str) -> String {
+    let at = diff::first_difference(recorded.as_bytes(), replayed.as_bytes()).unwrap_or(0);
+    format!(
+        "prompt differs at byte {at} (recorded {} bytes, replayed {}): recorded {} replayed {}",
+        recorded.len(),
+        replayed.len(),
+        diff::context(recorded, at),
+        diff::context(replayed, at)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_difference_names_the_offset_and_both_sides() {
+        let line = prompt_difference("# Task\nFix it.\n", "# Task\nFix that.\n");
+        assert!(line.starts_with("prompt differs at byte 11 "), "{line}");
+        assert!(line.contains("recorded \"# Task\\nFix it.\\n\""), "{line}");
+        assert!(
+            line.contains("replayed \"# Task\\nFix that.\\n\""),
+            "{line}"
+        );
+    }
+}
