@@ -94,6 +94,15 @@ pub struct ServeArgs {
     /// from 250 ms [default: 3].
     #[arg(long, env = "ASAP_BACKEND_RETRIES")]
     pub backend_retries: Option<u32>,
+    /// The backend's context length in tokens; prompts that would not fit with `max_tokens`
+    /// get their oldest long observations elided [default: what the backend reports in
+    /// `/v1/models`, `/props` or `/info`; none: no check].
+    #[arg(long, env = "ASAP_CONTEXT_LENGTH")]
+    pub context_length: Option<u32>,
+    /// Hugging Face `tokenizer.json` of the served model, to count prompt tokens locally
+    /// [default: the backend's `/tokenize`, else an estimate of 1 token per 2 bytes].
+    #[arg(long, env = "ASAP_TOKENIZER")]
+    pub tokenizer: Option<PathBuf>,
     /// `proxy`: adapt chat requests to the base model behind `--backend` (a completions API).
     /// `passthrough`: forward them to an instruction-tuned model's chat API at `--backend` and
     /// record the same trace (reference trajectories for prefixes) [default: proxy].

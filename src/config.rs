@@ -36,6 +36,8 @@ pub struct FileConfig {
     pub max_tokens: Option<u32>,
     pub backend_timeout: Option<u64>,
     pub backend_retries: Option<u32>,
+    pub context_length: Option<u32>,
+    pub tokenizer: Option<PathBuf>,
     pub profile: Option<String>,
     pub format: Option<Format>,
     pub mode: Option<Mode>,
@@ -84,6 +86,10 @@ pub struct Config {
     pub max_tokens: u32,
     pub backend_timeout_s: u64,
     pub backend_retries: u32,
+    /// `--context-length`: overrides what the backend reports.
+    pub context_length: Option<u32>,
+    /// `--tokenizer`: a `tokenizer.json` to count prompt tokens with.
+    pub tokenizer: Option<PathBuf>,
     pub prompt: PromptConfig,
     /// Termination thresholds (ASAP failure recovery).
     pub limits: Limits,
@@ -263,6 +269,11 @@ impl Config {
                 .backend_timeout
                 .or(file.backend_timeout)
                 .unwrap_or(DEFAULT_BACKEND_TIMEOUT_S),
+            context_length: args
+                .context_length
+                .or(file.context_length)
+                .filter(|n| *n > 0),
+            tokenizer: args.tokenizer.clone().or(file.tokenizer.clone()),
             backend_retries: args
                 .backend_retries
                 .or(file.backend_retries)

@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod context;
 pub mod conversation;
 pub mod dialect;
 pub mod error;

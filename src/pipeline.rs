@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::backend::{Backend, BackendCompletion, CallContext, GenerationParams};
 use crate::config::{ProfileChoice, PromptConfig};
+use crate::context::{self, ContextRecord, ContextSettings, TokenCounter};
 use crate::conversation::{Action, Conversation, Example};
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
@@ -205,6 +206,8 @@ pub struct StepContext<'a> {
     pub max_tokens: u32,
     pub limits: Limits,
     pub on_terminate: OnTerminate,
+    /// Context length and token counting (`--context-length`, `--tokenizer`).
+    pub context: &'a ContextSettings,
 }
 
 impl StepContext<'_> {
@@ -282,7 +285,6 @@ pub async fn run_step(
     let session = prepared.session.session.clone();
     let mut nudges = prepared.session.nudges.clone();
     let step = prepared.conversation.action_count();
-    let mut previous = previous_prompt(ctx, &prepared);
     if let Some(kind) = side_call::detect(request) {
         return run_side_call(ctx, request, &input, &prepared, kind, started).await;
     }
@@ -309,7 +311,7 @@ pub async fn run_step(
                 step,
                 0,
                 &prepared,
-                previous.as_deref(),
+                previous_prompt(ctx, &prepared).as_deref(),
             );
             record.set_response(&reply);
             record.timings.total_ms = ms_since(started);
@@ -328,9 +330,30 @@ pub async fn run_step(
         }
     }
     let params = generation_params(ctx, request);
+    let mut fitted = fit_context(ctx, request, &mut prepared, params.max_tokens).await;
+    // The previous prompt as stored, elisions included (they are in the conversation now).
+    let mut previous = previous_prompt(ctx, &prepared);
     let mut render_ms = ms_since(started);
     let mut attempt = 0;
     loop {
+        let context = match fitted {
+            Ok(record) => record,
+            Err(e) => {
+                let mut record = new_record(
+                    ctx,
+                    &input,
+                    request,
+                    step,
+                    attempt,
+                    &prepared,
+                    previous.as_deref(),
+                );
+                record.set_error(&e);
+                record.timings.total_ms = ms_since(started);
+                ctx.trace.write_step(&session, record).await;
+                return Err(e);
+            }
+        };
         let attempt_started = Instant::now();
         let completion = ctx
             .backend
@@ -358,6 +381,7 @@ pub async fn run_step(
             previous.as_deref(),
         );
         record.nudges_used = nudges.0.clone();
+        record.context = context.clone();
         let completion: BackendCompletion = match completion {
             Ok(c) => c,
             Err(e) => {
@@ -426,6 +450,7 @@ pub async fn run_step(
                     &prepared.tools,
                 )
                 .map_err(|e| ProxyError::Internal(e.to_string()))?;
+            fitted = fit_context(ctx, request, &mut prepared, params.max_tokens).await;
             render_ms = ms_since(render_started);
             attempt += 1;
             continue;
@@ -489,6 +514,57 @@ pub async fn run_step(
             step,
         });
     }
+}
+
+/// Makes the prompt fit the backend's context window with room for `max_tokens`, eliding the
+/// oldest long observations when needed ([`crate::context`]). `None` when the context
+/// length is unknown.
+///
+/// Errors: [`ProxyError::ContextLengthExceeded`] when it cannot fit.
+async fn fit_context(
+    ctx: &StepContext<'_>,
+    request: &ChatCompletionRequest,
+    prepared: &mut Prepared,
+    max_tokens: u32,
+) -> Result<Option<ContextRecord>, ProxyError> {
+    let length = match ctx.context.length {
+        Some(n) => n,
+        None => match ctx.backend.context_length().await {
+            Some(n) => n,
+            None => return Ok(None),
+        },
+    };
+    let counter = TokenCounter {
+        tokenizer: ctx.context.tokenizer.as_ref(),
+        backend: ctx.backend,
+        model: request.model.as_deref(),
+    };
+    let render = |c: &Conversation| {
+        ctx.renderer
+            .render(ctx.prompt_config.format, c, &prepared.tools)
+            .map_err(|e| ProxyError::Internal(e.to_string()))
+    };
+    let (elided, record) = context::fit(
+        &prepared.conversation,
+        &prepared.prompt,
+        render,
+        &counter,
+        length,
+        max_tokens,
+    )
+    .await?;
+    if let Some((conversation, prompt)) = elided {
+        tracing::info!(
+            elided = record.elided_observations,
+            bytes = record.elided_bytes,
+            tokens = record.prompt_tokens,
+            length,
+            "observations elided to fit the context window"
+        );
+        prepared.conversation = conversation;
+        prepared.prompt = prompt;
+    }
+    Ok(Some(record))
 }
 
 /// Serves a side call: the transcript as a plain continuation, logged with `side_call`.

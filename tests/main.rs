@@ -7,6 +7,7 @@
 )]
 
 mod cli;
+mod context;
 mod dialects;
 mod formats;
 mod nudges;

@@ -107,6 +107,23 @@ impl Backend {
         }
     }
 
+    /// The backend's context length in tokens, when it reports one (see
+    /// [`OpenAiCompletions::context_length`]); `None` for the replay backend.
+    pub async fn context_length(&self) -> Option<u32> {
+        match self {
+            Self::OpenAiCompletions(b) => b.context_length().await,
+            Self::Replay(_) => None,
+        }
+    }
+
+    /// Tokens of `prompt` as the backend counts them, when it can.
+    pub async fn tokenize(&self, prompt: &str, request_model: Option<&str>) -> Option<usize> {
+        match self {
+            Self::OpenAiCompletions(b) => b.tokenize(prompt, request_model).await,
+            Self::Replay(_) => None,
+        }
+    }
+
     /// The model name served, for `GET /v1/models`.
     pub async fn model_name(&self) -> Option<String> {
         match self {

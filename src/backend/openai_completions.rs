@@ -21,6 +21,11 @@ pub struct OpenAiCompletions {
     timeout_s: u64,
     retries: u32,
     discovered: OnceCell<String>,
+    /// The context length the backend reports (`None`: it reports none); set once a
+    /// discovery request got an answer.
+    context_length: OnceCell<Option<u32>>,
+    /// Cleared when `POST /tokenize` turns out not to exist.
+    tokenize_works: std::sync::atomic::AtomicBool,
 }
 
 impl OpenAiCompletions {
@@ -45,7 +50,107 @@ impl OpenAiCompletions {
             timeout_s,
             retries,
             discovered: OnceCell::new(),
+            context_length: OnceCell::new(),
+            tokenize_works: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// The server root: `base` without its trailing `/v1`.
+    fn root(&self) -> &str {
+        self.base.strip_suffix("/v1").unwrap_or(&self.base)
+    }
+
+    async fn get_json(&self, url: &str) -> Result<Option<serde_json::Value>, ()> {
+        let mut req = self.client.get(url).timeout(Duration::from_secs(10));
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req.send().await.map_err(|_| ())?;
+        if !resp.status().is_success() {
+            return Ok(None);
+        }
+        Ok(resp.json().await.ok())
+    }
+
+    /// The context length the backend reports, tokens: `max_model_len` of the first model in
+    /// `GET {base}/models` (vLLM, SGLang), `n_ctx` in `GET {root}/props` (llama-server, per
+    /// slot), `max_total_tokens` in `GET {root}/info` (TGI). Cached once the backend answered;
+    /// `None` when it reports none or cannot be reached.
+    pub async fn context_length(&self) -> Option<u32> {
+        let as_u32 = |v: Option<&serde_json::Value>| {
+            v.and_then(serde_json::Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n > 0)
+        };
+        self.context_length
+            .get_or_try_init(|| async {
+                let models = self.get_json(&format!("{}/models", self.base)).await?;
+                if let Some(n) = as_u32(
+                    models
+                        .as_ref()
+                        .and_then(|m| m.pointer("/data/0/max_model_len")),
+                ) {
+                    return Ok(Some(n));
+                }
+                let props = self.get_json(&format!("{}/props", self.root())).await?;
+                let props = props.as_ref();
+                if let Some(n) = as_u32(
+                    props
+                        .and_then(|p| p.pointer("/default_generation_settings/n_ctx"))
+                        .or_else(|| props.and_then(|p| p.get("n_ctx"))),
+                ) {
+                    return Ok(Some(n));
+                }
+                let info = self.get_json(&format!("{}/info", self.root())).await?;
+                Ok::<_, ()>(as_u32(
+                    info.as_ref().and_then(|i| i.get("max_total_tokens")),
+                ))
+            })
+            .await
+            .ok()
+            .copied()
+            .flatten()
+    }
+
+    /// Tokens of `prompt` by the backend's `POST {root}/tokenize` (vLLM: `prompt` → `count`;
+    /// llama-server: `content` → `tokens`; TGI: `inputs` → a list); `None` when the backend
+    /// has no such endpoint (remembered) or the call fails.
+    pub async fn tokenize(&self, prompt: &str, request_model: Option<&str>) -> Option<usize> {
+        use std::sync::atomic::Ordering;
+        if !self.tokenize_works.load(Ordering::Relaxed) {
+            return None;
+        }
+        let model = match self.resolved_model().await {
+            Some(m) => m,
+            None => request_model.unwrap_or("default").to_string(),
+        };
+        let body = serde_json::json!({
+            "model": model,
+            "prompt": prompt,
+            "content": prompt,
+            "inputs": prompt,
+            "add_special_tokens": true,
+        });
+        let mut req = self
+            .client
+            .post(format!("{}/tokenize", self.root()))
+            .json(&body);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req.send().await.ok()?;
+        if matches!(resp.status().as_u16(), 404 | 405 | 501) {
+            self.tokenize_works.store(false, Ordering::Relaxed);
+            tracing::info!("backend has no /tokenize; prompt tokens are estimated");
+            return None;
+        }
+        let value: serde_json::Value = resp.json().await.ok()?;
+        value
+            .get("count")
+            .and_then(serde_json::Value::as_u64)
+            .map(|n| n as usize)
+            .or_else(|| value.get("tokens").and_then(|t| t.as_array()).map(Vec::len))
+            .or_else(|| value.as_array().map(Vec::len))
     }
 
     /// Configured model, else the first model listed by `GET {base}/models` (cached once found).

@@ -77,6 +77,7 @@ pub(super) async fn step(
             max_tokens: state.max_tokens,
             limits: state.limits,
             on_terminate: state.on_terminate,
+            context: &state.context,
         };
         match state.mode {
             Mode::Proxy => run_step(&ctx, &request).await,

@@ -16,6 +16,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::backend::{Backend, OpenAiCompletions, ReplayBackend};
 use crate::config::{Config, ProfileChoice, PromptConfig, REPLAY_BACKEND};
+use crate::context::{ContextSettings, LocalTokenizer};
 use crate::error::ProxyError;
 use crate::pipeline::{Mode, OnTerminate};
 use crate::policy::Limits;
@@ -42,6 +43,7 @@ pub struct AppState {
     pub limits: Limits,
     pub on_terminate: OnTerminate,
     pub mode: Mode,
+    pub context: ContextSettings,
 }
 
 impl AppState {
@@ -103,6 +105,15 @@ impl AppState {
             limits: config.limits,
             on_terminate: config.on_terminate,
             mode: config.mode,
+            context: ContextSettings {
+                length: config.context_length,
+                tokenizer: config
+                    .tokenizer
+                    .as_deref()
+                    .map(LocalTokenizer::load)
+                    .transpose()
+                    .map_err(ProxyError::invalid)?,
+            },
         })
     }
 }

@@ -239,6 +239,10 @@ pub struct StepRecord {
     pub nudges_used: Vec<(NudgeKind, usize)>,
     /// The error returned to the client, when the step failed.
     pub error: Option<String>,
+    /// The context-window check, when the backend's context length is known: the length,
+    /// the prompt's tokens and how they were counted, observations elided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<crate::context::ContextRecord>,
     pub timings: Timings,
 
     /// The full prompt sent (stored as a delta by the writer).
@@ -302,6 +306,7 @@ impl StepRecord {
             response: None,
             nudges_used: prepared.session.nudges.0.clone(),
             error: None,
+            context: None,
             timings: Timings::default(),
             full_prompt: prepared.prompt.clone(),
             previous_prompt: previous_prompt.map(str::to_string),

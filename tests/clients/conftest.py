@@ -73,6 +73,8 @@ class Stack:
     # When set, no fake backend is started: the proxy answers from the trace logs there
     # (``--backend replay:<path>``).
     replay_from: Path | None = None
+    # Extra `serve` flags, e.g. ["--context-length", "2000"].
+    proxy_args: list = field(default_factory=list)
     backend: subprocess.Popen | None = None
     proxy: subprocess.Popen | None = None
     backend_port: int = 0
@@ -171,7 +173,7 @@ class Stack:
             [str(binary), "serve",
              "--listen", f"127.0.0.1:{self.proxy_port}",
              "--backend", backend,
-             "--log-dir", str(self.log_dir)],
+             "--log-dir", str(self.log_dir), *self.proxy_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )
         log.close()
@@ -207,8 +209,9 @@ def start_stack(tmp_path, request):
     """
     stacks: list[Stack] = []
 
-    def start(script: list, replay_from: Path | None = None) -> Stack:
-        stack = Stack(workdir=tmp_path / f"stack{len(stacks)}", script=script, replay_from=replay_from)
+    def start(script: list, replay_from: Path | None = None, proxy_args: list | None = None) -> Stack:
+        stack = Stack(workdir=tmp_path / f"stack{len(stacks)}", script=script, replay_from=replay_from,
+                      proxy_args=list(proxy_args or []))
         stacks.append(stack)
         return stack.start()
 

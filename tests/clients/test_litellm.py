@@ -89,3 +89,19 @@ def test_litellm_tool_loop_streaming(start_stack):
     scenario.check_prompts(stack.prompts())
     for i, reply in enumerate(replies, start=1):
         assert reply.usage is not None and reply.usage.completion_tokens > 0, f"turn {i}: usage"
+
+
+def test_a_prompt_beyond_the_context_window_is_litellms_context_window_error(start_stack):
+    """The proxy's 400 for a history that cannot fit is worded as OpenAI words it, so LiteLLM
+    raises ContextWindowExceededError, which SWE-agent and mini-swe-agent handle as for any
+    model (end the run or trim the history)."""
+    stack = start_stack(scenario.SCRIPT, proxy_args=["--context-length", "2000"])
+    messages = [dict(m) for m in scenario.REQUEST["messages"]]
+    messages.append({"role": "user", "content": "log line\n" * 2000})
+    try:
+        completion(stack, messages)
+    except litellm.ContextWindowExceededError as e:
+        assert "maximum context length is 2000 tokens" in str(e)
+    else:
+        raise AssertionError("no ContextWindowExceededError")
+    assert stack.completion_requests() == [], "the backend was never called"

@@ -55,6 +55,13 @@ struct Inner {
     script: VecDeque<Scripted>,
     requests: Vec<Value>,
     calls: usize,
+    /// Reported as `max_model_len` by `GET /v1/models` (absent when `None`, as llama-server's
+    /// OpenAI endpoint omits it).
+    max_model_len: Option<u64>,
+    /// Whether `POST /tokenize` exists (it counts one token per 4 bytes, rounded up).
+    tokenize: bool,
+    /// `/tokenize` calls served.
+    tokenize_calls: usize,
 }
 
 /// Handle to a running fake backend.
@@ -75,6 +82,7 @@ impl FakeBackend {
             .route("/v1/completions", post(complete))
             .route("/v1/chat/completions", post(complete))
             .route("/v1/models", get(models))
+            .route("/tokenize", post(tokenize))
             .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -101,16 +109,46 @@ impl FakeBackend {
             .collect()
     }
 
+    /// Sets the context length reported by `/v1/models` and whether `/tokenize` exists.
+    pub fn set_context(&self, max_model_len: u64, tokenize: bool) {
+        let mut guard = self.inner.lock().unwrap();
+        guard.max_model_len = Some(max_model_len);
+        guard.tokenize = tokenize;
+    }
+
+    /// `/tokenize` calls served.
+    pub fn tokenize_calls(&self) -> usize {
+        self.inner.lock().unwrap().tokenize_calls
+    }
+
     /// Number of completion calls served (errors included).
     pub fn calls(&self) -> usize {
         self.inner.lock().unwrap().calls
     }
 }
 
-async fn models() -> Json<Value> {
-    Json(
-        json!({"object": "list", "data": [{"id": "fake-base", "object": "model", "max_model_len": 8192}]}),
-    )
+async fn models(State(inner): State<Arc<Mutex<Inner>>>) -> Json<Value> {
+    let mut model = json!({"id": "fake-base", "object": "model"});
+    if let Some(n) = inner.lock().unwrap().max_model_len {
+        model["max_model_len"] = json!(n);
+    }
+    Json(json!({"object": "list", "data": [model]}))
+}
+
+/// vLLM's `/tokenize`: `{"count", "max_model_len", "tokens"}`; 404 when switched off.
+async fn tokenize(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value>) -> Response {
+    let mut guard = inner.lock().unwrap();
+    if !guard.tokenize {
+        return (StatusCode::NOT_FOUND, "Not Found").into_response();
+    }
+    guard.tokenize_calls += 1;
+    let count = body["prompt"]
+        .as_str()
+        .unwrap_or_default()
+        .len()
+        .div_ceil(4);
+    Json(json!({"count": count, "max_model_len": guard.max_model_len, "tokens": []}))
+        .into_response()
 }
 
 fn usage(prompt: &str, text: &str) -> Value {
