@@ -318,6 +318,8 @@ pub struct TokenCounter<'a> {
     pub backend: &'a Backend,
     /// The request's `model`, for backends that need one in `/tokenize`.
     pub model: Option<&'a str>,
+    /// Where the time waiting on `/tokenize` is added.
+    pub clock: Option<&'a crate::backend::RequestClock>,
 }
 
 impl CountTokens for TokenCounter<'_> {
@@ -330,7 +332,12 @@ impl CountTokens for TokenCounter<'_> {
                 return (n, CountedBy::Tokenizer);
             }
         }
-        if let Some(n) = self.backend.tokenize(prompt, self.model).await {
+        let asked = std::time::Instant::now();
+        let counted = self.backend.tokenize(prompt, self.model).await;
+        if let Some(clock) = self.clock {
+            clock.add_backend(asked.elapsed());
+        }
+        if let Some(n) = counted {
             return (n, CountedBy::Backend);
         }
         (estimate_tokens(prompt), CountedBy::Estimate)

@@ -370,6 +370,7 @@ pub async fn run_step(
                 },
             )
             .await;
+        request.waited_on_backend(attempt_started);
         let backend_ms = ms_since(attempt_started);
         let mut record = new_record(
             ctx,
@@ -529,15 +530,21 @@ async fn fit_context(
 ) -> Result<Option<ContextRecord>, ProxyError> {
     let length = match ctx.context.length {
         Some(n) => n,
-        None => match ctx.backend.context_length().await {
-            Some(n) => n,
-            None => return Ok(None),
-        },
+        None => {
+            let asked = Instant::now();
+            let reported = ctx.backend.context_length().await;
+            request.waited_on_backend(asked);
+            match reported {
+                Some(n) => n,
+                None => return Ok(None),
+            }
+        }
     };
     let counter = TokenCounter {
         tokenizer: ctx.context.tokenizer.as_ref(),
         backend: ctx.backend,
         model: request.model.as_deref(),
+        clock: request.clock.as_deref(),
     };
     let render = |c: &Conversation| {
         ctx.renderer
@@ -597,6 +604,7 @@ async fn run_side_call(
             },
         )
         .await;
+    request.waited_on_backend(backend_started);
     let mut record = new_record(ctx, input, request, step, 0, &side, None);
     record.kind = Some(kind);
     let completion = match completion {

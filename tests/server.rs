@@ -722,3 +722,69 @@ async fn empty_replies_kept_by_the_scaffold_stay_in_their_session() {
     assert_eq!(tool_call(&r)["function"]["name"], "task_tracker");
     assert_eq!(proxy.trace_files().len(), 1);
 }
+
+/// `x-asap-overhead-ms`: the proxy's own time, backend waits excluded, on every response;
+/// streams end with the whole request's figure as an SSE comment.
+#[tokio::test]
+async fn every_response_reports_the_proxy_overhead_without_the_backend_time() {
+    let backend = FakeBackend::start(vec![
+        Scripted::Slow {
+            delay: std::time::Duration::from_millis(400),
+            text: "Look.\n<bash>ls</bash>\n".into(),
+        },
+        Scripted::text("Look.\n<bash>ls</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let body = fixture_json("requests/swe-agent-1.json");
+    let overhead = |resp: &reqwest::Response| -> f64 {
+        resp.headers()["x-asap-overhead-ms"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let started = std::time::Instant::now();
+    let resp = proxy
+        .client
+        .post(proxy.url())
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let total_ms = started.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(resp.status(), 200);
+    let ms = overhead(&resp);
+    assert!(
+        total_ms >= 400.0 && (0.0..200.0).contains(&ms),
+        "{ms} of {total_ms}"
+    );
+
+    let mut streaming = body.clone();
+    streaming["stream"] = json!(true);
+    let resp = proxy
+        .client
+        .post(proxy.url())
+        .json(&streaming)
+        .send()
+        .await
+        .unwrap();
+    assert!(overhead(&resp) >= 0.0);
+    let text = resp.text().await.unwrap();
+    let comment = text
+        .lines()
+        .find_map(|l| l.strip_prefix(": x-asap-overhead-ms "))
+        .expect("overhead comment");
+    assert!(comment.parse::<f64>().unwrap() >= 0.0);
+    assert!(text.find(": x-asap-overhead-ms").unwrap() < text.find("data: [DONE]").unwrap());
+
+    let resp = proxy
+        .client
+        .post(proxy.url())
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert!(overhead(&resp) >= 0.0, "errors carry it too");
+}

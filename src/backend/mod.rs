@@ -12,6 +12,38 @@ use crate::error::ProxyError;
 use crate::openai::completions::Usage;
 use crate::session::SessionId;
 
+/// When a request started and how long it waited on the backend: the proxy's own time is
+/// the difference (the `x-asap-overhead-ms` response header).
+#[derive(Debug)]
+pub struct RequestClock {
+    started: std::time::Instant,
+    backend_ns: std::sync::atomic::AtomicU64,
+}
+
+impl RequestClock {
+    /// A clock started now.
+    pub fn start() -> Self {
+        Self {
+            started: std::time::Instant::now(),
+            backend_ns: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Adds time spent waiting on the backend.
+    pub fn add_backend(&self, waited: std::time::Duration) {
+        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.backend_ns
+            .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the start, less the backend's time.
+    pub fn overhead_ms(&self) -> f64 {
+        let backend = self.backend_ns.load(std::sync::atomic::Ordering::Relaxed);
+        let total = self.started.elapsed().as_nanos() as f64;
+        ((total - backend as f64) / 1e6).max(0.0)
+    }
+}
+
 /// Who a completion call is for. HTTP backends ignore it; the replay backend uses it to
 /// continue a recorded session in step order when a prompt's hash matches nothing.
 #[derive(Debug, Clone, Copy)]

@@ -48,9 +48,20 @@ pub struct ChatCompletionRequest {
     /// The body as received, for the trace (set by [`ChatCompletionRequest::from_slice`]).
     #[serde(skip)]
     pub raw_body: bytes::Bytes,
+    /// The request's clock (set by the HTTP layer): backend waits are added to it.
+    #[serde(skip)]
+    pub clock: Option<std::sync::Arc<crate::backend::RequestClock>>,
 }
 
 impl ChatCompletionRequest {
+    /// Adds `since.elapsed()` to the request's backend time (see
+    /// [`crate::backend::RequestClock`]).
+    pub fn waited_on_backend(&self, since: std::time::Instant) {
+        if let Some(clock) = &self.clock {
+            clock.add_backend(since.elapsed());
+        }
+    }
+
     /// The run index this request names (ASAP protocol: n runs per task): the `X-ASAP-Run`
     /// header, else `metadata.run`; `None` when absent or not a non-negative integer.
     pub fn explicit_run(&self) -> Option<usize> {

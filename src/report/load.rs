@@ -1,14 +1,17 @@
 //! Trace files → [`Trajectory`] values.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
 use super::{Trajectory, Turn};
 use crate::conversation::{Action, Conversation};
-use crate::openai::chat::ChatCompletionRequest;
+use crate::openai::chat::{ChatCompletionRequest, ChatMessage};
 use crate::policy;
-use crate::profile::{Profiles, ToolRole, ToolSet};
+use crate::profile::{Profiles, ScaffoldReply, ToolRole, ToolSet};
+use crate::session::CallId;
 use crate::trace::delta::RequestState;
 use crate::trace::read::{ReadError, Record, TraceReader};
 
@@ -59,16 +62,40 @@ fn collect(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), LoadError> {
     Ok(())
 }
 
+/// One file's trajectory (`None`: no `session` record) and the lines skipped in it.
+pub type Loaded = (Option<Trajectory>, FileNotes);
+
+/// What was read from one trace file besides its trajectory: lines the reader skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileNotes {
+    /// Lines that are not valid records (1-based), not counting a torn last line.
+    pub invalid_lines: Vec<usize>,
+    /// The last line was cut short (a write interrupted by a crash) and skipped.
+    pub torn_tail: bool,
+}
+
 /// The trajectory recorded in one session file; `None` for a file with no `session` record.
-///
-/// Turns are the records of model completions (`step` records with a `completion`; side
-/// calls, the Terminus confirmation turn and failed backend calls are not turns). A turn's
-/// observation is what the scaffold sent back for that step, read from the last request of
-/// the file (its history holds every earlier step's result) with the same conversation rules
-/// as the proxy.
+/// See [`trajectory_with_notes`].
 ///
 /// Errors: the file cannot be read, or a delta does not apply.
 pub fn trajectory(path: &Path) -> Result<Option<Trajectory>, LoadError> {
+    trajectory_with_notes(path).map(|(t, _)| t)
+}
+
+/// The trajectory recorded in one session file (`None` for a file with no `session`
+/// record), and the lines the reader skipped.
+///
+/// Turns are the records of model completions (`step` records with a `completion`; side
+/// calls, the Terminus confirmation turn and failed backend calls are not turns). A turn's
+/// observation is what the scaffold sent back for that step: the result of its tool call
+/// (found by the proxy-minted call id, which names the step) in the first request that
+/// carried it, so scaffolds that later elide or condense old observations (SWE-agent's
+/// `last_n_observations`, OpenHands condensers) are still read right; for turns without a
+/// tool call id (content dialects), the step's result in the last request of the file, read
+/// with the same conversation rules as the proxy.
+///
+/// Errors: the file cannot be read, or a delta does not apply.
+pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
     let invalid = |e: ReadError| LoadError::Invalid {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -77,8 +104,12 @@ pub fn trajectory(path: &Path) -> Result<Option<Trajectory>, LoadError> {
         ReadError::Io { path, source } => LoadError::Io { path, source },
         other => invalid(other),
     })?;
+    let notes = FileNotes {
+        invalid_lines: reader.invalid_lines().to_vec(),
+        torn_tail: reader.torn_tail(),
+    };
     let Some(session) = reader.session().cloned() else {
-        return Ok(None);
+        return Ok((None, notes));
     };
     let data = &session.data;
     let text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_string);
@@ -104,10 +135,12 @@ pub fn trajectory(path: &Path) -> Result<Option<Trajectory>, LoadError> {
         }),
         ..Trajectory::default()
     };
+    let mut first_results = FirstResults::default();
     while let Some(record) = reader.next_record() {
         let record = record.map_err(invalid)?;
         match record.kind.as_str() {
             "step" => {
+                first_results.read(&record, reader.request());
                 trajectory.error = record.str("error").map(str::to_string);
                 if let Some(turn) = turn(&record) {
                     trajectory.turns.push(turn);
@@ -131,8 +164,78 @@ pub fn trajectory(path: &Path) -> Result<Option<Trajectory>, LoadError> {
             _ => {}
         }
     }
-    classify(&mut trajectory, reader.request());
-    Ok(Some(trajectory))
+    classify(&mut trajectory, reader.request(), &first_results);
+    Ok((Some(trajectory), notes))
+}
+
+/// Results of the proxy-minted tool calls as the scaffold first sent them, by step (the
+/// step is part of the minted id, see [`CallId`]).
+#[derive(Debug, Default)]
+struct FirstResults {
+    by_step: HashMap<usize, String>,
+}
+
+impl FirstResults {
+    /// Reads the tool messages that `record`'s request delta sent (the messages from
+    /// `messages_from` on of the rebuilt `request`); a step's first result is kept.
+    fn read(&mut self, record: &Record, request: &RequestState) {
+        let Some(from) = record
+            .data
+            .get("request")
+            .and_then(|r| r.get("messages_from"))
+            .and_then(Value::as_u64)
+        else {
+            return;
+        };
+        let messages = request.messages();
+        for message in messages.get(from as usize..).unwrap_or_default() {
+            if message.get("role").and_then(Value::as_str) != Some("tool") {
+                continue;
+            }
+            let Some(step) = message
+                .get("tool_call_id")
+                .and_then(Value::as_str)
+                .and_then(CallId::parse)
+                .map(|id| id.step)
+            else {
+                continue;
+            };
+            if self.by_step.contains_key(&step) {
+                continue;
+            }
+            if let Ok(decoded) = serde_json::from_value::<ChatMessage>(message.clone()) {
+                self.by_step.insert(step, decoded.content);
+            }
+        }
+    }
+}
+
+/// The built-in profiles, parsed once per process.
+fn builtin_profiles() -> Option<&'static Profiles> {
+    static PROFILES: OnceLock<Option<Profiles>> = OnceLock::new();
+    PROFILES.get_or_init(|| Profiles::builtin().ok()).as_ref()
+}
+
+/// Whether the scaffold takes `action` as its finish action: `<submit/>`, or an action it
+/// reads back as one, such as mini-swe-agent's `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`
+/// written as a shell command (the same mapping the proxy applies to the history).
+fn reads_as_submit(action: &Action, tools: &ToolSet) -> bool {
+    if matches!(action, Action::Submit { .. }) {
+        return true;
+    }
+    if let Some(dialect) = tools.dialect {
+        let content = dialect.write("", Some(action), tools);
+        return matches!(dialect.read(&content, tools).1, Some(Action::Submit { .. }));
+    }
+    match tools.to_scaffold(action, "") {
+        ScaffoldReply::ToolCall { name, arguments } => {
+            matches!(
+                tools.from_scaffold(&name, &arguments),
+                Action::Submit { .. }
+            )
+        }
+        ScaffoldReply::Content(_) => false,
+    }
 }
 
 /// A turn from a `step` record, without the parts that need the profile.
@@ -158,9 +261,9 @@ fn turn(record: &Record) -> Option<Turn> {
     })
 }
 
-/// Fills what needs the profile's tools: shell commands, edits, observations.
-fn classify(trajectory: &mut Trajectory, request: &RequestState) {
-    let Ok(profiles) = Profiles::builtin() else {
+/// Fills what needs the profile's tools: shell commands, edits, submissions, observations.
+fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstResults) {
+    let Some(profiles) = builtin_profiles() else {
         return;
     };
     let Ok(profile) = profiles.get(&trajectory.profile) else {
@@ -190,6 +293,7 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState) {
             continue;
         };
         turn.is_edit = policy::is_edit(action, &tools);
+        turn.is_submit = reads_as_submit(action, &tools);
         if let Action::Call { tag, arguments } = action {
             if let Some(ToolRole::Shell { command_parameter }) = tools.get(tag).map(|t| &t.role) {
                 turn.shell_command = arguments
@@ -200,7 +304,11 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState) {
         }
         let accepted = turn.nudge.is_none() && !turn.terminated;
         if accepted {
-            turn.observation = observations.get(turn.step).cloned().flatten();
+            turn.observation = first
+                .by_step
+                .get(&turn.step)
+                .cloned()
+                .or_else(|| observations.get(turn.step).cloned().flatten());
         }
     }
 }

@@ -101,8 +101,8 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     let files = load::trace_files(&args.dirs).map_err(|e| (2, e.to_string()))?;
     let (trajectories, skipped) = load_all(&files)?;
     let mut stderr = std::io::stderr();
-    for (path, message) in &skipped {
-        let _ = writeln!(stderr, "warning: skipped {}: {message}", path.display());
+    for line in &skipped {
+        let _ = writeln!(stderr, "warning: {line}");
     }
     if trajectories.is_empty() {
         return Err((
@@ -149,9 +149,10 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     Ok(())
 }
 
-/// Trajectories of all files (in file order) and the files skipped as invalid, with why.
-/// A file that cannot be read at all is an error (exit 2).
-type Loaded = (Vec<Trajectory>, Vec<(PathBuf, String)>);
+/// Trajectories of all files (in file order), and what to warn about, with the file: files
+/// skipped as invalid or as holding no session, and lines skipped in the files read. A file
+/// that cannot be read at all is an error (exit 2).
+type Loaded = (Vec<Trajectory>, Vec<String>);
 
 fn load_all(files: &[PathBuf]) -> Result<Loaded, (u8, String)> {
     let bar = if std::io::stderr().is_terminal() {
@@ -166,7 +167,7 @@ fn load_all(files: &[PathBuf]) -> Result<Loaded, (u8, String)> {
         .map_or(1, |n| n.get())
         .min(16);
     let chunk = files.len().div_ceil(threads).max(1);
-    type Part = Vec<(PathBuf, Result<Option<Trajectory>, load::LoadError>)>;
+    type Part = Vec<(PathBuf, Result<load::Loaded, load::LoadError>)>;
     let parts: Vec<Part> = std::thread::scope(|scope| {
         let handles: Vec<_> = files
             .chunks(chunk)
@@ -175,7 +176,7 @@ fn load_all(files: &[PathBuf]) -> Result<Loaded, (u8, String)> {
                 scope.spawn(move || {
                     part.iter()
                         .map(|path| {
-                            let loaded = load::trajectory(path);
+                            let loaded = load::trajectory_with_notes(path);
                             bar.inc(1);
                             (path.clone(), loaded)
                         })
@@ -193,10 +194,27 @@ fn load_all(files: &[PathBuf]) -> Result<Loaded, (u8, String)> {
     let mut skipped = Vec::new();
     for (path, loaded) in parts.into_iter().flatten() {
         match loaded {
-            Ok(Some(t)) => trajectories.push(t),
-            Ok(None) => {}
+            Ok((None, _)) => {
+                let path = path.display();
+                skipped.push(format!("skipped {path}: no session record (not a trace?)"));
+            }
+            Ok((Some(trajectory), notes)) => {
+                let path = path.display();
+                if !notes.invalid_lines.is_empty() {
+                    let lines = notes.invalid_lines;
+                    skipped.push(format!("{path}: invalid lines {lines:?} skipped"));
+                }
+                if notes.torn_tail {
+                    skipped.push(format!(
+                        "{path}: torn last line (a cut-short write) skipped"
+                    ));
+                }
+                trajectories.push(trajectory);
+            }
             Err(e @ load::LoadError::Io { .. }) => return Err((2, e.to_string())),
-            Err(e) => skipped.push((path, e.to_string())),
+            Err(load::LoadError::Invalid { message, .. }) => {
+                skipped.push(format!("skipped {}: {message}", path.display()))
+            }
         }
     }
     Ok((trajectories, skipped))

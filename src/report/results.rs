@@ -244,7 +244,13 @@ pub fn parse(text: &str, path: &Path) -> Result<Parsed, ResultsError> {
         message,
     };
     if let Ok(Value::Object(object)) = serde_json::from_str::<Value>(text) {
-        return report(&object).map(Parsed::Report).map_err(invalid);
+        // One object with a string `instance_id` is a single JSONL row (a per-instance
+        // report maps ids to objects).
+        if !object.get("instance_id").is_some_and(Value::is_string) {
+            return report(&object).map(Parsed::Report).map_err(invalid);
+        }
+        let line = serde_json::to_string(&object).unwrap_or_default();
+        return super::rows::jsonl(&line).map(Parsed::Rows).map_err(invalid);
     }
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     if first.trim_start().starts_with('{') {

@@ -9,11 +9,12 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::json;
 
 use super::AppState;
+use crate::backend::RequestClock;
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::passthrough::run_passthrough;
@@ -23,12 +24,14 @@ use crate::respond::{completion_id, completion_object, now_s, ChunkBuilder};
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
+    clock: Option<Extension<Arc<RequestClock>>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ProxyError> {
     let body = super::read_body(body)?;
     let mut request = ChatCompletionRequest::from_bytes(body)?;
     set_headers(&mut request, &headers);
+    request.clock = clock.map(|Extension(c)| c);
     let model = request.model.clone().unwrap_or_else(|| "base-model".into());
     let id = completion_id();
     let created = now_s();
@@ -96,14 +99,16 @@ fn sse_stream(
     chunks: ChunkBuilder,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let first = event(&chunks.role());
+    let clock = request.clock.clone();
     let rest = stream::once(async move {
-        let events: Vec<Event> = match step(state, request).await {
+        let mut events: Vec<Event> = match step(state, request).await {
             Ok(outcome) => chunks.rest(&outcome.reply).iter().map(event).collect(),
             Err(e) => {
                 tracing::error!(error = %e, "streamed request failed");
                 vec![event(&e.body())]
             }
         };
+        events.extend(overhead_comment(clock.as_deref()));
         stream::iter(events)
     })
     .flatten();
@@ -111,6 +116,13 @@ fn sse_stream(
         .chain(rest)
         .chain(stream::once(async { Event::default().data("[DONE]") }))
         .map(Ok)
+}
+
+/// The `: x-asap-overhead-ms <ms>` comment that ends a stream (clients ignore comments).
+pub(super) fn overhead_comment(clock: Option<&RequestClock>) -> Option<Event> {
+    clock.map(|c| {
+        Event::default().comment(format!("{} {:.3}", super::OVERHEAD_HEADER, c.overhead_ms()))
+    })
 }
 
 fn event<T: serde::Serialize>(value: &T) -> Event {

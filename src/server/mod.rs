@@ -14,7 +14,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
 
-use crate::backend::{Backend, OpenAiCompletions, ReplayBackend};
+use crate::backend::{Backend, OpenAiCompletions, ReplayBackend, RequestClock};
 use crate::config::{Config, ProfileChoice, PromptConfig, REPLAY_BACKEND};
 use crate::context::{ContextSettings, LocalTokenizer};
 use crate::error::ProxyError;
@@ -143,6 +143,27 @@ fn redact_url(url: &str) -> String {
     }
 }
 
+/// Name of the response header with the proxy's own time for the request.
+pub const OVERHEAD_HEADER: &str = "x-asap-overhead-ms";
+
+/// Starts the request's [`RequestClock`] (handlers pass it on to the pipeline, which adds
+/// the backend's time) and sets `x-asap-overhead-ms` on the response: milliseconds spent in
+/// the proxy, backend waits excluded, three decimals. For SSE the header covers the time to
+/// the first byte; the whole request's figure comes as a final `: x-asap-overhead-ms …`
+/// comment line before `[DONE]`.
+async fn overhead_header(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let clock = Arc::new(RequestClock::start());
+    request.extensions_mut().insert(clock.clone());
+    let mut response = next.run(request).await;
+    if let Ok(value) = axum::http::HeaderValue::from_str(&format!("{:.3}", clock.overhead_ms())) {
+        response.headers_mut().insert(OVERHEAD_HEADER, value);
+    }
+    response
+}
+
 /// The router, for the server and for in-process tests.
 pub fn app(state: Arc<AppState>) -> Router {
     Router::new()
@@ -152,6 +173,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/responses", post(responses::create))
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
+        .layer(axum::middleware::from_fn(overhead_header))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(state)

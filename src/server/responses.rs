@@ -10,12 +10,13 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Value};
 
 use super::handlers::step;
 use super::AppState;
+use crate::backend::RequestClock;
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::responses::{ResponseBuilder, ResponsesRequest};
@@ -24,6 +25,7 @@ use crate::respond::now_s;
 /// `POST /v1/responses`.
 pub async fn create(
     State(state): State<Arc<AppState>>,
+    clock: Option<Extension<Arc<RequestClock>>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ProxyError> {
@@ -32,6 +34,7 @@ pub async fn create(
     let mut request = decoded.chat;
     request.raw_body = decoded.chat_body.into();
     super::handlers::set_headers(&mut request, &headers);
+    request.clock = clock.map(|Extension(c)| c);
     let model = request.model.clone().unwrap_or_else(|| "base-model".into());
     let builder = ResponseBuilder::new(model, now_s(), decoded.echo);
     if !request.is_stream() {
@@ -55,8 +58,9 @@ fn sse_stream(
         .iter()
         .map(|(kind, body)| event(kind, body))
         .collect();
+    let clock = request.clock.clone();
     let rest = stream::once(async move {
-        let events: Vec<Event> = match step(state, request).await {
+        let mut events: Vec<Event> = match step(state, request).await {
             Ok(outcome) => builder
                 .rest_events(&outcome.reply)
                 .iter()
@@ -79,6 +83,7 @@ fn sse_stream(
                 vec![event("error", &body)]
             }
         };
+        events.extend(super::handlers::overhead_comment(clock.as_deref()));
         stream::iter(events)
     })
     .flatten();
