@@ -862,3 +862,196 @@ async fn report_subcommand_on_recorded_traces() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Regressions found by driving the proxy like a scaffold
+
+#[test]
+fn results_file_with_a_single_row() {
+    let dir = tempfile::tempdir().unwrap();
+    // One JSONL row, and the same row pretty-printed: rows, not a per-instance report.
+    for (name, text) in [
+        (
+            "one.jsonl",
+            "{\"instance_id\": \"a\", \"run\": 1, \"resolved\": true}\n",
+        ),
+        (
+            "one.json",
+            "{\n  \"instance_id\": \"a\",\n  \"run\": 1,\n  \"resolved\": true\n}\n",
+        ),
+    ] {
+        let path = write(dir.path(), name, text);
+        let parsed = results::parse(text, Path::new(&path)).unwrap();
+        assert_eq!(
+            parsed,
+            Parsed::Rows(vec![resolved_entry(None, "a", Some(1), true)]),
+            "{name}"
+        );
+        let results = results::load(&[path], &["L".into()]).unwrap();
+        assert!(results.lookup("L", "a", 1).is_some_and(|o| o.resolved));
+        assert_eq!(results.lookup("L", "a", 0), None);
+    }
+    // A per-instance report is still one: its values are objects.
+    let text = r#"{"instance_id": {"resolved": true}}"#;
+    assert!(matches!(
+        results::parse(text, Path::new("r.json")).unwrap(),
+        Parsed::Report(_)
+    ));
+}
+
+/// Posts one request with the task and run headers; the JSON answer.
+async fn step(proxy: &str, body: &serde_json::Value, task: &str, run: &str) -> serde_json::Value {
+    post_with(proxy, body, &[("x-asap-task", task), ("x-asap-run", run)]).await
+}
+
+#[tokio::test]
+async fn observations_are_read_where_the_scaffold_first_sent_them() {
+    use crate::util::backend::{FakeBackend, Scripted};
+    use crate::util::proxy::Proxy;
+    use crate::util::{continue_with, fixture_json};
+    use asap_proxy::report::load;
+
+    // SWE-agent with `last_n_observations` (here n = 1): older tool results are replaced by
+    // "Old environment output: (N lines omitted)" in later requests, so the last request no
+    // longer shows that the first test run failed.
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Test.\n<bash>python -m pytest -q</bash>\n"),
+        Scripted::text("Look.\n<bash>ls /testbed</bash>\n"),
+        Scripted::text("Read.\n<bash>cat /testbed/inventory.py</bash>\n"),
+        Scripted::text("Fix.\n<bash>sed -i 's/a/b/' /testbed/inventory.py</bash>\n"),
+        Scripted::text("Done.\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let outputs = [
+        "===== 1 failed, 2 passed in 0.03s =====",
+        "inventory.py\ntests",
+        "def total(self): ...",
+        "",
+    ];
+    for output in outputs {
+        let resp = step(&proxy.url(), &body, "elided", "0").await;
+        continue_with(&mut body, &resp, output);
+        let messages = body["messages"].as_array_mut().unwrap();
+        let tools: Vec<usize> = (0..messages.len())
+            .filter(|&i| messages[i]["role"] == "tool")
+            .collect();
+        for &i in &tools[..tools.len() - 1] {
+            messages[i]["content"] = json!("Old environment output: (1 lines omitted)");
+        }
+    }
+    let resp = step(&proxy.url(), &body, "elided", "0").await;
+    assert_eq!(
+        resp["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+        "submit"
+    );
+
+    let file = &proxy.trace_files()[0];
+    let trajectory = load::trajectory(file).unwrap().unwrap();
+    assert_eq!(
+        trajectory.turns[0].observation.as_deref(),
+        Some(outputs[0]),
+        "the test run's result as first sent"
+    );
+    let b = Behaviour::of(&trajectory);
+    assert!(
+        b.active_testing && b.failed_test && b.re_edit_after_failed_test,
+        "{b:?}"
+    );
+    assert!(b.explicit_submission && b.abnormal.is_none(), "{b:?}");
+}
+
+#[tokio::test]
+async fn mini_completion_command_counts_as_an_explicit_submission() {
+    use crate::util::backend::{FakeBackend, Scripted};
+    use crate::util::proxy::Proxy;
+    use crate::util::{continue_with, fixture_json};
+    use asap_proxy::report::load;
+
+    // mini-swe-agent ends the run when the command is its completion command, whether the
+    // model wrote `<submit/>` or the command from the task text as a shell action.
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Fix.\n<bash>sed -i 's/--/-/' /repo/textutil/slug.py</bash>\n"),
+        Scripted::text("Done.\n<bash>echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let resp = step(&proxy.url(), &body, "mini", "0").await;
+    continue_with(
+        &mut body,
+        &resp,
+        "<returncode>0</returncode>\n<output>\n</output>",
+    );
+    let resp = step(&proxy.url(), &body, "mini", "0").await;
+    assert_eq!(
+        crate::util::arguments(&resp)["command"],
+        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+    );
+
+    let file = &proxy.trace_files()[0];
+    let trajectory = load::trajectory(file).unwrap().unwrap();
+    assert!(trajectory.turns[1].is_submit);
+    let b = Behaviour::of(&trajectory);
+    assert!(b.autonomous_edit && b.explicit_submission, "{b:?}");
+    assert_eq!(b.abnormal, None);
+}
+
+#[test]
+fn report_warns_about_files_and_lines_it_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = json!({"v": 1, "type": "session", "session": "0123456789ab", "time_ms": 1,
+        "data": {"task": "t", "label": "L", "profile": "swe-agent", "format": "markdown_xml"}});
+    write(
+        dir.path(),
+        "0123456789ab.jsonl",
+        &format!("{session}\nnot json\n{{\"v\": 1, \"type\": \"st"),
+    );
+    write(dir.path(), "empty.jsonl", "");
+    write(
+        dir.path(),
+        "results.jsonl",
+        "{\"instance_id\": \"t\", \"resolved\": true}\n",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
+        .arg("report")
+        .arg(dir.path())
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["labels"][0]["runs"], 1);
+    for expected in [
+        "0123456789ab.jsonl: invalid lines [2] skipped",
+        "0123456789ab.jsonl: torn last line",
+        "empty.jsonl: no session record",
+        "results.jsonl: no session record",
+    ] {
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn trace_files_are_listed_once_and_link_loops_end() {
+    use asap_proxy::report::load::trace_files;
+
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(logs.join("sub")).unwrap();
+    write(&logs, "a.jsonl", "");
+    write(&logs.join("sub"), "b.jsonl", "");
+    std::os::unix::fs::symlink(&logs, logs.join("sub/loop")).unwrap();
+    std::os::unix::fs::symlink(".", logs.join("self")).unwrap();
+    // The directory, a file inside it and the directory again: each file once.
+    let files = trace_files(&[logs.clone(), logs.join("a.jsonl"), logs.join("sub")]).unwrap();
+    let mut names: Vec<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.jsonl", "b.jsonl"], "{files:?}");
+}

@@ -1,6 +1,6 @@
 //! Trace files → [`Trajectory`] values.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -28,19 +28,30 @@ pub enum LoadError {
 }
 
 /// Every `*.jsonl` file under `paths` (files are taken as given; directories are searched
-/// recursively), sorted.
+/// recursively, symbolic links followed), sorted, each file once: a file reached by several
+/// paths (a path given twice, a file inside a directory also given, a link) is read once, and
+/// a directory already searched (a link loop) is not searched again.
 ///
 /// Errors: a path that cannot be read.
 pub fn trace_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
-    let mut files = Vec::new();
+    let mut found = Vec::new();
+    let mut dirs = HashSet::new();
     for path in paths {
-        collect(path, &mut files)?;
+        collect(path, &mut found, &mut dirs)?;
     }
-    files.sort();
-    Ok(files)
+    found.sort();
+    let mut seen = HashSet::new();
+    Ok(found
+        .into_iter()
+        .filter(|path| seen.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone())))
+        .collect())
 }
 
-fn collect(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+fn collect(
+    path: &Path,
+    files: &mut Vec<PathBuf>,
+    dirs: &mut HashSet<PathBuf>,
+) -> Result<(), LoadError> {
     let io = |source| LoadError::Io {
         path: path.to_path_buf(),
         source,
@@ -50,11 +61,14 @@ fn collect(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), LoadError> {
         files.push(path.to_path_buf());
         return Ok(());
     }
+    if !dirs.insert(std::fs::canonicalize(path).map_err(io)?) {
+        return Ok(());
+    }
     for entry in std::fs::read_dir(path).map_err(io)? {
         let entry = entry.map_err(io)?;
         let child = entry.path();
         if child.is_dir() {
-            collect(&child, files)?;
+            collect(&child, files, dirs)?;
         } else if child.extension().is_some_and(|e| e == "jsonl") {
             files.push(child);
         }

@@ -104,6 +104,17 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     for line in &skipped {
         let _ = writeln!(stderr, "warning: {line}");
     }
+    let mut files_per_session = std::collections::BTreeMap::<&str, usize>::new();
+    for t in &trajectories {
+        *files_per_session.entry(t.session.as_str()).or_default() += 1;
+    }
+    for (session, n) in files_per_session.into_iter().filter(|(_, n)| *n > 1) {
+        let _ = writeln!(
+            stderr,
+            "warning: session {session} is in {n} trace files (copies, or one session split \
+             across log directories): each is counted as a trajectory"
+        );
+    }
     if trajectories.is_empty() {
         return Err((
             2,
