@@ -80,6 +80,40 @@ pub struct ServeArgs {
     /// Bearer token for the backend, if it needs one (never logged).
     #[arg(long, env = "ASAP_BACKEND_API_KEY", hide_env_values = true)]
     pub backend_api_key: Option<String>,
+    /// API keys clients must send as `Authorization: Bearer <key>` on every endpoint except
+    /// `/health` (401 otherwise); repeatable or comma-separated. Never logged
+    /// [default: none, no authentication].
+    #[arg(
+        long = "api-key",
+        env = "ASAP_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_key: Vec<String>,
+    /// Largest accepted request body in bytes; larger ones get 413 [default: 33554432,
+    /// 32 MiB].
+    #[arg(long, env = "ASAP_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Seconds one chat/responses request may take in all (every backend call, retry and
+    /// nudge included); past it the request gets 504 `request_timeout` and the trace records
+    /// the step; 0: no limit [default: 600].
+    #[arg(long, env = "ASAP_REQUEST_TIMEOUT")]
+    pub request_timeout: Option<u64>,
+    /// Chat/responses requests served at once; one more gets 429 with `Retry-After: 1`
+    /// (health and models are not counted); 0: no limit [default: 512].
+    #[arg(long, env = "ASAP_MAX_CONCURRENCY")]
+    pub max_concurrency: Option<usize>,
+    /// Messages one request may carry; more get 400 [default: 10000].
+    #[arg(long, env = "ASAP_MAX_MESSAGES")]
+    pub max_messages: Option<usize>,
+    /// Tools one request may offer; more get 400 [default: 256].
+    #[arg(long, env = "ASAP_MAX_TOOLS")]
+    pub max_tools: Option<usize>,
+    /// Seconds to let in-flight requests finish after SIGTERM/SIGINT before cutting them off
+    /// (their backend calls fail with 503 `shutting_down` and are traced); the process then
+    /// exits 0 [default: 30].
+    #[arg(long, env = "ASAP_SHUTDOWN_TIMEOUT")]
+    pub shutdown_timeout: Option<u64>,
     /// Directory for the JSONL trace logs, one file per session [default: asap-logs].
     #[arg(long, env = "ASAP_LOG_DIR")]
     pub log_dir: Option<PathBuf>,
@@ -286,5 +320,25 @@ mod tests {
         assert_eq!(args.max_tokens, Some(64));
         assert_eq!(args.prompt.profile.as_deref(), Some("swe-agent"));
         assert_eq!(args.prompt.format, Some(Format::MarkdownXml));
+    }
+
+    #[test]
+    fn api_keys_repeat_or_split_on_commas() {
+        let cli = Cli::try_parse_from([
+            "asap-proxy",
+            "serve",
+            "--api-key",
+            "k1,k2",
+            "--api-key",
+            "k3",
+            "--max-concurrency",
+            "0",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(args.api_key, ["k1", "k2", "k3"]);
+        assert_eq!(args.max_concurrency, Some(0));
     }
 }

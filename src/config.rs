@@ -21,8 +21,86 @@ pub const DEFAULT_BACKEND: &str = "http://127.0.0.1:8080/v1";
 pub const DEFAULT_MAX_TOKENS: u32 = 1024;
 /// Default backend timeout, seconds.
 pub const DEFAULT_BACKEND_TIMEOUT_S: u64 = 300;
-/// Default number of retries after connect errors and 5xx.
+/// Default number of retries after connect errors, 5xx and 429.
 pub const DEFAULT_BACKEND_RETRIES: u32 = 3;
+/// Default largest request body, bytes (32 MiB): long trajectories with big observations
+/// reach several MB; far beyond that is a client bug or abuse.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// Default budget for a whole request, seconds: two full backend timeouts, and the `openai`
+/// SDK's own default client timeout.
+pub const DEFAULT_REQUEST_TIMEOUT_S: u64 = 600;
+/// Default number of chat/responses requests served at once (hundreds of concurrent
+/// sessions per node, DESIGN.md "Scale").
+pub const DEFAULT_MAX_CONCURRENCY: usize = 512;
+/// Default cap on messages per request (a 100-step trajectory has a few hundred).
+pub const DEFAULT_MAX_MESSAGES: usize = 10_000;
+/// Default cap on tools per request (OpenAI itself accepts 128).
+pub const DEFAULT_MAX_TOOLS: usize = 256;
+/// Default time given to in-flight requests after SIGTERM/SIGINT, seconds.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_S: u64 = 30;
+
+/// A secret (an API key): its `Debug` never shows the value, so it cannot reach logs through
+/// a `{:?}` of the config or the state.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that must send or compare it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// API keys in the TOML file: one string or a list.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FileKeys {
+    /// `api_key = "k"`.
+    One(String),
+    /// `api_key = ["k1", "k2"]`.
+    Many(Vec<String>),
+}
+
+/// Limits of the HTTP layer (DESIGN.md "Scale"; docs/reliability.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Largest accepted request body, bytes (`--max-body-bytes`; 413 beyond).
+    pub max_body_bytes: usize,
+    /// Budget for one chat/responses request, seconds (`--request-timeout`); `None`: none.
+    pub request_timeout_s: Option<u64>,
+    /// Chat/responses requests served at once (`--max-concurrency`); `None`: no limit.
+    pub max_concurrency: Option<usize>,
+    /// Messages per request (`--max-messages`; 400 beyond).
+    pub max_messages: usize,
+    /// Tools per request (`--max-tools`; 400 beyond).
+    pub max_tools: usize,
+    /// Seconds in-flight requests get after SIGTERM/SIGINT (`--shutdown-timeout`).
+    pub shutdown_timeout_s: u64,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            request_timeout_s: Some(DEFAULT_REQUEST_TIMEOUT_S),
+            max_concurrency: Some(DEFAULT_MAX_CONCURRENCY),
+            max_messages: DEFAULT_MAX_MESSAGES,
+            max_tools: DEFAULT_MAX_TOOLS,
+            shutdown_timeout_s: DEFAULT_SHUTDOWN_TIMEOUT_S,
+        }
+    }
+}
 
 /// The TOML file's shape.
 #[derive(Debug, Default, Deserialize)]
@@ -32,6 +110,13 @@ pub struct FileConfig {
     pub backend: Option<String>,
     pub backend_model: Option<String>,
     pub backend_api_key: Option<String>,
+    pub api_key: Option<FileKeys>,
+    pub max_body_bytes: Option<usize>,
+    pub request_timeout: Option<u64>,
+    pub max_concurrency: Option<usize>,
+    pub max_messages: Option<usize>,
+    pub max_tools: Option<usize>,
+    pub shutdown_timeout: Option<u64>,
     pub log_dir: Option<PathBuf>,
     pub max_tokens: Option<u32>,
     pub backend_timeout: Option<u64>,
@@ -81,7 +166,12 @@ pub struct Config {
     /// Backend base URL without a trailing slash, e.g. `http://127.0.0.1:8080/v1`.
     pub backend: String,
     pub backend_model: Option<String>,
-    pub backend_api_key: Option<String>,
+    /// `--backend-api-key`: sent to the backend as a Bearer token.
+    pub backend_api_key: Option<Secret>,
+    /// `--api-key`: keys clients must present (empty: no authentication).
+    pub api_keys: Vec<Secret>,
+    /// Body size, time, concurrency and count limits of the HTTP layer.
+    pub server: ServerLimits,
     pub log_dir: PathBuf,
     pub max_tokens: u32,
     pub backend_timeout_s: u64,
@@ -258,7 +348,11 @@ impl Config {
             backend_api_key: args
                 .backend_api_key
                 .clone()
-                .or(file.backend_api_key.clone()),
+                .or(file.backend_api_key.clone())
+                .filter(|k| !k.is_empty())
+                .map(Secret::new),
+            api_keys: api_keys(args, &file)?,
+            server: server_limits(args, &file)?,
             log_dir: args
                 .log_dir
                 .clone()
@@ -282,6 +376,81 @@ impl Config {
             prompt: PromptConfig::resolve(&args.prompt, &file),
         })
     }
+}
+
+/// `--api-key` values (flag/env, else the file), blanks dropped; a key with whitespace or a
+/// control character could never be sent in a header, so it is refused here.
+fn api_keys(args: &ServeArgs, file: &FileConfig) -> Result<Vec<Secret>, ConfigError> {
+    let keys: Vec<String> = if args.api_key.is_empty() {
+        match &file.api_key {
+            Some(FileKeys::One(k)) => vec![k.clone()],
+            Some(FileKeys::Many(ks)) => ks.clone(),
+            None => Vec::new(),
+        }
+    } else {
+        args.api_key.clone()
+    };
+    keys.into_iter()
+        .filter(|k| !k.trim().is_empty())
+        .map(|k| {
+            if k.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                // The message must not contain the key.
+                Err(ConfigError::Invalid {
+                    field: "api_key",
+                    reason: "a key contains whitespace or a control character".into(),
+                })
+            } else {
+                Ok(Secret::new(k))
+            }
+        })
+        .collect()
+}
+
+/// The HTTP layer's limits: flag/env, else the file, else the defaults; 0 turns the request
+/// timeout and the concurrency limit off.
+fn server_limits(args: &ServeArgs, file: &FileConfig) -> Result<ServerLimits, ConfigError> {
+    let defaults = ServerLimits::default();
+    let limits = ServerLimits {
+        max_body_bytes: args
+            .max_body_bytes
+            .or(file.max_body_bytes)
+            .unwrap_or(defaults.max_body_bytes),
+        request_timeout_s: match args.request_timeout.or(file.request_timeout) {
+            Some(0) => None,
+            Some(s) => Some(s),
+            None => defaults.request_timeout_s,
+        },
+        max_concurrency: match args.max_concurrency.or(file.max_concurrency) {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => defaults.max_concurrency,
+        },
+        max_messages: args
+            .max_messages
+            .or(file.max_messages)
+            .unwrap_or(defaults.max_messages),
+        max_tools: args
+            .max_tools
+            .or(file.max_tools)
+            .unwrap_or(defaults.max_tools),
+        shutdown_timeout_s: args
+            .shutdown_timeout
+            .or(file.shutdown_timeout)
+            .unwrap_or(defaults.shutdown_timeout_s),
+    };
+    for (field, value) in [
+        ("max_body_bytes", limits.max_body_bytes),
+        ("max_messages", limits.max_messages),
+        ("max_tools", limits.max_tools),
+    ] {
+        if value < 1 {
+            return Err(ConfigError::Invalid {
+                field,
+                reason: "must be at least 1".into(),
+            });
+        }
+    }
+    Ok(limits)
 }
 
 impl Config {
@@ -335,6 +504,33 @@ mod tests {
         std::fs::write(&path, "max_tokenz = 7\n").unwrap();
         let err = read_file(Some(&path)).unwrap_err().to_string();
         assert!(err.contains("max_tokenz"), "{err}");
+    }
+
+    #[test]
+    fn server_limits_and_keys_merge_and_zero_disables() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "api_key = [\"a\", \"b\"]\nmax_tools = 3\nrequest_timeout = 0\nmax_concurrency = 4\n",
+        )
+        .unwrap();
+        let mut args = ServeArgs::default();
+        args.prompt.config = Some(path.clone());
+        args.max_concurrency = Some(0);
+        let c = Config::resolve(&args).unwrap();
+        assert_eq!(c.api_keys, [Secret::new("a"), Secret::new("b")]);
+        assert_eq!(c.server.max_tools, 3);
+        assert_eq!(c.server.request_timeout_s, None);
+        assert_eq!(c.server.max_concurrency, None);
+        assert_eq!(c.server.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+        assert!(!format!("{c:?}").contains("\"a\""));
+        std::fs::write(&path, "api_key = \"single\"\n").unwrap();
+        let c = Config::resolve(&args).unwrap();
+        assert_eq!(c.api_keys, [Secret::new("single")]);
+        args.api_key = vec!["bad key".into()];
+        let err = Config::resolve(&args).unwrap_err().to_string();
+        assert!(!err.contains("bad key"), "{err}");
     }
 
     #[test]

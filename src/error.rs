@@ -44,6 +44,30 @@ pub enum ProxyError {
     /// The completion backend did not answer within the configured timeout (HTTP 504).
     #[error("completion backend timed out after {0} s")]
     BackendTimeout(u64),
+    /// The whole request (every backend call of the step, nudge retries and backoff included)
+    /// did not finish within `--request-timeout`, in seconds (HTTP 504, code
+    /// `request_timeout`).
+    #[error("request did not finish within the request timeout of {0} s (--request-timeout)")]
+    RequestTimeout(u64),
+    /// Too many requests: the proxy's `--max-concurrency` is reached, or the backend answered
+    /// 429 and kept doing so through the bounded retries (HTTP 429, type `rate_limit_error`,
+    /// code `rate_limit_exceeded`). The response carries `Retry-After: retry_after_s`, which
+    /// the `openai` SDK and LiteLLM honour before retrying.
+    #[error("{message}")]
+    RateLimited { message: String, retry_after_s: u64 },
+    /// `--api-key` is set and the request has no `Authorization: Bearer` header with one of
+    /// the keys (HTTP 401, code `invalid_api_key`). The message never echoes what was sent.
+    #[error("missing or invalid API key: send `Authorization: Bearer <key>` with a key this proxy was started with (--api-key)")]
+    Unauthorized,
+    /// The proxy is shutting down and its `--shutdown-timeout` passed before this request's
+    /// backend call finished (HTTP 503, code `shutting_down`; clients retry on another
+    /// replica or after the restart).
+    #[error("the proxy is shutting down; the request was cut off at the shutdown deadline")]
+    ShuttingDown,
+    /// The client closed the connection before the answer was ready: the backend call was
+    /// cancelled (status 499, the nginx convention; no client is left to read it).
+    #[error("client disconnected; the backend call was cancelled")]
+    ClientDisconnected,
     /// A termination rule ended the trajectory and `--on-terminate error` is set (HTTP 400,
     /// code `trajectory_terminated`).
     #[error("trajectory terminated: {0}")]
@@ -62,6 +86,15 @@ impl ProxyError {
         }
     }
 
+    /// Seconds a client should wait before retrying (the `Retry-After` header), for the
+    /// errors that have one.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            Self::RateLimited { retry_after_s, .. } => Some(*retry_after_s),
+            _ => None,
+        }
+    }
+
     /// HTTP status for this error.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -69,10 +102,16 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST
             }
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::ClientDisconnected => {
+                StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
+            }
             Self::BackendUnavailable(_) | Self::Backend(_) | Self::ReplayMiss(_) => {
                 StatusCode::BAD_GATEWAY
             }
-            Self::BackendTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::BackendTimeout(_) | Self::RequestTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -92,6 +131,11 @@ impl ProxyError {
             Self::Backend(_) => ("server_error", "backend_error", None),
             Self::ReplayMiss(_) => ("server_error", "replay_miss", None),
             Self::BackendTimeout(_) => ("server_error", "backend_timeout", None),
+            Self::RequestTimeout(_) => ("server_error", "request_timeout", None),
+            Self::RateLimited { .. } => ("rate_limit_error", "rate_limit_exceeded", None),
+            Self::Unauthorized => ("invalid_request_error", "invalid_api_key", None),
+            Self::ShuttingDown => ("server_error", "shutting_down", None),
+            Self::ClientDisconnected => ("invalid_request_error", "client_disconnected", None),
             Self::Internal(_) => ("server_error", "internal_error", None),
         };
         ErrorBody {
@@ -128,6 +172,19 @@ impl IntoResponse for ProxyError {
         } else {
             tracing::info!(status = status.as_u16(), error = %self, "request rejected");
         }
-        (status, Json(self.body())).into_response()
+        let mut response = (status, Json(self.body())).into_response();
+        if let Some(seconds) = self.retry_after_s() {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        }
+        if matches!(self, Self::Unauthorized) {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
     }
 }

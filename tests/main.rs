@@ -15,6 +15,7 @@ mod parse;
 mod passthrough;
 mod prefix_build;
 mod prefixes;
+mod reliability;
 mod render;
 mod replay;
 mod report;

@@ -5,7 +5,7 @@
 mod openai_completions;
 mod replay;
 
-pub use openai_completions::OpenAiCompletions;
+pub use openai_completions::{CallBudget, OpenAiCompletions, MAX_HONOURED_RETRY_AFTER};
 pub use replay::ReplayBackend;
 
 use crate::error::ProxyError;
@@ -108,8 +108,10 @@ impl Backend {
     ///
     /// Errors: [`ProxyError::ContextLengthExceeded`] when the backend says the prompt does not
     /// fit, [`ProxyError::BackendUnavailable`] after the retries, [`ProxyError::BackendTimeout`],
-    /// [`ProxyError::Backend`] for any other failure; [`ProxyError::ReplayMiss`] when the
-    /// replay backend has nothing recorded for the prompt.
+    /// [`ProxyError::Backend`] for any other failure; [`ProxyError::RateLimited`] when the
+    /// backend kept answering 429; [`ProxyError::RequestTimeout`] and
+    /// [`ProxyError::ShuttingDown`] from the task's [`CallBudget`];
+    /// [`ProxyError::ReplayMiss`] when the replay backend has nothing recorded for the prompt.
     pub async fn complete(
         &self,
         prompt: &str,

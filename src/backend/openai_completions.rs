@@ -1,15 +1,129 @@
 //! `POST {base}/completions` client with timeouts and bounded retries.
+//!
+//! Faults and what the client of the proxy gets (docs/reliability.md, item 1): connect errors,
+//! dropped connections and 5xx are retried `retries` times with exponential backoff from
+//! 250 ms, then answered 502 (`backend_unavailable`); a 429 is retried the same way after the
+//! backend's `Retry-After` (when it asks for at most [`MAX_HONOURED_RETRY_AFTER`]), then passed
+//! on as 429 `rate_limit_error` with its `Retry-After`; a per-call timeout is 504
+//! (`backend_timeout`); a body that is not JSON or not an OpenAI completions object is 502
+//! (`backend_error`); other 4xx are 502 `backend_error`, or 400 `context_length_exceeded`
+//! when the backend says the prompt is too long. Every call also obeys the request's
+//! [`CallBudget`]: its deadline (504 `request_timeout`) and the shutdown cut-off (503).
 
+use std::future::Future;
 use std::time::Duration;
 
-use tokio::sync::OnceCell;
+use tokio::sync::{watch, OnceCell};
+use tokio::time::Instant;
 
 use super::{BackendCompletion, GenerationParams};
+use crate::config::Secret;
 use crate::error::ProxyError;
 use crate::openai::completions::{CompletionRequest, CompletionResponse};
 
 /// First retry delay; doubled on each further retry.
 const BACKOFF_START: Duration = Duration::from_millis(250);
+
+/// Longest backend `Retry-After` the proxy waits out itself before retrying a 429; a longer
+/// one is passed on to the client at once (holding the request that long helps nobody).
+pub const MAX_HONOURED_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// Timeout of the small discovery calls (`/models`, `/props`, `/info`, `/tokenize`).
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one request allows the backend calls made on its behalf: a deadline
+/// (`--request-timeout`) and the server's shutdown cut-off. The HTTP layer sets it for the
+/// task that runs a step ([`CallBudget::scope`]); every call of [`OpenAiCompletions`] in that
+/// task reads it, so the pipeline needs no extra parameter. Outside a scope there is no limit.
+#[derive(Debug, Clone, Default)]
+pub struct CallBudget {
+    /// When the request must be answered, and the configured timeout in seconds (for the
+    /// error message). Calls past it fail with [`ProxyError::RequestTimeout`].
+    pub deadline: Option<(Instant, u64)>,
+    /// Becomes `true` at the shutdown deadline: calls in flight then fail at once with
+    /// [`ProxyError::ShuttingDown`], so their steps still write a trace record.
+    pub abort: Option<watch::Receiver<bool>>,
+    /// Closes when the client goes away (the HTTP layer drops the sender with the request's
+    /// future): calls in flight then fail at once with [`ProxyError::ClientDisconnected`]
+    /// and the backend sees its connection closed (vLLM and SGLang stop generating).
+    pub client: Option<watch::Receiver<()>>,
+}
+
+tokio::task_local! {
+    static BUDGET: CallBudget;
+}
+
+impl CallBudget {
+    /// Runs `f` with this budget applying to every backend call inside it.
+    pub async fn scope<F: Future>(self, f: F) -> F::Output {
+        BUDGET.scope(self, f).await
+    }
+
+    /// The budget of the current task (none outside a scope).
+    fn current() -> Self {
+        BUDGET.try_with(Clone::clone).unwrap_or_default()
+    }
+
+    /// Time left before the deadline; `None`: no deadline.
+    fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|(at, _)| at.saturating_duration_since(Instant::now()))
+    }
+
+    /// `limit`, shortened to the time left. `Err(RequestTimeout)` when none is left;
+    /// `Ok((timeout, true))` when the deadline, not `limit`, bounds the call.
+    fn bound(&self, limit: Duration) -> Result<(Duration, bool), ProxyError> {
+        match (self.remaining(), self.deadline) {
+            (Some(left), Some((_, seconds))) if left.is_zero() => {
+                Err(ProxyError::RequestTimeout(seconds))
+            }
+            (Some(left), _) if left < limit => Ok((left, true)),
+            _ => Ok((limit, false)),
+        }
+    }
+
+    /// Runs `f` unless the shutdown cut-off (`Err(ShuttingDown)`) or the client's departure
+    /// (`Err(ClientDisconnected)`) comes first.
+    async fn race<F: Future>(&self, f: F) -> Result<F::Output, ProxyError> {
+        let abort = self.abort.clone();
+        let cut_off = async move {
+            let fired = match abort {
+                Some(mut abort) => abort.wait_for(|a| *a).await.is_ok(),
+                None => false,
+            };
+            if !fired {
+                // No cut-off, or the server is gone without one: never fire.
+                std::future::pending::<()>().await;
+            }
+        };
+        let client = self.client.clone();
+        let gone = async move {
+            match client {
+                // `changed` fails once the sender is dropped: the client went away.
+                Some(mut client) => while client.changed().await.is_ok() {},
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            out = f => Ok(out),
+            () = cut_off => Err(ProxyError::ShuttingDown),
+            () = gone => Err(ProxyError::ClientDisconnected),
+        }
+    }
+}
+
+/// How one HTTP attempt ended.
+enum Attempt {
+    /// 2xx: the body.
+    Done(String),
+    /// Worth another try (connect error, dropped connection, 5xx, 429), with the backend's
+    /// `Retry-After` when it sent one.
+    Retry(ProxyError, Option<Duration>),
+    /// The attempt's timeout passed.
+    TimedOut,
+    /// Not worth another try.
+    Fail(ProxyError),
+}
 
 /// Client for one OpenAI-compatible completions backend.
 #[derive(Debug)]
@@ -17,7 +131,9 @@ pub struct OpenAiCompletions {
     client: reqwest::Client,
     base: String,
     model: Option<String>,
-    api_key: Option<String>,
+    /// Sent as `Authorization: Bearer`; never logged (its `Debug` is redacted and error
+    /// messages are scrubbed of it).
+    api_key: Option<Secret>,
     timeout_s: u64,
     retries: u32,
     discovered: OnceCell<String>,
@@ -29,7 +145,11 @@ pub struct OpenAiCompletions {
 }
 
 impl OpenAiCompletions {
-    /// `base` is the URL including `/v1`, without a trailing slash.
+    /// `base` is the URL including `/v1`, without a trailing slash; `api_key` is sent as a
+    /// Bearer token; `timeout_s` bounds each call (seconds); `retries` is the number of
+    /// further attempts after a connect error, a dropped connection, a 5xx or a 429.
+    ///
+    /// Errors: [`ProxyError::Internal`] when the HTTP client cannot be built.
     pub fn new(
         base: String,
         model: Option<String>,
@@ -46,7 +166,7 @@ impl OpenAiCompletions {
             client,
             base,
             model,
-            api_key,
+            api_key: api_key.filter(|k| !k.is_empty()).map(Secret::new),
             timeout_s,
             retries,
             discovered: OnceCell::new(),
@@ -61,15 +181,20 @@ impl OpenAiCompletions {
     }
 
     async fn get_json(&self, url: &str) -> Result<Option<serde_json::Value>, ()> {
-        let mut req = self.client.get(url).timeout(Duration::from_secs(10));
+        let budget = CallBudget::current();
+        let (timeout, _) = budget.bound(DISCOVERY_TIMEOUT).map_err(|_| ())?;
+        let mut req = self.client.get(url).timeout(timeout);
         if let Some(key) = &self.api_key {
-            req = req.bearer_auth(key);
+            req = req.bearer_auth(key.expose());
         }
-        let resp = req.send().await.map_err(|_| ())?;
-        if !resp.status().is_success() {
-            return Ok(None);
-        }
-        Ok(resp.json().await.ok())
+        let call = async {
+            let resp = req.send().await.map_err(|_| ())?;
+            if !resp.status().is_success() {
+                return Ok(None);
+            }
+            Ok(resp.json().await.ok())
+        };
+        budget.race(call).await.map_err(|_| ())?
     }
 
     /// The context length the backend reports, tokens: `max_model_len` of the first model in
@@ -131,14 +256,17 @@ impl OpenAiCompletions {
             "inputs": prompt,
             "add_special_tokens": true,
         });
+        let budget = CallBudget::current();
+        let (timeout, _) = budget.bound(DISCOVERY_TIMEOUT).ok()?;
         let mut req = self
             .client
             .post(format!("{}/tokenize", self.root()))
+            .timeout(timeout)
             .json(&body);
         if let Some(key) = &self.api_key {
-            req = req.bearer_auth(key);
+            req = req.bearer_auth(key.expose());
         }
-        let resp = req.send().await.ok()?;
+        let resp = budget.race(req.send()).await.ok()?.ok()?;
         if matches!(resp.status().as_u16(), 404 | 405 | 501) {
             self.tokenize_works.store(false, Ordering::Relaxed);
             tracing::info!("backend has no /tokenize; prompt tokens are estimated");
@@ -160,18 +288,10 @@ impl OpenAiCompletions {
         }
         self.discovered
             .get_or_try_init(|| async {
-                let mut req = self.client.get(format!("{}/models", self.base));
-                if let Some(key) = &self.api_key {
-                    req = req.bearer_auth(key);
-                }
-                let body: serde_json::Value = req
-                    .timeout(Duration::from_secs(10))
-                    .send()
-                    .await
-                    .map_err(|_| ())?
-                    .json()
-                    .await
-                    .map_err(|_| ())?;
+                let body = self
+                    .get_json(&format!("{}/models", self.base))
+                    .await?
+                    .ok_or(())?;
                 body.pointer("/data/0/id")
                     .and_then(|v| v.as_str())
                     .map(str::to_string)
@@ -226,58 +346,152 @@ impl OpenAiCompletions {
         Ok((value, attempts))
     }
 
-    /// POSTs JSON to `{base}/{path}` with bounded retries on connect errors and 5xx; returns
-    /// the body of the first success and the attempts made.
+    /// POSTs JSON to `{base}/{path}` with bounded retries on connect errors, dropped
+    /// connections, 5xx and 429 (see the module doc); returns the body of the first success
+    /// and the attempts made. Each attempt's timeout is the backend timeout, shortened to the
+    /// request's deadline; the whole loop yields to the shutdown cut-off.
     async fn post<T: serde::Serialize + ?Sized>(
         &self,
         path: &str,
         body: &T,
     ) -> Result<(String, u32), ProxyError> {
         let url = format!("{}/{path}", self.base);
+        let budget = CallBudget::current();
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut req = self.client.post(&url).json(body);
+            let (timeout, by_deadline) = budget.bound(Duration::from_secs(self.timeout_s))?;
+            let mut req = self.client.post(&url).timeout(timeout).json(body);
             if let Some(key) = &self.api_key {
-                req = req.bearer_auth(key);
+                req = req.bearer_auth(key.expose());
             }
-            let retryable = match req.send().await {
-                Err(e) if e.is_timeout() => return Err(ProxyError::BackendTimeout(self.timeout_s)),
-                Err(e) => ProxyError::BackendUnavailable(format!("{url}: {}", error_chain(&e))),
-                Ok(resp) => {
-                    let status = resp.status();
-                    let text = match resp.text().await {
-                        Ok(t) => t,
-                        Err(e) if e.is_timeout() => {
-                            return Err(ProxyError::BackendTimeout(self.timeout_s))
-                        }
-                        Err(e) => {
-                            return Err(ProxyError::Backend(format!("reading response: {e}")))
-                        }
-                    };
-                    if status.is_success() {
-                        return Ok((text, attempt));
-                    }
-                    let message = backend_message(&text);
-                    if status.is_server_error() {
-                        ProxyError::BackendUnavailable(format!("HTTP {status}: {message}"))
-                    } else if is_context_error(&message) {
-                        return Err(ProxyError::ContextLengthExceeded(format!(
-                            "prompt does not fit the backend's context window: {message}"
-                        )));
-                    } else {
-                        return Err(ProxyError::Backend(format!("HTTP {status}: {message}")));
-                    }
+            let (retryable, retry_after) = match budget.race(self.attempt(req)).await? {
+                Attempt::Done(text) => return Ok((text, attempt)),
+                Attempt::Fail(e) => return Err(e),
+                Attempt::TimedOut => {
+                    return Err(match budget.deadline {
+                        Some((_, seconds)) if by_deadline => ProxyError::RequestTimeout(seconds),
+                        _ => ProxyError::BackendTimeout(self.timeout_s),
+                    })
                 }
+                Attempt::Retry(e, retry_after) => (e, retry_after),
             };
             if attempt > self.retries {
                 return Err(retryable);
             }
-            let delay = BACKOFF_START * 2u32.saturating_pow(attempt - 1);
+            let delay = match retry_after {
+                Some(wait) if wait > MAX_HONOURED_RETRY_AFTER => return Err(retryable),
+                Some(wait) => wait,
+                None => BACKOFF_START * 2u32.saturating_pow(attempt - 1),
+            };
+            // No time for the wait and another try: the backend's own error says more than a
+            // timeout would.
+            if budget.remaining().is_some_and(|left| left <= delay) {
+                return Err(retryable);
+            }
             tracing::warn!(attempt, error = %retryable, delay_ms = delay.as_millis() as u64, "backend call failed, retrying");
-            tokio::time::sleep(delay).await;
+            budget.race(tokio::time::sleep(delay)).await?;
         }
     }
+
+    /// One HTTP attempt, classified.
+    async fn attempt(&self, req: reqwest::RequestBuilder) -> Attempt {
+        let resp = match req.send().await {
+            Ok(resp) => resp,
+            Err(e) if e.is_timeout() => return Attempt::TimedOut,
+            Err(e) => {
+                let message = format!("{}: {}", self.redacted_base(), error_chain(&e));
+                return Attempt::Retry(ProxyError::BackendUnavailable(self.scrub(&message)), None);
+            }
+        };
+        let status = resp.status();
+        let retry_after = retry_after(resp.headers());
+        let text = match resp.text().await {
+            Ok(t) => t,
+            Err(e) if e.is_timeout() => return Attempt::TimedOut,
+            Err(e) => {
+                let message = format!(
+                    "connection dropped while reading the response (HTTP {status}): {}",
+                    error_chain(&e)
+                );
+                return Attempt::Retry(ProxyError::BackendUnavailable(self.scrub(&message)), None);
+            }
+        };
+        if status.is_success() {
+            return Attempt::Done(text);
+        }
+        let message = self.scrub(&backend_message(&text));
+        if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            let seconds = retry_after.map_or(1, |d| d.as_secs_f64().ceil().max(1.0) as u64);
+            return Attempt::Retry(
+                ProxyError::RateLimited {
+                    message: format!("completion backend rate limit (HTTP 429): {message}"),
+                    retry_after_s: seconds,
+                },
+                retry_after,
+            );
+        }
+        if status.is_server_error() {
+            return Attempt::Retry(
+                ProxyError::BackendUnavailable(format!("HTTP {status}: {message}")),
+                retry_after,
+            );
+        }
+        if is_context_error(&message) {
+            return Attempt::Fail(ProxyError::ContextLengthExceeded(format!(
+                "prompt does not fit the backend's context window: {message}"
+            )));
+        }
+        Attempt::Fail(ProxyError::Backend(format!("HTTP {status}: {message}")))
+    }
+
+    /// `base` without user name or password.
+    fn redacted_base(&self) -> String {
+        match reqwest::Url::parse(&self.base) {
+            Ok(mut u) => {
+                let _ = u.set_username("");
+                let _ = u.set_password(None);
+                u.to_string().trim_end_matches('/').to_string()
+            }
+            Err(_) => "<backend>".to_string(),
+        }
+    }
+
+    /// `text` with the backend API key and any password of the backend URL replaced by
+    /// `***`, so a backend (or an HTTP library) that echoes them cannot put them into a
+    /// client's error message, the trace or the log.
+    fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        let password = reqwest::Url::parse(&self.base)
+            .ok()
+            .and_then(|u| u.password().map(str::to_string));
+        for secret in self
+            .api_key
+            .iter()
+            .map(|k| k.expose().to_string())
+            .chain(password)
+        {
+            if !secret.is_empty() {
+                out = out.replace(&secret, "***");
+            }
+        }
+        out
+    }
+}
+
+/// The `Retry-After` header as a duration: delta-seconds (what OpenAI, vLLM routers and most
+/// gateways send) or `retry-after-ms`; HTTP dates are not read (`None`).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|n| n.is_finite() && *n >= 0.0)
+    };
+    value("retry-after-ms")
+        .map(|ms| Duration::from_secs_f64(ms / 1e3))
+        .or_else(|| value("retry-after").map(Duration::from_secs_f64))
 }
 
 fn decode(text: &str, model: String, attempts: u32) -> Result<BackendCompletion, ProxyError> {
@@ -365,6 +579,40 @@ mod tests {
             assert!(is_context_error(m), "{m}");
         }
         assert!(!is_context_error("model not found"));
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        let mut h = reqwest::header::HeaderMap::new();
+        assert_eq!(retry_after(&h), None);
+        h.insert("retry-after", "2".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", "1500".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(1500)));
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(
+            "retry-after",
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn secrets_are_scrubbed_from_messages() {
+        let b = OpenAiCompletions::new(
+            "http://user:pw-123@h:1/v1".into(),
+            None,
+            Some("sk-backend".into()),
+            1,
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            b.scrub("bad key sk-backend for http://user:pw-123@h"),
+            "bad key *** for http://user:***@h"
+        );
+        assert_eq!(b.redacted_base(), "http://h:1/v1");
+        assert!(!format!("{b:?}").contains("sk-backend"));
     }
 
     #[test]

@@ -7,8 +7,9 @@
 mod toolset;
 
 pub use toolset::{
-    ParamSpec, ScaffoldReply, SubmitTarget, ToolRole, ToolSet, ToolSpec, EDITOR_TAG, SHELL_TAG,
-    SUBMIT_TAG,
+    check_tools, is_tag_name, neutralise_description, ParamSpec, ScaffoldReply, SubmitTarget,
+    ToolDefinitionError, ToolRole, ToolSet, ToolSpec, EDITOR_TAG, MAX_NAME_LEN,
+    RESERVED_PARAMETER_NAMES, RESERVED_TOOL_NAMES, SHELL_TAG, STRUCTURAL_TAGS, SUBMIT_TAG,
 };
 
 use serde::Deserialize;

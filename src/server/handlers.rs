@@ -13,6 +13,7 @@ use axum::{Extension, Json};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::json;
 
+use super::limits::{self, Admission};
 use super::AppState;
 use crate::backend::RequestClock;
 use crate::error::ProxyError;
@@ -25,18 +26,21 @@ use crate::respond::{completion_id, completion_object, now_s, ChunkBuilder};
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
     clock: Option<Extension<Arc<RequestClock>>>,
+    admission: Option<Extension<Admission>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ProxyError> {
-    let body = super::read_body(body)?;
+    let admission = admission.map_or_else(|| Admission::unlimited(&state), |Extension(a)| a);
+    let body = super::read_body(body, state.server.max_body_bytes)?;
     let mut request = ChatCompletionRequest::from_bytes(body)?;
+    limits::check_request(&state, &request)?;
     set_headers(&mut request, &headers);
     request.clock = clock.map(|Extension(c)| c);
     let model = request.model.clone().unwrap_or_else(|| "base-model".into());
     let id = completion_id();
     let created = now_s();
     if !request.is_stream() {
-        let outcome = step(state, request).await?;
+        let outcome = step(state, request, admission).await?;
         return Ok(Json(completion_object(&outcome.reply, &id, &model, created)).into_response());
     }
     let chunks = ChunkBuilder {
@@ -45,7 +49,7 @@ pub async fn chat_completions(
         created,
         include_usage: request.include_usage(),
     };
-    Ok(Sse::new(sse_stream(state, request, chunks))
+    Ok(Sse::new(sse_stream(state, request, admission, chunks))
         .keep_alive(KeepAlive::default())
         .into_response())
 }
@@ -62,13 +66,29 @@ pub(super) fn set_headers(request: &mut ChatCompletionRequest, headers: &HeaderM
     request.run_header = header("x-asap-run");
 }
 
-/// Runs the step on its own task, so that a client that disconnects mid-generation does not
-/// cancel the backend call and the trace record is still written.
+/// Runs the step on its own task, so that its trace record is written even when the client
+/// disconnects; a disconnect cancels the backend call in flight (the record says `aborted`).
+/// The task holds the
+/// request's admission (its `--max-concurrency` permit) and counts as in flight until it
+/// ends; its backend calls run under the request's deadline and the shutdown cut-off
+/// ([`crate::backend::CallBudget`]), so a timeout or a cut-off is still traced.
+///
+/// Errors: the step's own, or [`ProxyError::RequestTimeout`] when the step has not returned
+/// [`limits::BACKSTOP_GRACE`] after the deadline (the step goes on and traces itself).
 pub(super) async fn step(
     state: Arc<AppState>,
     request: ChatCompletionRequest,
+    admission: Admission,
 ) -> Result<StepOutcome, ProxyError> {
-    tokio::spawn(async move {
+    let in_flight = state.in_flight.enter();
+    let mut budget = limits::budget(&state, &admission);
+    // Held by this future: when the client goes away, axum drops it, the receiver closes and
+    // the step's backend call is cancelled (the step still writes its trace record).
+    let (_client, client_gone) = tokio::sync::watch::channel(());
+    budget.client = Some(client_gone);
+    let backstop = admission.deadline;
+    let task = tokio::spawn(budget.scope(async move {
+        let _held = (admission, in_flight);
         let ctx = StepContext {
             profiles: &state.profiles,
             renderer: &state.renderer,
@@ -86,9 +106,14 @@ pub(super) async fn step(
             Mode::Proxy => run_step(&ctx, &request).await,
             Mode::Passthrough => run_passthrough(&ctx, &request).await,
         }
-    })
-    .await
-    .map_err(|e| ProxyError::Internal(format!("step task failed: {e}")))?
+    }));
+    let joined = match backstop {
+        None => task.await,
+        Some((at, seconds)) => tokio::time::timeout_at(at + limits::BACKSTOP_GRACE, task)
+            .await
+            .map_err(|_| ProxyError::RequestTimeout(seconds))?,
+    };
+    joined.map_err(|e| ProxyError::Internal(format!("step task failed: {e}")))?
 }
 
 /// SSE: the role chunk at once (so clients see the response start), the rest once the action
@@ -96,12 +121,13 @@ pub(super) async fn step(
 fn sse_stream(
     state: Arc<AppState>,
     request: ChatCompletionRequest,
+    admission: Admission,
     chunks: ChunkBuilder,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let first = event(&chunks.role());
     let clock = request.clock.clone();
     let rest = stream::once(async move {
-        let mut events: Vec<Event> = match step(state, request).await {
+        let mut events: Vec<Event> = match step(state, request, admission).await {
             Ok(outcome) => chunks.rest(&outcome.reply).iter().map(event).collect(),
             Err(e) => {
                 tracing::error!(error = %e, "streamed request failed");

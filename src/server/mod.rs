@@ -1,21 +1,25 @@
-//! HTTP layer (axum): routes, shared state, graceful shutdown. Knows no templates: handlers
-//! decode, call [`crate::pipeline::run_step`], and encode JSON or SSE.
+//! HTTP layer (axum): routes, shared state, limits, authentication, graceful shutdown. Knows
+//! no templates: handlers decode, call [`crate::pipeline::run_step`], and encode JSON or SSE.
 
 mod handlers;
+pub mod limits;
 mod responses;
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
 use tower_http::trace::TraceLayer;
 
 use crate::backend::{Backend, OpenAiCompletions, ReplayBackend, RequestClock};
-use crate::config::{Config, ProfileChoice, PromptConfig, REPLAY_BACKEND};
+use crate::config::{Config, ProfileChoice, PromptConfig, ServerLimits, REPLAY_BACKEND};
 use crate::context::{ContextSettings, LocalTokenizer};
 use crate::error::ProxyError;
 use crate::pipeline::{Mode, OnTerminate};
@@ -26,8 +30,9 @@ use crate::render::Renderer;
 use crate::session::{SessionIndex, DEFAULT_INDEX_CAPACITY};
 use crate::trace::{TraceSettings, TraceWriter};
 
-/// Largest accepted request body: long trajectories with big observations reach several MB.
-pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// After the shutdown deadline: how long cut-off steps get to write their trace records, and
+/// then connections to close, before the process exits anyway.
+pub const CUT_OFF_GRACE: Duration = Duration::from_secs(2);
 
 /// Everything handlers share.
 #[derive(Debug)]
@@ -44,6 +49,16 @@ pub struct AppState {
     pub on_terminate: OnTerminate,
     pub mode: Mode,
     pub context: ContextSettings,
+    /// Body size, timeouts, concurrency and count limits (`--max-body-bytes`, ...).
+    pub server: ServerLimits,
+    /// `--api-key` (digests only; empty: no authentication).
+    pub api_keys: limits::ApiKeys,
+    /// Permits of `--max-concurrency`; `None`: no limit.
+    pub concurrency: Option<Arc<Semaphore>>,
+    /// Steps in flight, for graceful shutdown.
+    pub in_flight: Arc<limits::InFlight>,
+    /// Set to `true` at the shutdown deadline: backend calls in flight end with 503.
+    pub abort: watch::Sender<bool>,
 }
 
 impl AppState {
@@ -77,7 +92,10 @@ impl AppState {
             None => Backend::OpenAiCompletions(OpenAiCompletions::new(
                 config.backend.clone(),
                 config.backend_model.clone(),
-                config.backend_api_key.clone(),
+                config
+                    .backend_api_key
+                    .as_ref()
+                    .map(|k| k.expose().to_string()),
                 config.backend_timeout_s,
                 config.backend_retries,
             )?),
@@ -114,16 +132,34 @@ impl AppState {
                     .transpose()
                     .map_err(ProxyError::invalid)?,
             },
+            server: config.server,
+            api_keys: limits::ApiKeys::new(&config.api_keys),
+            concurrency: config
+                .server
+                .max_concurrency
+                .map(|n| Arc::new(Semaphore::new(n.min(Semaphore::MAX_PERMITS)))),
+            in_flight: Arc::default(),
+            abort: watch::channel(false).0,
         })
+    }
+
+    /// The deadline of a request that starts now (`--request-timeout`), with the timeout in
+    /// seconds; `None` without a timeout.
+    pub fn deadline_from_now(&self) -> Option<(tokio::time::Instant, u64)> {
+        self.server
+            .request_timeout_s
+            .map(|s| (tokio::time::Instant::now() + Duration::from_secs(s), s))
     }
 }
 
-/// The request body, or the OpenAI-shaped error for one too large (413) or unreadable (400).
+/// The request body, or the OpenAI-shaped error for one larger than `limit` bytes (413) or
+/// unreadable (400).
 pub(crate) fn read_body(
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+    limit: usize,
 ) -> Result<axum::body::Bytes, ProxyError> {
     body.map_err(|e| match e.status() {
-        axum::http::StatusCode::PAYLOAD_TOO_LARGE => ProxyError::PayloadTooLarge(MAX_BODY_BYTES),
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE => ProxyError::PayloadTooLarge(limit),
         _ => ProxyError::invalid(format!("reading request body: {e}")),
     })
 }
@@ -164,51 +200,138 @@ async fn overhead_header(
     response
 }
 
-/// The router, for the server and for in-process tests.
+/// The router, for the server and for in-process tests. Every route but `/health` needs an
+/// API key when `--api-key` is set; the chat and responses routes are admitted under
+/// `--max-concurrency` and get their `--request-timeout` deadline; bodies are capped at
+/// `--max-body-bytes`.
 pub fn app(state: Arc<AppState>) -> Router {
-    Router::new()
+    let limited = Router::new()
         .route("/v1/chat/completions", post(handlers::chat_completions))
         .route("/chat/completions", post(handlers::chat_completions))
         .route("/v1/responses", post(responses::create))
         .route("/responses", post(responses::create))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limits::admit,
+        ));
+    Router::new()
+        .merge(limited)
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
         .layer(axum::middleware::from_fn(overhead_header))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(state.server.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limits::authenticate,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
 
-/// Binds `addr`, logs the bound address (useful with port 0), and serves until Ctrl-C or
-/// SIGTERM; in-flight requests finish first. Signal handlers are installed before the address
-/// is announced, so a supervisor that signals right after start-up never kills us mid-way.
+/// Binds `addr`, logs the bound address (useful with port 0), and serves until SIGTERM or
+/// SIGINT (Ctrl-C). Then, graceful shutdown: the listener closes at once (new connections are
+/// refused), idle connections close, in-flight requests and their steps (also those whose
+/// client left) get `--shutdown-timeout` to finish, so their answers are sent and their trace
+/// records written. At the deadline, or at a second signal, the backend calls still in flight
+/// are cut off: their steps fail with 503 `shutting_down` (an SSE stream ends with that error
+/// event and `[DONE]`) and write their trace records; after at most 2 × [`CUT_OFF_GRACE`]
+/// more this returns `Ok` (exit status 0) whatever is left.
+///
+/// Signal handlers are installed before the address is announced, so a supervisor that
+/// signals right after start-up never kills us mid-way.
 pub async fn serve(state: Arc<AppState>, addr: SocketAddr) -> std::io::Result<()> {
-    let shutdown = shutdown_signal()?;
+    let mut signals = Signals::install()?;
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tracing::info!(%local, "asap-proxy listening");
     eprintln!("asap-proxy listening on http://{local}/v1");
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
+    let (stop, stopped) = watch::channel(false);
+    let graceful = async move {
+        let mut stopped = stopped;
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let server = axum::serve(listener, app(state.clone()))
+        .with_graceful_shutdown(graceful)
+        .into_future();
+    tokio::pin!(server);
+    tokio::select! {
+        result = &mut server => return result,
+        () = signals.recv() => {}
+    }
+    let timeout_s = state.server.shutdown_timeout_s;
+    tracing::info!(
+        in_flight = state.in_flight.count(),
+        timeout_s,
+        "shutting down: no new connections, waiting for in-flight requests"
+    );
+    let _ = stop.send(true);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
+    let drained = tokio::select! {
+        result = async {
+            let result = (&mut server).await;
+            state.in_flight.wait_idle().await;
+            result
+        } => Some(result),
+        () = tokio::time::sleep_until(deadline) => None,
+        () = signals.recv() => None,
+    };
+    if let Some(result) = drained {
+        tracing::info!("shutdown complete");
+        return result;
+    }
+    tracing::warn!(
+        in_flight = state.in_flight.count(),
+        "shutdown deadline passed: cutting off the requests still in flight"
+    );
+    let _ = state.abort.send(true);
+    if tokio::time::timeout(CUT_OFF_GRACE, state.in_flight.wait_idle())
         .await
+        .is_err()
+    {
+        tracing::warn!(
+            in_flight = state.in_flight.count(),
+            "steps still running after the cut-off; exiting without them"
+        );
+    }
+    let _ = tokio::time::timeout(CUT_OFF_GRACE, &mut server).await;
+    tracing::info!("shutdown complete");
+    Ok(())
 }
 
-/// Registers Ctrl-C and SIGTERM now; the returned future resolves on the first of them.
-fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+/// SIGTERM and SIGINT (Ctrl-C elsewhere), registered at once and received any number of
+/// times.
+struct Signals {
     #[cfg(unix)]
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    terminate: tokio::signal::unix::Signal,
     #[cfg(unix)]
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    Ok(async move {
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                terminate: signal(SignalKind::terminate())?,
+                interrupt: signal(SignalKind::interrupt())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// The next signal.
+    async fn recv(&mut self) {
         #[cfg(unix)]
         tokio::select! {
-            _ = terminate.recv() => {},
-            _ = interrupt.recv() => {},
+            _ = self.terminate.recv() => {},
+            _ = self.interrupt.recv() => {},
         }
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-    })
+        tracing::info!("signal received");
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Value};
 
 use super::handlers::step;
+use super::limits::{self, Admission};
 use super::AppState;
 use crate::backend::RequestClock;
 use crate::error::ProxyError;
@@ -26,22 +27,25 @@ use crate::respond::now_s;
 pub async fn create(
     State(state): State<Arc<AppState>>,
     clock: Option<Extension<Arc<RequestClock>>>,
+    admission: Option<Extension<Admission>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ProxyError> {
-    let body = super::read_body(body)?;
+    let admission = admission.map_or_else(|| Admission::unlimited(&state), |Extension(a)| a);
+    let body = super::read_body(body, state.server.max_body_bytes)?;
     let decoded = ResponsesRequest::from_slice(&body)?;
     let mut request = decoded.chat;
+    limits::check_request(&state, &request)?;
     request.raw_body = decoded.chat_body.into();
     super::handlers::set_headers(&mut request, &headers);
     request.clock = clock.map(|Extension(c)| c);
     let model = request.model.clone().unwrap_or_else(|| "base-model".into());
     let builder = ResponseBuilder::new(model, now_s(), decoded.echo);
     if !request.is_stream() {
-        let outcome = step(state, request).await?;
+        let outcome = step(state, request, admission).await?;
         return Ok(Json(builder.response(&outcome.reply)).into_response());
     }
-    Ok(Sse::new(sse_stream(state, request, builder))
+    Ok(Sse::new(sse_stream(state, request, admission, builder))
         .keep_alive(KeepAlive::default())
         .into_response())
 }
@@ -51,6 +55,7 @@ pub async fn create(
 fn sse_stream(
     state: Arc<AppState>,
     request: ChatCompletionRequest,
+    admission: Admission,
     builder: ResponseBuilder,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let first: Vec<Event> = builder
@@ -60,7 +65,7 @@ fn sse_stream(
         .collect();
     let clock = request.clock.clone();
     let rest = stream::once(async move {
-        let mut events: Vec<Event> = match step(state, request).await {
+        let mut events: Vec<Event> = match step(state, request, admission).await {
             Ok(outcome) => builder
                 .rest_events(&outcome.reply)
                 .iter()

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -38,6 +38,12 @@ pub enum Scripted {
         content: String,
         tool_call: Option<(String, String)>,
     },
+    /// HTTP 429 with an OpenAI-style body and, when given, a `Retry-After` header.
+    RateLimited { retry_after: Option<String> },
+    /// Any status with this body as `application/json` (invalid JSON, a wrong shape).
+    Raw { status: u16, body: String },
+    /// Status 200, headers and the start of a body, then the connection is dropped.
+    Hangup,
 }
 
 impl Scripted {
@@ -62,6 +68,10 @@ struct Inner {
     tokenize: bool,
     /// `/tokenize` calls served.
     tokenize_calls: usize,
+    /// The `Authorization` header of every request (completions, chat, models, tokenize).
+    authorizations: Vec<Option<String>>,
+    /// `Slow` calls abandoned by the proxy before they were answered.
+    cancelled: usize,
 }
 
 /// Handle to a running fake backend.
@@ -116,9 +126,19 @@ impl FakeBackend {
         guard.tokenize = tokenize;
     }
 
+    /// `Slow` calls whose connection the proxy closed before the answer.
+    pub fn cancelled(&self) -> usize {
+        self.inner.lock().unwrap().cancelled
+    }
+
     /// `/tokenize` calls served.
     pub fn tokenize_calls(&self) -> usize {
         self.inner.lock().unwrap().tokenize_calls
+    }
+
+    /// The `Authorization` headers received so far, in order (`None`: absent).
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        self.inner.lock().unwrap().authorizations.clone()
     }
 
     /// Number of completion calls served (errors included).
@@ -127,7 +147,16 @@ impl FakeBackend {
     }
 }
 
-async fn models(State(inner): State<Arc<Mutex<Inner>>>) -> Json<Value> {
+fn record_auth(inner: &Mutex<Inner>, headers: &HeaderMap) {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    inner.lock().unwrap().authorizations.push(auth);
+}
+
+async fn models(State(inner): State<Arc<Mutex<Inner>>>, headers: HeaderMap) -> Json<Value> {
+    record_auth(&inner, &headers);
     let mut model = json!({"id": "fake-base", "object": "model"});
     if let Some(n) = inner.lock().unwrap().max_model_len {
         model["max_model_len"] = json!(n);
@@ -136,7 +165,12 @@ async fn models(State(inner): State<Arc<Mutex<Inner>>>) -> Json<Value> {
 }
 
 /// vLLM's `/tokenize`: `{"count", "max_model_len", "tokens"}`; 404 when switched off.
-async fn tokenize(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value>) -> Response {
+async fn tokenize(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    record_auth(&inner, &headers);
     let mut guard = inner.lock().unwrap();
     if !guard.tokenize {
         return (StatusCode::NOT_FOUND, "Not Found").into_response();
@@ -157,7 +191,12 @@ fn usage(prompt: &str, text: &str) -> Value {
     json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c})
 }
 
-async fn complete(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value>) -> Response {
+async fn complete(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    record_auth(&inner, &headers);
     let next = {
         let mut guard = inner.lock().unwrap();
         guard.calls += 1;
@@ -216,8 +255,50 @@ async fn complete(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value
             }))
             .into_response()
         }
+        Some(Scripted::RateLimited { retry_after }) => {
+            let mut resp = (
+                StatusCode::TOO_MANY_REQUESTS,
+                Json(json!({"error": {"message": "Rate limit reached, slow down", "type": "rate_limit_error", "code": "rate_limit_exceeded"}})),
+            )
+                .into_response();
+            if let Some(value) = retry_after {
+                resp.headers_mut().insert("retry-after", value.parse().unwrap());
+            }
+            resp
+        }
+        Some(Scripted::Raw { status, body }) => (
+            StatusCode::from_u16(status).unwrap(),
+            [("content-type", "application/json")],
+            body,
+        )
+            .into_response(),
+        Some(Scripted::Hangup) => {
+            use futures_util::StreamExt;
+            // The status line, headers and a first chunk go out; then the connection drops.
+            let start = futures_util::stream::once(async {
+                Ok::<_, std::io::Error>("{\"id\": \"cmpl-fake\", \"choi")
+            });
+            let death = futures_util::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Err(std::io::Error::other("backend process died"))
+            });
+            Response::new(axum::body::Body::from_stream(start.chain(death)))
+        }
         Some(Scripted::Slow { delay, text }) => {
+            // Counts a call whose client (the proxy) went away before the answer.
+            struct Watch(Arc<Mutex<Inner>>, bool);
+            impl Drop for Watch {
+                fn drop(&mut self) {
+                    if !self.1 {
+                        if let Ok(mut inner) = self.0.lock() {
+                            inner.cancelled += 1;
+                        }
+                    }
+                }
+            }
+            let mut watch = Watch(inner.clone(), false);
             tokio::time::sleep(delay).await;
+            watch.1 = true;
             ok(json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null, "stop_reason": "\n<observation>"}), json!({}))
         }
     }
