@@ -21,7 +21,7 @@ use crate::openai::chat::{ChatCompletionRequest, RAW_ARGUMENTS};
 use crate::openai::completions::Usage;
 use crate::openai::response::{FunctionOut, ToolCallOut};
 use crate::parse::{FailureClass, ParseFailure, Parsed};
-use crate::pipeline::{new_record, previous_prompt, StepContext, StepOutcome};
+use crate::pipeline::{new_record, StepContext, StepOutcome};
 use crate::respond::Reply;
 use crate::session::CallId;
 use crate::trace::{RequestInput, Timings};
@@ -35,7 +35,6 @@ pub async fn run_passthrough(
     let prepared = ctx.prepare(request)?;
     let session = prepared.session.session.clone();
     let step = prepared.conversation.action_count();
-    let previous = previous_prompt(ctx, &prepared);
     let input = Arc::new(RequestInput::from_request(request));
     let mut body: Value = serde_json::from_slice(&request.raw_body)
         .map_err(|e| ProxyError::invalid(format!("invalid request body: {e}")))?;
@@ -48,15 +47,7 @@ pub async fn run_passthrough(
     let result = ctx.backend.chat(&body).await;
     request.waited_on_backend(backend_started);
     let backend_ms = backend_started.elapsed().as_secs_f64() * 1e3;
-    let mut record = new_record(
-        ctx,
-        &input,
-        request,
-        step,
-        0,
-        &prepared,
-        previous.as_deref(),
-    );
+    let mut record = new_record(&input, request, step, 0, &prepared);
     let (response, attempts) = match result {
         Ok(r) => r,
         Err(e) => {
@@ -142,9 +133,9 @@ pub async fn run_passthrough(
         parse_error: parsed.outcome.as_ref().err().cloned(),
     };
     if reply.tool_call.is_none() {
-        ctx.sessions.remember(
+        prepared.remember_turn(
+            ctx.sessions,
             reply.content.as_deref().unwrap_or_default(),
-            prepared.base_prompt(),
             &session,
             &prepared.session.nudges,
         );

@@ -40,12 +40,33 @@ pub struct Prepared {
     base_prompt: String,
     /// The reference prefix rendered, if any.
     pub prefix: Option<PrefixInfo>,
+    /// The session index scope of the request ([`crate::session::index_scope`]).
+    index_scope: String,
 }
 
 impl Prepared {
     /// The prompt of the history alone (no nudged steps).
     pub fn base_prompt(&self) -> &str {
         &self.base_prompt
+    }
+
+    /// Remembers a turn answered with `content` and no tool call, so the next request of
+    /// the session (which carries no minted id) is recognised: by that content and by this
+    /// request's prompt, within the request's task and run.
+    pub fn remember_turn(
+        &self,
+        sessions: &SessionIndex,
+        content: &str,
+        session: &SessionId,
+        nudges: &crate::session::NudgeState,
+    ) {
+        sessions.remember(
+            &self.index_scope,
+            content,
+            &self.base_prompt,
+            session,
+            nudges,
+        );
     }
 }
 
@@ -118,8 +139,12 @@ pub fn prepare(
     // Ids carry the state of the last turn that had a tool call; a later turn answered
     // without one (and dropped by the scaffold) may have used a nudge since: the prompt index
     // knows it. Same session: the newer state wins; different sessions: the ids win.
-    let by_id = sessions.find(&request.messages);
-    let by_prompt = session_by_prompt(&base, &render, sessions)?;
+    let scope = crate::session::index_scope(
+        explicit.as_ref().map(|(id, _)| id.as_str()),
+        request.explicit_run(),
+    );
+    let by_id = sessions.find(&scope, &request.messages);
+    let by_prompt = session_by_prompt(&base, &render, sessions, &scope)?;
     let session = match (by_id, by_prompt) {
         (Some(id), Some(prompt))
             if id.session == prompt.session && prompt.nudges.0.len() > id.nudges.0.len() =>
@@ -148,6 +173,7 @@ pub fn prepare(
             matched_by: s.matched_by,
             k: s.steps.len(),
         }),
+        index_scope: scope,
     })
 }
 
@@ -158,11 +184,12 @@ fn session_by_prompt(
     base: &Conversation,
     render: &impl Fn(&Conversation) -> Result<String, ProxyError>,
     sessions: &SessionIndex,
+    scope: &str,
 ) -> Result<Option<SessionState>, ProxyError> {
     for dropped in 1..=base.trailing_actionless() {
         let mut truncated = base.clone();
         truncated.steps.truncate(base.steps.len() - dropped);
-        if let Some(found) = sessions.find_prompt(&render(&truncated)?) {
+        if let Some(found) = sessions.find_prompt(scope, &render(&truncated)?) {
             return Ok(Some(found));
         }
     }
@@ -246,21 +273,13 @@ fn generation_params(ctx: &StepContext<'_>, request: &ChatCompletionRequest) -> 
 
 /// A trace record for a completion call of `request`.
 pub fn new_record(
-    ctx: &StepContext<'_>,
     input: &Arc<RequestInput>,
     request: &ChatCompletionRequest,
     step: usize,
     attempt: usize,
     prepared: &Prepared,
-    previous: Option<&str>,
 ) -> StepRecord {
-    let mut record = StepRecord::new(
-        step,
-        attempt,
-        prepared,
-        previous,
-        ctx.prompt_config.format.cue(),
-    );
+    let mut record = StepRecord::new(step, attempt, prepared);
     record.input = Some(input.clone());
     record.ignored_fields = request.ignored_fields();
     record.stream = request.is_stream();
@@ -304,20 +323,12 @@ pub async fn run_step(
                 action: Some(Action::Submit { message: None }),
                 parse_error: None,
             };
-            let mut record = new_record(
-                ctx,
-                &input,
-                request,
-                step,
-                0,
-                &prepared,
-                previous_prompt(ctx, &prepared).as_deref(),
-            );
+            let mut record = new_record(&input, request, step, 0, &prepared);
             record.set_response(&reply);
             record.timings.total_ms = ms_since(started);
-            ctx.sessions.remember(
+            prepared.remember_turn(
+                ctx.sessions,
                 reply.content.as_deref().unwrap_or_default(),
-                &prepared.base_prompt,
                 &session,
                 &nudges,
             );
@@ -331,23 +342,13 @@ pub async fn run_step(
     }
     let params = generation_params(ctx, request);
     let mut fitted = fit_context(ctx, request, &mut prepared, params.max_tokens).await;
-    // The previous prompt as stored, elisions included (they are in the conversation now).
-    let mut previous = previous_prompt(ctx, &prepared);
     let mut render_ms = ms_since(started);
     let mut attempt = 0;
     loop {
         let context = match fitted {
             Ok(record) => record,
             Err(e) => {
-                let mut record = new_record(
-                    ctx,
-                    &input,
-                    request,
-                    step,
-                    attempt,
-                    &prepared,
-                    previous.as_deref(),
-                );
+                let mut record = new_record(&input, request, step, attempt, &prepared);
                 record.set_error(&e);
                 record.timings.total_ms = ms_since(started);
                 ctx.trace.write_step(&session, record).await;
@@ -372,15 +373,7 @@ pub async fn run_step(
             .await;
         request.waited_on_backend(attempt_started);
         let backend_ms = ms_since(attempt_started);
-        let mut record = new_record(
-            ctx,
-            &input,
-            request,
-            step,
-            attempt,
-            &prepared,
-            previous.as_deref(),
-        );
+        let mut record = new_record(&input, request, step, attempt, &prepared);
         record.nudges_used = nudges.0.clone();
         record.context = context.clone();
         let completion: BackendCompletion = match completion {
@@ -438,10 +431,6 @@ pub async fn run_step(
             tracing::info!(%session, step, ?kind, "nudge: generating again");
 
             let render_started = Instant::now();
-            previous = prepared
-                .prompt
-                .strip_suffix(ctx.prompt_config.format.cue())
-                .map(str::to_string);
             prepared.conversation.steps.push(nudged);
             prepared.prompt = ctx
                 .renderer
@@ -503,8 +492,7 @@ pub async fn run_step(
         };
         if reply.tool_call.is_none() {
             let content = reply.content.as_deref().unwrap_or_default();
-            ctx.sessions
-                .remember(content, &prepared.base_prompt, &session, &nudges);
+            prepared.remember_turn(ctx.sessions, content, &session, &nudges);
         }
         record.set_completion(&completion, &parsed, &reply);
         record.timings = timings(render_ms);
@@ -605,7 +593,7 @@ async fn run_side_call(
         )
         .await;
     request.waited_on_backend(backend_started);
-    let mut record = new_record(ctx, input, request, step, 0, &side, None);
+    let mut record = new_record(input, request, step, 0, &side);
     record.kind = Some(kind);
     let completion = match completion {
         Ok(c) => c,
@@ -641,31 +629,4 @@ async fn run_side_call(
         session,
         step,
     })
-}
-
-/// The prompt of the previous request, re-rendered from the history without its last turn
-/// (nudged steps before that turn stay), so the trace can store this prompt as a delta.
-/// `None` on the first step and for a new session, whose file must be readable on its own
-/// (its first prompt is stored whole).
-pub fn previous_prompt(ctx: &StepContext<'_>, prepared: &Prepared) -> Option<String> {
-    if !prepared.session.recovered {
-        return None;
-    }
-    let steps = &prepared.conversation.steps;
-    let last_turn = steps.iter().rev().find(|s| s.nudge.is_none())?.turn;
-    // All tool calls of one assistant message form one turn: drop them together.
-    let turn_start = steps
-        .iter()
-        .position(|s| s.turn == last_turn && s.nudge.is_none())
-        .unwrap_or(0);
-    let mut conversation = prepared.conversation.clone();
-    conversation.steps.truncate(turn_start);
-    ctx.renderer
-        .render(ctx.prompt_config.format, &conversation, &prepared.tools)
-        .ok()
-        .map(|p| {
-            p.strip_suffix(ctx.prompt_config.format.cue())
-                .map(str::to_string)
-                .unwrap_or(p)
-        })
 }

@@ -222,12 +222,30 @@ struct IndexInner {
 /// Entries kept by default (oldest evicted first): about 5 MB.
 pub const DEFAULT_INDEX_CAPACITY: usize = 65_536;
 
-fn key(kind: &str, text: &str) -> [u8; 32] {
+/// `scope` keeps rollouts that name their task and run (`X-ASAP-Task`, `X-ASAP-Run`) apart
+/// even when their turns are byte-identical (parallel runs of one task with the same model
+/// output); it is empty when a request names neither.
+fn key(kind: &str, scope: &str, text: &str) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(kind.as_bytes());
     h.update([0]);
+    h.update(scope.as_bytes());
+    h.update([0]);
     h.update(text.trim().as_bytes());
     h.finalize().into()
+}
+
+/// The index scope of a request: its explicit task id and run index, if any. Keys are
+/// hashed within it, so byte-identical turns of different runs never share a session.
+pub fn index_scope(task: Option<&str>, run: Option<usize>) -> String {
+    match (task, run) {
+        (None, None) => String::new(),
+        (task, run) => format!(
+            "task={}\u{1f}run={}",
+            task.unwrap_or_default(),
+            run.map(|r| r.to_string()).unwrap_or_default()
+        ),
+    }
 }
 
 impl SessionIndex {
@@ -240,14 +258,22 @@ impl SessionIndex {
     }
 
     /// Remembers a turn answered without a tool call: the `content` sent (ignored when blank:
-    /// it would tie unrelated sessions together) and the `prompt` it answered.
-    pub fn remember(&self, content: &str, prompt: &str, session: &SessionId, nudges: &NudgeState) {
+    /// it would tie unrelated sessions together) and the `prompt` it answered, within `scope`
+    /// ([`index_scope`]).
+    pub fn remember(
+        &self,
+        scope: &str,
+        content: &str,
+        prompt: &str,
+        session: &SessionId,
+        nudges: &NudgeState,
+    ) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        let mut keys = vec![key("prompt", prompt)];
+        let mut keys = vec![key("prompt", scope, prompt)];
         if !content.trim().is_empty() {
-            keys.push(key("content", content));
+            keys.push(key("content", scope, content));
         }
         for k in keys {
             if inner
@@ -266,8 +292,8 @@ impl SessionIndex {
     }
 
     /// The session of a history: from the latest proxy-minted id, or, when a later assistant
-    /// turn has no tool call, from the content it had.
-    pub fn find(&self, messages: &[ChatMessage]) -> Option<SessionState> {
+    /// turn has no tool call, from the content it had (within `scope`).
+    pub fn find(&self, scope: &str, messages: &[ChatMessage]) -> Option<SessionState> {
         let inner = self.inner.lock().ok();
         for m in messages.iter().rev().filter(|m| m.role == Role::Assistant) {
             if let Some(call) = m
@@ -285,7 +311,7 @@ impl SessionIndex {
             if m.tool_calls.is_empty() && !m.content.trim().is_empty() {
                 let hit = inner
                     .as_ref()
-                    .and_then(|i| i.map.get(&key("content", &m.content)));
+                    .and_then(|i| i.map.get(&key("content", scope, &m.content)));
                 if let Some((session, nudges)) = hit {
                     return Some(SessionState {
                         session: session.clone(),
@@ -298,12 +324,13 @@ impl SessionIndex {
         None
     }
 
-    /// The session whose turn answered exactly this prompt without a tool call.
-    pub fn find_prompt(&self, prompt: &str) -> Option<SessionState> {
+    /// The session whose turn answered exactly this prompt without a tool call (within
+    /// `scope`).
+    pub fn find_prompt(&self, scope: &str, prompt: &str) -> Option<SessionState> {
         let inner = self.inner.lock().ok()?;
         inner
             .map
-            .get(&key("prompt", prompt))
+            .get(&key("prompt", scope, prompt))
             .map(|(session, nudges)| SessionState {
                 session: session.clone(),
                 nudges: nudges.clone(),
@@ -347,7 +374,7 @@ mod tests {
     fn index_recovers_sessions_of_turns_without_ids_and_evicts_oldest() {
         let index = SessionIndex::new(2);
         let a = SessionId::mint();
-        index.remember("I am not sure.", "P1", &a, &NudgeState::default());
+        index.remember("", "I am not sure.", "P1", &a, &NudgeState::default());
         let msg = |role: Role, content: &str| ChatMessage {
             role,
             content: content.to_string(),
@@ -361,13 +388,19 @@ mod tests {
             msg(Role::Assistant, " I am not sure.\n"),
             msg(Role::User, "Please call a tool."),
         ];
-        assert_eq!(index.find(&history).map(|s| s.session), Some(a.clone()));
-        assert_eq!(index.find_prompt("P1").map(|s| s.session), Some(a.clone()));
-        index.remember("", "P2", &SessionId::mint(), &NudgeState::default());
-        index.remember("", "P3", &SessionId::mint(), &NudgeState::default());
-        assert_eq!(index.find(&history), None, "evicted");
-        assert_eq!(index.find_prompt("P1"), None, "evicted");
-        assert!(index.find_prompt("P3").is_some());
+        assert_eq!(index.find("", &history).map(|s| s.session), Some(a.clone()));
+        assert_eq!(
+            index.find_prompt("", "P1").map(|s| s.session),
+            Some(a.clone())
+        );
+        index.remember("", "", "P2", &SessionId::mint(), &NudgeState::default());
+        index.remember("", "", "P3", &SessionId::mint(), &NudgeState::default());
+        assert_eq!(index.find("", &history), None, "evicted");
+        assert_eq!(index.find_prompt("", "P1"), None, "evicted");
+        assert!(index.find_prompt("", "P3").is_some());
+        // Another task or run is another scope: identical turns stay apart.
+        let scope = index_scope(Some("t1"), Some(2));
+        assert_eq!(index.find_prompt(&scope, "P3"), None);
     }
 
     #[test]

@@ -329,3 +329,59 @@ fn actions_a_dialect_cannot_carry_become_format_errors() {
         ("Fn: <function=x> is how.", None)
     );
 }
+
+/// Content dialects carry no ids, so sessions are recovered by content: parallel runs of one
+/// task whose turns are byte-identical stay apart when they name their run (`X-ASAP-Run`).
+#[tokio::test]
+async fn identical_parallel_runs_of_a_content_dialect_stay_apart_by_run_header() {
+    let runs = 4;
+    let backend = FakeBackend::start(
+        (0..2 * runs)
+            .map(|i| {
+                Scripted::text(if i < runs {
+                    "Look.\n\n<bash>ls /app</bash>\n"
+                } else {
+                    "Read it.\n\n<bash>cat /app/hello.c</bash>\n"
+                })
+            })
+            .collect(),
+    )
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let post = |body: Value, run: usize| {
+        let request = proxy
+            .client
+            .post(proxy.url())
+            .header("x-asap-run", run.to_string())
+            .header("x-asap-task", "hello-c")
+            .json(&body);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let mut bodies = vec![fixture_json("requests/terminus-2-1.json"); runs];
+    // Interleaved: every run's first turn, then every run's second turn.
+    for (run, body) in bodies.iter_mut().enumerate() {
+        let r = post(body.clone(), run).await;
+        let messages = body["messages"].as_array_mut().unwrap();
+        messages.push(json!({"role": "assistant", "content": content(&r)}));
+        messages.push(
+            json!({"role": "user", "content": "New Terminal Output:\n\nhello.c\nroot@box:/app# "}),
+        );
+    }
+    for (run, body) in bodies.iter().enumerate() {
+        post(body.clone(), run).await;
+    }
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), runs, "one session per run");
+    for file in &files {
+        let records = read_trace(file);
+        assert_eq!(records.len(), 3, "session + two steps: {file:?}");
+        let run = &records[0]["data"]["run"];
+        assert_eq!(records[0]["data"]["run_source"], "header");
+        let steps: Vec<u64> = records[1..]
+            .iter()
+            .map(|r| r["data"]["step"].as_u64().unwrap())
+            .collect();
+        assert_eq!(steps, [0, 1]);
+        assert!(run.as_u64().unwrap() < runs as u64);
+    }
+}

@@ -459,3 +459,44 @@ async fn a_recorded_session_loads_as_a_report_trajectory() {
     assert_eq!(trajectory.termination, None);
     assert_eq!(trajectory.error, None);
 }
+
+#[tokio::test]
+async fn a_scaffold_rewriting_old_outputs_still_gets_a_linear_log() {
+    // SWE-agent's `last_n_observations`: each turn, the output five steps back is replaced by a
+    // stub, so every prompt differs from the previous one in the middle.
+    let steps = 60;
+    let backend =
+        FakeBackend::start((0..steps).map(|i| Scripted::text(&completion(i))).collect()).await;
+    let proxy = Proxy::start_with(&backend.url(), |a| a.max_steps = Some(1000)).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut sizes = Vec::new();
+    for i in 0..steps {
+        let (status, resp) = proxy.post(&body).await;
+        assert_eq!(status, 200);
+        continue_with(&mut body, &resp, &observation(i));
+        let messages = body["messages"].as_array_mut().unwrap();
+        let tool_messages: Vec<usize> = (0..messages.len())
+            .filter(|&m| messages[m]["role"] == "tool")
+            .collect();
+        if tool_messages.len() > 5 {
+            let old = tool_messages[tool_messages.len() - 6];
+            messages[old]["content"] = json!("Old environment output: (lines omitted)");
+        }
+        if i + 1 == steps / 2 || i + 1 == steps {
+            let file = &proxy.trace_files()[0];
+            sizes.push(std::fs::metadata(file).unwrap().len() as f64);
+        }
+    }
+    // Linear: twice the steps, about twice the bytes (a quadratic log would quadruple).
+    let growth = sizes[1] / sizes[0];
+    eprintln!("log growth 30 → 60 steps: {growth:.2}x ({sizes:?})");
+    assert!(growth < 2.6, "{sizes:?}");
+    // Every prompt is still rebuilt exactly.
+    let prompts = backend.prompts();
+    let rebuilt_prompts: Vec<String> = rebuilt(&proxy.trace_files()[0])
+        .into_iter()
+        .filter(|(kind, ..)| kind == "step")
+        .map(|(_, _, prompt, _)| prompt)
+        .collect();
+    assert_eq!(rebuilt_prompts, prompts);
+}

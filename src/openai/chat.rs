@@ -119,8 +119,19 @@ impl ChatCompletionRequest {
     /// Decodes a request body (`raw_body` stays empty). Errors carry the JSON path of the bad field (`messages[1].role`)
     /// so the 400 tells the client exactly what is wrong.
     pub fn from_slice(body: &[u8]) -> Result<Self, ProxyError> {
+        // Path tracking costs an allocation per key; bodies are valid almost always, so decode
+        // plainly first and decode again with tracking only to word an error.
+        let request: Self = match serde_json::from_slice(body) {
+            Ok(request) => request,
+            Err(_) => Self::decode_error(body)?,
+        };
+        Self::validate(request)
+    }
+
+    /// Decodes `body` with path tracking: the error names the JSON path of the bad field.
+    fn decode_error(body: &[u8]) -> Result<Self, ProxyError> {
         let de = &mut serde_json::Deserializer::from_slice(body);
-        let request: Self = serde_path_to_error::deserialize(de).map_err(|e| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner();
             let param = (path != ".").then_some(path);
@@ -129,7 +140,11 @@ impl ChatCompletionRequest {
                 None => format!("invalid request body: {inner}"),
             };
             ProxyError::InvalidRequest { message, param }
-        })?;
+        })
+    }
+
+    /// The checks serde cannot express.
+    fn validate(request: Self) -> Result<Self, ProxyError> {
         if request.messages.is_empty() {
             return Err(ProxyError::InvalidRequest {
                 message: "`messages` must contain at least one message".into(),

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::conversation::{Action, Conversation, Step};
 use crate::parse::ParseFailure;
-use crate::profile::{ToolRole, ToolSet, EDITOR_TAG};
+use crate::profile::{SubmitTarget, ToolRole, ToolSet, EDITOR_TAG};
 use crate::session::{NudgeKind, NudgeState};
 
 /// Thresholds of the termination rules. Defaults: [`Limits::default`].
@@ -112,7 +112,7 @@ pub fn decide(
         }
         Ok(action) => action,
     };
-    if let Action::Submit { .. } = action {
+    if is_submit(action, tools) {
         if tools.can_edit() && !history.iter().any(|a| is_edit(a, tools)) {
             return if nudges.used(NudgeKind::SubmitBeforeEdit) {
                 Decision::Terminate(Termination::SubmitBeforeEditAgain)
@@ -157,6 +157,24 @@ fn trailing_unparsable(steps: &[Step]) -> usize {
         .filter(|s| s.nudge.is_none())
         .take_while(|s| s.action.is_none())
         .count()
+}
+
+/// Whether an action ends the run: `<submit/>`, or a shell command that starts with the
+/// profile's finish command (mini-swe-agent's `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`,
+/// which the model may also write itself; the scaffold ends the run on it either way).
+pub fn is_submit(action: &Action, tools: &ToolSet) -> bool {
+    match action {
+        Action::Submit { .. } => true,
+        Action::Call { tag, arguments } => match (&tools.submit, tools.get(tag).map(|t| &t.role)) {
+            (SubmitTarget::Command(sentinel), Some(ToolRole::Shell { command_parameter })) => {
+                arguments
+                    .get(command_parameter)
+                    .and_then(Value::as_str)
+                    .is_some_and(|c| c.trim_start().starts_with(sentinel.as_str()))
+            }
+            _ => false,
+        },
+    }
 }
 
 /// Whether an action changes files: an editor command listed as modifying in the profile, or
@@ -310,6 +328,28 @@ mod tests {
     }
 
     const SUBMIT: Action = Action::Submit { message: None };
+
+    #[test]
+    fn mini_finish_command_written_by_the_model_is_a_submit() {
+        let mini = tools("mini-swe-agent-1.json");
+        let finish = bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff");
+        assert!(is_submit(&finish, &mini));
+        assert!(!is_submit(&bash("echo done"), &mini));
+        assert!(
+            !is_submit(&finish, &tools("swe-agent-1.json")),
+            "not SWE-agent's finish"
+        );
+        assert_eq!(
+            decide(
+                &conv(&[bash("ls")]),
+                &Ok(finish),
+                &NudgeState::default(),
+                &mini,
+                &Limits::default()
+            ),
+            Decision::Nudge(NudgeKind::SubmitBeforeEdit)
+        );
+    }
 
     #[test]
     fn submit_before_edit_is_nudged_once_then_ends() {

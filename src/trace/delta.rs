@@ -167,32 +167,94 @@ impl DeltaState {
     }
 }
 
-/// The prompt record of `prompt`: a delta against `previous` (the previous request's prompt
-/// without `cue`) when `previous + cue` is the last prompt stored (`last_sha256`), else whole.
-pub fn prompt_record(
-    prompt: &str,
-    previous: Option<&str>,
-    cue: &str,
-    last_sha256: Option<&str>,
-) -> PromptRecord {
-    let prefix_bytes = match (previous, last_sha256) {
-        (Some(previous), Some(last)) if prompt.starts_with(previous) => {
-            let mut hasher = Sha256::new();
-            hasher.update(previous.as_bytes());
-            hasher.update(cue.as_bytes());
-            if format!("{:x}", hasher.finalize()) == last {
-                previous.len()
-            } else {
-                0
+/// Block size of the writer's prompt memory, bytes.
+pub const PROMPT_BLOCK: usize = 4096;
+
+/// The writer's memory of the last prompt stored for a session: a digest per full
+/// [`PROMPT_BLOCK`] and the bytes after the last full block (a few KiB per session instead of
+/// the prompt). Enough to find, exactly, how much of the next prompt repeats it when the next
+/// prompt extends it (the usual, append-only case), and to a block when the history was
+/// rewritten in the middle (a scaffold eliding old outputs, a context-window cut).
+#[derive(Debug, Default)]
+pub struct PromptState {
+    blocks: Vec<Digest16>,
+    tail: Vec<u8>,
+    known: bool,
+}
+
+impl PromptState {
+    /// Bytes at the start of `prompt` equal to the last stored prompt (0 when none is known),
+    /// at a character boundary; then remembers `prompt` as the last stored one.
+    pub fn shared_prefix(&mut self, prompt: &str) -> usize {
+        let bytes = prompt.as_bytes();
+        let mut shared = 0;
+        let mut verified = 0;
+        if self.known {
+            for (i, digest) in self.blocks.iter().enumerate() {
+                match bytes.get(i * PROMPT_BLOCK..(i + 1) * PROMPT_BLOCK) {
+                    Some(block) if digest16(block) == *digest => verified = i + 1,
+                    _ => break,
+                }
+            }
+            shared = verified * PROMPT_BLOCK;
+            if verified == self.blocks.len() {
+                shared += self
+                    .tail
+                    .iter()
+                    .zip(&bytes[shared..])
+                    .take_while(|(a, b)| a == b)
+                    .count();
             }
         }
-        _ => 0,
-    };
+        while !prompt.is_char_boundary(shared) {
+            shared -= 1;
+        }
+        let full = bytes.len() / PROMPT_BLOCK;
+        self.blocks.truncate(verified.min(full));
+        for i in self.blocks.len()..full {
+            self.blocks
+                .push(digest16(&bytes[i * PROMPT_BLOCK..(i + 1) * PROMPT_BLOCK]));
+        }
+        self.tail = bytes[full * PROMPT_BLOCK..].to_vec();
+        self.known = true;
+        shared
+    }
+}
+
+/// The prompt record of `prompt`, as a delta against the last stored prompt that `state`
+/// remembers (`None` for a prompt outside the chain: stored whole, state untouched).
+pub fn prompt_record(prompt: &str, state: Option<&mut PromptState>) -> PromptRecord {
+    let prefix_bytes = state.map_or(0, |s| s.shared_prefix(prompt));
     PromptRecord {
         prefix_bytes,
         delta: prompt[prefix_bytes..].to_string(),
         sha256: sha256_hex(prompt.as_bytes()),
         bytes: prompt.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_prefix_is_exact_when_appending_and_block_wise_when_rewritten() {
+        let mut state = PromptState::default();
+        let first: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(state.shared_prefix(&first), 0);
+        let stem = first.strip_suffix("line 2999\n").unwrap();
+        let second = format!("{stem}line 2999 changed\nmore\n");
+        assert_eq!(state.shared_prefix(&second), stem.len() + "line 2999".len());
+        // A change in the middle: the prefix stops at the block before it.
+        let third = second.replacen("line 1500\n", "line 1500 elided\n", 1);
+        let at = second.find("line 1500\n").unwrap() + "line 1500".len();
+        let shared = state.shared_prefix(&third);
+        assert!(shared <= at && at - shared < PROMPT_BLOCK, "{shared} {at}");
+        assert_eq!(third[..shared], second[..shared]);
+        // Multi-byte characters are never split.
+        let mut state = PromptState::default();
+        state.shared_prefix("ab\u{e9}");
+        assert_eq!(state.shared_prefix("ab\u{e8}"), 2);
     }
 }
 

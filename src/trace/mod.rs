@@ -185,6 +185,8 @@ pub enum StepDecision {
     Terminate,
     /// The step failed; `error` says why.
     Error,
+    /// The client disconnected; the backend call was cancelled and nothing was sent.
+    Aborted,
 }
 
 /// The request a record belongs to, as received (for the request delta and the session
@@ -248,10 +250,6 @@ pub struct StepRecord {
     /// The full prompt sent (stored as a delta by the writer).
     #[serde(skip)]
     pub full_prompt: String,
-    /// The previous request's prompt as re-rendered (without the trailing cue): the base the
-    /// delta is computed against when it matches what was stored last.
-    #[serde(skip)]
-    pub previous_prompt: Option<String>,
     /// The request (stored as a delta by the writer).
     #[serde(skip)]
     pub input: Option<Arc<RequestInput>>,
@@ -264,9 +262,6 @@ pub struct StepRecord {
     /// Set on a termination: written as a `terminate` record after this one.
     #[serde(skip)]
     pub termination: Option<TerminateRecord>,
-    /// The format's cue (`## Thinking\n`), which previous prompts are stored without.
-    #[serde(skip)]
-    pub cue: &'static str,
 }
 
 /// Unix time, milliseconds.
@@ -282,15 +277,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 impl StepRecord {
-    /// A record for a prepared step; `previous_prompt` is the prior request's prompt without
-    /// the trailing cue.
-    pub fn new(
-        step: usize,
-        attempt: usize,
-        prepared: &Prepared,
-        previous_prompt: Option<&str>,
-        cue: &'static str,
-    ) -> Self {
+    /// A record for a prepared step.
+    pub fn new(step: usize, attempt: usize, prepared: &Prepared) -> Self {
         Self {
             step,
             attempt,
@@ -309,12 +297,10 @@ impl StepRecord {
             context: None,
             timings: Timings::default(),
             full_prompt: prepared.prompt.clone(),
-            previous_prompt: previous_prompt.map(str::to_string),
             input: None,
             prefix: prepared.prefix.clone(),
             nudge: None,
             termination: None,
-            cue,
         }
     }
 
@@ -350,10 +336,13 @@ impl StepRecord {
         self.set_response(reply);
     }
 
-    /// Marks the step failed with `error`.
-    pub fn set_error(&mut self, error: &impl std::fmt::Display) {
+    /// Marks the step failed with `error` (aborted when the client went away).
+    pub fn set_error(&mut self, error: &crate::error::ProxyError) {
         self.error = Some(error.to_string());
-        self.decision = StepDecision::Error;
+        self.decision = match error {
+            crate::error::ProxyError::ClientDisconnected => StepDecision::Aborted,
+            _ => StepDecision::Error,
+        };
     }
 }
 
@@ -376,8 +365,8 @@ pub struct TraceSettings {
 #[derive(Debug, Default)]
 struct SessionCache {
     delta: delta::DeltaState,
-    /// SHA-256 of the full prompt of the last `step` record written.
-    prompt_sha256: Option<String>,
+    /// The full prompt of the last `step` record written (digests and tail only).
+    prompt: delta::PromptState,
 }
 
 /// Writes trace records; cheap to share.
@@ -512,13 +501,7 @@ impl TraceWriter {
         let side_call = record.kind.is_some();
         let prompt = delta::prompt_record(
             &record.full_prompt,
-            record.previous_prompt.as_deref(),
-            record.cue,
-            if side_call {
-                None
-            } else {
-                cache.prompt_sha256.as_deref()
-            },
+            (!side_call).then_some(&mut cache.prompt),
         );
         record.request = record.input.as_deref().and_then(|input| {
             cache
@@ -526,9 +509,6 @@ impl TraceWriter {
                 .request_delta(input, &record.full_prompt, prompt.prefix_bytes)
         });
         cache.delta.mark_known();
-        if !side_call {
-            cache.prompt_sha256 = Some(prompt.sha256.clone());
-        }
         record.prompt = Some(prompt);
         let kind = if side_call { "side_call" } else { "step" };
         write_line(&mut file, session, kind, &record)?;
