@@ -6,6 +6,9 @@
 //! - a `step` record's request is rebuilt from the deltas ([`TraceReader`]) and run through
 //!   [`crate::pipeline::prepare`] with a per-file [`SessionIndex`] fed as the pipeline feeds
 //!   it (turns answered without a tool call are remembered under the recorded session id);
+//! - the observations the proxy elided to fit the context window are elided again with the
+//!   recorded cut (`context.elided_before_step`, [`crate::context::with_elided`]), as
+//!   [`crate::pipeline::run_step`] does after its context check;
 //! - an attempt after a `nudge` record appends [`crate::policy::nudged_step`] for the
 //!   recorded kind and renders again, as [`crate::pipeline::run_step`] does;
 //! - a `side_call` record is rendered with [`crate::side_call::prompt`];
@@ -17,18 +20,24 @@
 //!   prompt only, and passthrough sessions too (their completion is a chat reply, not a
 //!   continuation).
 //!
-//! Output (stdout): one line per differing step (every step with `--verbose`), a note where the
-//! prefix chosen now is not the recorded one, then `files N  steps N  prompt differences N
-//! parse differences N  unreadable N`. Exit status: 2 when any input was unreadable (a file,
-//! a line, a record whose delta does not apply), else 1 under `--check` when anything
-//! differed, else 0.
+//! Files are replayed in parallel (one std thread per available core) and reported in file
+//! order. Output (stdout): one line per differing step (every step with `--verbose`), notes
+//! (a prefix chosen now that is not the recorded one; a file skipped as not a trace: no
+//! `session` record, empty; lines skipped as not records: a torn last line, a line torn by a
+//! crash before a restart), then `files N  steps N  prompt differences N  parse differences
+//! N  unreadable N`. Exit status: 2 when any input was unreadable (a file that cannot be
+//! read, a record of a newer schema, a record whose delta does not apply or that cannot be
+//! replayed), else 1 under `--check` when anything differed, else 0.
 
 mod diff;
 mod step;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 
@@ -52,8 +61,19 @@ struct Summary {
     prompt_differences: usize,
     /// Records whose completion parses to another action or failure class.
     parse_differences: usize,
-    /// Files, lines and records that could not be read.
+    /// Files and records that could not be read or replayed.
     unreadable: usize,
+}
+
+impl Summary {
+    /// Adds another file's counts.
+    fn add(&mut self, other: Self) {
+        self.files += other.files;
+        self.steps += other.steps;
+        self.prompt_differences += other.prompt_differences;
+        self.parse_differences += other.parse_differences;
+        self.unreadable += other.unreadable;
+    }
 }
 
 impl std::fmt::Display for Summary {
@@ -70,11 +90,21 @@ impl std::fmt::Display for Summary {
     }
 }
 
+/// What replaying one file found: its report lines and counts.
+#[derive(Debug, Default)]
+struct FileReport {
+    lines: Vec<String>,
+    summary: Summary,
+}
+
+/// An error that ends the run: exit code and message.
+type Fatal = (u8, String);
+
 /// Runs `asap-proxy replay`.
 ///
 /// Errors: `(exit code, message)`: 2 for unreadable input or a bad option (template override,
 /// prefix directory), 1 under `--check` when a step differs or when writing the report fails.
-pub fn run(args: &ReplayArgs) -> Result<(), (u8, String)> {
+pub fn run(args: &ReplayArgs) -> Result<(), Fatal> {
     let files = crate::report::load::trace_files(&args.logs).map_err(|e| (2, e.to_string()))?;
     let profiles = Profiles::builtin().map_err(|e| (1, e.to_string()))?;
     let renderer =
@@ -83,22 +113,23 @@ pub fn run(args: &ReplayArgs) -> Result<(), (u8, String)> {
     if prefix_dirs.is_empty() && Path::new("prefixes").is_dir() {
         prefix_dirs.push(PathBuf::from("prefixes"));
     }
-    let mut replayer = Replayer {
+    let replayer = Replayer {
         profiles,
         renderer,
         prefix_dirs,
-        stores: HashMap::new(),
+        stores: Mutex::new(HashMap::new()),
         verbose: args.verbose,
-        summary: Summary::default(),
     };
     let mut out = std::io::stdout().lock();
     let io = |e: std::io::Error| (1, format!("writing the report: {e}"));
-    for file in &files {
-        for line in replayer.file(file)? {
+    let mut summary = Summary::default();
+    replayer.files(&files, |report| {
+        for line in &report.lines {
             writeln!(out, "{line}").map_err(io)?;
         }
-    }
-    let summary = replayer.summary;
+        summary.add(report.summary);
+        Ok(())
+    })?;
     writeln!(out, "{summary}").map_err(io)?;
     out.flush().map_err(io)?;
     if summary.unreadable > 0 {
@@ -114,36 +145,106 @@ pub fn run(args: &ReplayArgs) -> Result<(), (u8, String)> {
     Ok(())
 }
 
-/// What stays the same across files.
+/// What stays the same across files (shared by the worker threads).
 struct Replayer {
     profiles: Profiles,
     renderer: Renderer,
     prefix_dirs: Vec<PathBuf>,
-    /// Prefix stores by K (sessions record theirs).
-    stores: HashMap<usize, PrefixStore>,
+    /// Prefix stores by K (sessions record theirs), loaded on first use; a failed load is
+    /// kept as its message.
+    stores: Mutex<HashMap<usize, Result<Arc<PrefixStore>, String>>>,
     verbose: bool,
-    summary: Summary,
 }
 
 impl Replayer {
-    /// Replays one file; returns its report lines.
+    /// Replays `files` on up to `available_parallelism` threads and hands each file's report
+    /// to `sink` in the order of `files`, as soon as it and every file before it are done.
+    ///
+    /// Errors: the first fatal error in file order (a prefix directory that cannot be
+    /// loaded), or `sink`'s; the files not yet started are then left alone.
+    fn files(
+        &self,
+        files: &[PathBuf],
+        mut sink: impl FnMut(FileReport) -> Result<(), Fatal>,
+    ) -> Result<(), Fatal> {
+        let workers = std::thread::available_parallelism()
+            .map_or(1, NonZeroUsize::get)
+            .min(files.len())
+            .max(1);
+        let next = AtomicUsize::new(0);
+        let (sender, receiver) = mpsc::channel::<(usize, Result<FileReport, Fatal>)>();
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                let sender = sender.clone();
+                let next = &next;
+                scope.spawn(move || loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(path) = files.get(index) else { break };
+                    // A closed channel: the run ended early.
+                    if sender.send((index, self.file(path))).is_err() {
+                        break;
+                    }
+                });
+            }
+            drop(sender);
+            let mut done = BTreeMap::new();
+            let mut due = 0;
+            for (index, report) in receiver {
+                done.insert(index, report);
+                while let Some(report) = done.remove(&due) {
+                    due += 1;
+                    sink(report?)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The prefix store for K, loaded once.
     ///
     /// Errors: a prefix directory that cannot be loaded (exit 2).
-    fn file(&mut self, path: &Path) -> Result<Vec<String>, (u8, String)> {
-        self.summary.files += 1;
-        let mut lines = Vec::new();
+    fn store(&self, k: usize) -> Result<Arc<PrefixStore>, Fatal> {
+        let mut stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
+        let store = stores.entry(k).or_insert_with(|| {
+            PrefixStore::load(&self.prefix_dirs, k)
+                .map(Arc::new)
+                .map_err(|e| format!("loading prefixes: {e}"))
+        });
+        store.clone().map_err(|message| (2, message))
+    }
+
+    /// Replays one file.
+    ///
+    /// A file without a `session` record (not a trace, or empty) is skipped with a note, and
+    /// so are lines that are not records (a torn last line, a line torn by a crash before a
+    /// restart); a file that cannot be read, and a record that cannot be replayed, count as
+    /// unreadable.
+    ///
+    /// Errors: a prefix directory that cannot be loaded (exit 2).
+    fn file(&self, path: &Path) -> Result<FileReport, Fatal> {
+        let mut report = FileReport::default();
+        let (lines, summary) = (&mut report.lines, &mut report.summary);
+        summary.files += 1;
         let mut reader = match TraceReader::open(path) {
             Ok(r) => r,
             Err(e) => {
-                self.summary.unreadable += 1;
+                summary.unreadable += 1;
                 lines.push(format!("{}: unreadable: {e}", path.display()));
-                return Ok(lines);
+                return Ok(report);
             }
         };
-        if !reader.invalid_lines().is_empty() {
-            self.summary.unreadable += reader.invalid_lines().len();
+        let Some(session) = reader.session().cloned() else {
             lines.push(format!(
-                "{}: unreadable lines {:?} skipped",
+                "{}: note: not a trace (no session record), skipped",
+                path.display()
+            ));
+            return Ok(report);
+        };
+        if !reader.invalid_lines().is_empty() {
+            // Lines torn by a crash before a restart (the proxy then ends the line and goes
+            // on); the records around them stand on their own.
+            lines.push(format!(
+                "{}: note: lines {:?} are not records (torn by a crash?), skipped",
                 path.display(),
                 reader.invalid_lines()
             ));
@@ -152,28 +253,18 @@ impl Replayer {
             // A write cut short by a crash: expected, skipped, not counted as unreadable.
             lines.push(format!("{}: note: torn last line skipped", path.display()));
         }
-        let Some(session) = reader.session().cloned() else {
-            self.summary.unreadable += 1;
-            lines.push(format!("{}: no session record", path.display()));
-            return Ok(lines);
-        };
         let format_name = session.str("format").unwrap_or_default();
         let Some(format) = FORMATS.into_iter().find(|f| f.name() == format_name) else {
-            self.summary.unreadable += 1;
+            summary.unreadable += 1;
             lines.push(format!(
                 "{}: unknown format {format_name:?} in the session record",
                 path.display()
             ));
-            return Ok(lines);
+            return Ok(report);
         };
         let k = session
             .u64("prefix_k")
             .map_or(DEFAULT_PREFIX_K, |k| k as usize);
-        if !self.stores.contains_key(&k) {
-            let store = PrefixStore::load(&self.prefix_dirs, k)
-                .map_err(|e| (2, format!("loading prefixes: {e}")))?;
-            self.stores.insert(k, store);
-        }
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
         let mut file = FileReplay {
             path,
@@ -183,6 +274,7 @@ impl Replayer {
                 prefixes: self.prefix_dirs.clone(),
                 prefix_k: k,
             },
+            store: self.store(k)?,
             passthrough: session.str("mode") == Some("passthrough"),
             // The file's stem is the session id the pipeline remembered turns under.
             session: SessionId::from_recorded(stem).unwrap_or_else(SessionId::mint),
@@ -200,7 +292,7 @@ impl Replayer {
             let record = match record {
                 Ok(r) => r,
                 Err(e) => {
-                    self.summary.unreadable += 1;
+                    summary.unreadable += 1;
                     lines.push(format!("unreadable: {e}"));
                     continue;
                 }
@@ -217,16 +309,16 @@ impl Replayer {
                 "step" | "side_call" => self.step(&mut file, &reader, &record),
                 _ => continue,
             };
-            self.summary.steps += 1;
+            summary.steps += 1;
             let label = label(path, &record);
             match outcome {
                 Err(message) => {
-                    self.summary.unreadable += 1;
+                    summary.unreadable += 1;
                     lines.push(format!("{label}: unreadable: {message}"));
                 }
                 Ok(check) => {
-                    self.summary.prompt_differences += usize::from(check.prompt.is_some());
-                    self.summary.parse_differences += usize::from(check.parse.is_some());
+                    summary.prompt_differences += usize::from(check.prompt.is_some());
+                    summary.parse_differences += usize::from(check.parse.is_some());
                     let differences: Vec<String> =
                         check.prompt.into_iter().chain(check.parse).collect();
                     if !differences.is_empty() {
@@ -238,7 +330,7 @@ impl Replayer {
                 }
             }
         }
-        Ok(lines)
+        Ok(report)
     }
 }
 

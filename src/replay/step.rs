@@ -1,17 +1,20 @@
 //! Replaying one `step` or `side_call` record: rebuild its request, render it again (nudged
-//! attempts and side calls as the pipeline renders them), parse its completion again, and
-//! feed the session index as the pipeline does.
+//! attempts and side calls as the pipeline renders them, old observations elided with the
+//! recorded cut), parse its completion again, and feed the session index as the pipeline does.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::{diff, Replayer};
 use crate::config::PromptConfig;
+use crate::context;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::parse::parse_for;
 use crate::pipeline::{self, Prepared};
 use crate::policy;
+use crate::prefix::PrefixStore;
 use crate::session::{NudgeKind, NudgeState, SessionId, SessionIndex};
 use crate::side_call;
 use crate::trace::read::{Record, TraceReader};
@@ -28,6 +31,8 @@ pub(super) struct FileReplay<'a> {
     pub(super) path: &'a Path,
     /// The recorded format, profile (forced) and prefix K.
     pub(super) config: PromptConfig,
+    /// The prefix store for the recorded K.
+    pub(super) store: Arc<PrefixStore>,
     /// A passthrough session: prompts are checked, completions (chat replies) not parsed.
     pub(super) passthrough: bool,
     /// The recorded session id (the file's stem), under which turns are remembered.
@@ -60,23 +65,26 @@ impl Replayer {
             .ok_or("the record has no prompt sha256")?;
         let attempt = record.u64("attempt").unwrap_or(0);
         let side = record.kind == "side_call";
+        let cut = recorded_cut(record);
         let rendered = if side {
             Rendered::Prompt(side_call::prompt(&request(reader)?))
         } else if attempt == 0 {
             file.nudge = None;
             let request = request(reader)?;
-            let store = self
-                .stores
-                .get(&file.config.prefix_k)
-                .ok_or("no prefix store")?;
-            match pipeline::prepare(
+            let prepared = pipeline::prepare(
                 &request,
                 &self.profiles,
                 &self.renderer,
                 &file.config,
                 &file.sessions,
-                store,
-            ) {
+                &file.store,
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|mut prepared| {
+                self.elide(&file.config, &mut prepared, cut)?;
+                Ok(prepared)
+            });
+            match prepared {
                 Ok(prepared) => {
                     let nudges = prepared.session.nudges.clone();
                     let prompt = prepared.prompt.clone();
@@ -85,7 +93,7 @@ impl Replayer {
                 }
                 Err(e) => {
                     file.current = None;
-                    Rendered::Failed(e.to_string())
+                    Rendered::Failed(e)
                 }
             }
         } else {
@@ -97,25 +105,30 @@ impl Replayer {
                 // The first attempt already failed to render (reported there).
                 None => Rendered::Failed("the request's first attempt did not render".into()),
                 Some(current) => {
-                    let conversation = &mut current.prepared.conversation;
-                    let place = conversation
+                    let prepared = &mut current.prepared;
+                    let place = prepared
+                        .conversation
                         .steps
                         .iter()
                         .filter(|s| s.nudge.is_none())
                         .count();
                     current.nudges.push(kind, place);
-                    let tools = &current.prepared.tools;
-                    let nudged = policy::nudged_step(&conversation.steps, kind, tools);
-                    conversation.steps.push(nudged);
-                    match self
+                    let nudged =
+                        policy::nudged_step(&prepared.conversation.steps, kind, &prepared.tools);
+                    prepared.conversation.steps.push(nudged);
+                    let rendered = self
                         .renderer
-                        .render(file.config.format, conversation, tools)
-                    {
-                        Ok(prompt) => {
-                            current.prepared.prompt = prompt.clone();
-                            Rendered::Prompt(prompt)
-                        }
-                        Err(e) => Rendered::Failed(e.to_string()),
+                        .render(file.config.format, &prepared.conversation, &prepared.tools)
+                        .map_err(|e| e.to_string())
+                        .and_then(|prompt| {
+                            prepared.prompt = prompt;
+                            // The pipeline checks the context again after a nudge, on the
+                            // conversation already elided for the earlier attempt.
+                            self.elide(&file.config, prepared, cut)
+                        });
+                    match rendered {
+                        Ok(()) => Rendered::Prompt(prepared.prompt.clone()),
+                        Err(e) => Rendered::Failed(e),
                     }
                 }
             }
@@ -178,9 +191,9 @@ impl Replayer {
                     .get("content")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                file.sessions.remember(
+                current.prepared.remember_turn(
+                    &file.sessions,
                     content,
-                    current.prepared.base_prompt(),
                     &file.session,
                     &current.nudges,
                 );
@@ -188,6 +201,40 @@ impl Replayer {
         }
         Ok(check)
     }
+
+    /// Elides, as the pipeline's context check did, the long observations of the steps
+    /// before `cut` ([`context::candidates`], [`context::with_elided`]) and renders the
+    /// prompt again; nothing when `cut` is 0 (the prompt fitted).
+    ///
+    /// Errors: the elided conversation does not render.
+    fn elide(
+        &self,
+        config: &PromptConfig,
+        prepared: &mut Prepared,
+        cut: usize,
+    ) -> Result<(), String> {
+        if cut == 0 {
+            return Ok(());
+        }
+        let candidates = context::candidates(&prepared.conversation);
+        let (conversation, _, _) = context::with_elided(&prepared.conversation, &candidates, cut);
+        prepared.prompt = self
+            .renderer
+            .render(config.format, &conversation, &prepared.tools)
+            .map_err(|e| e.to_string())?;
+        prepared.conversation = conversation;
+        Ok(())
+    }
+}
+
+/// The context cut recorded in a step record (`context.elided_before_step`): the long
+/// observations of the steps before it were elided; 0 (or no `context`) when none were.
+fn recorded_cut(record: &Record) -> usize {
+    record
+        .data
+        .pointer("/context/elided_before_step")
+        .and_then(Value::as_u64)
+        .map_or(0, |cut| cut as usize)
 }
 
 /// A re-rendered prompt, or why there is none.
