@@ -380,6 +380,24 @@ async fn kill_9_during_a_run_loses_only_the_records_in_flight() {
     }
     runs.sort_unstable();
     assert_eq!(runs, (0..sessions as u64).collect::<Vec<_>>());
+
+    // What survived is readable by the tools: replay finds nothing changed, report counts
+    // every session.
+    let bin = env!("CARGO_BIN_EXE_asap-proxy");
+    let replay = std::process::Command::new(bin)
+        .args(["replay", "--check"])
+        .arg(&logs)
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stdout));
+    let report = std::process::Command::new(bin)
+        .args(["report", "--format", "json"])
+        .arg(&logs)
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    let json: Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert!(json.to_string().contains(&format!("\"runs\":{sessions}")), "{json}");
 }
 
 #[tokio::test]
