@@ -409,14 +409,12 @@ pub async fn run_step(
         };
 
         if let Decision::Nudge(kind) = decision {
-            let place = prepared
-                .conversation
-                .steps
-                .iter()
-                .filter(|s| s.nudge.is_none())
-                .count();
-            nudges.push(kind, place);
-            let nudged = policy::nudged_step(&prepared.conversation.steps, kind, &prepared.tools);
+            let hint = policy::push_nudge(
+                &mut prepared.conversation,
+                &mut nudges,
+                kind,
+                &prepared.tools,
+            );
             record.set_parse(&completion, &parsed);
             record.decision = StepDecision::Nudge;
             record.nudge = Some(NudgeRecord {
@@ -424,14 +422,13 @@ pub async fn run_step(
                 attempt,
                 kind,
                 rejected: parsed.outcome.as_ref().ok().cloned(),
-                hint: nudged.observation.clone().unwrap_or_default(),
+                hint,
             });
             record.timings = timings(render_ms);
             ctx.trace.write_step(&session, record).await;
             tracing::info!(%session, step, ?kind, "nudge: generating again");
 
             let render_started = Instant::now();
-            prepared.conversation.steps.push(nudged);
             prepared.prompt = ctx
                 .renderer
                 .render(

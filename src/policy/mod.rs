@@ -246,6 +246,26 @@ pub fn insert_nudged_steps(conversation: &mut Conversation, nudges: &NudgeState,
     }
 }
 
+/// Applies a nudge within a request: records it in `nudges` at its place (the live steps
+/// before it) and appends the nudged step to `conversation`. Returns the hint shown.
+pub fn push_nudge(
+    conversation: &mut Conversation,
+    nudges: &mut NudgeState,
+    kind: NudgeKind,
+    tools: &ToolSet,
+) -> String {
+    let place = conversation
+        .steps
+        .iter()
+        .filter(|s| s.nudge.is_none())
+        .count();
+    nudges.push(kind, place);
+    let nudged = nudged_step(&conversation.steps, kind, tools);
+    let hint = nudged.observation.clone().unwrap_or_default();
+    conversation.steps.push(nudged);
+    hint
+}
+
 /// The step that shows a rejected action and its hint. The rejected action is rebuilt from the
 /// history (a submit, or a copy of the previous action), never from the model's text, so the
 /// same step renders identically on every later turn (append-only prompts).

@@ -106,16 +106,12 @@ impl Replayer {
                 None => Rendered::Failed("the request's first attempt did not render".into()),
                 Some(current) => {
                     let prepared = &mut current.prepared;
-                    let place = prepared
-                        .conversation
-                        .steps
-                        .iter()
-                        .filter(|s| s.nudge.is_none())
-                        .count();
-                    current.nudges.push(kind, place);
-                    let nudged =
-                        policy::nudged_step(&prepared.conversation.steps, kind, &prepared.tools);
-                    prepared.conversation.steps.push(nudged);
+                    policy::push_nudge(
+                        &mut prepared.conversation,
+                        &mut current.nudges,
+                        kind,
+                        &prepared.tools,
+                    );
                     let rendered = self
                         .renderer
                         .render(file.config.format, &prepared.conversation, &prepared.tools)
