@@ -250,6 +250,13 @@ pub async fn serve(state: Arc<AppState>, addr: SocketAddr) -> std::io::Result<()
         let mut stopped = stopped;
         let _ = stopped.wait_for(|s| *s).await;
     };
+    // TCP_NODELAY: SSE answers are several small writes; with Nagle's algorithm and the
+    // client's delayed ACK each stream would wait ~40 ms.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, app(state.clone()))
         .with_graceful_shutdown(graceful)
         .into_future();
