@@ -35,9 +35,9 @@ pub struct Prepared {
     pub prompt: String,
     /// The session the history belongs to (fresh if none is found).
     pub session: SessionState,
-    /// Prompt of the history alone (no nudged steps): the key under which a turn answered
-    /// without a tool call is remembered.
-    base_prompt: String,
+    /// Index key of the prompt of the history alone (no nudged steps): what a turn answered
+    /// without a tool call is remembered under ([`crate::session::prompt_key`]).
+    base_prompt_key: [u8; 32],
     /// The reference prefix rendered, if any.
     pub prefix: Option<PrefixInfo>,
     /// The session index scope of the request ([`crate::session::index_scope`]).
@@ -45,11 +45,6 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// The prompt of the history alone (no nudged steps).
-    pub fn base_prompt(&self) -> &str {
-        &self.base_prompt
-    }
-
     /// Remembers a turn answered with `content` and no tool call, so the next request of
     /// the session (which carries no minted id) is recognised: by that content and by this
     /// request's prompt, within the request's task and run.
@@ -63,7 +58,7 @@ impl Prepared {
         sessions.remember(
             &self.index_scope,
             content,
-            &self.base_prompt,
+            self.base_prompt_key,
             session,
             nudges,
         );
@@ -157,8 +152,9 @@ pub fn prepare(
     };
     let mut conversation = base;
     policy::insert_nudged_steps(&mut conversation, &session.nudges, &tools);
+    let base_prompt_key = crate::session::prompt_key(&scope, &base_prompt);
     let prompt = if session.nudges.0.is_empty() {
-        base_prompt.clone()
+        base_prompt
     } else {
         render(&conversation)?
     };
@@ -167,7 +163,7 @@ pub fn prepare(
         conversation,
         prompt,
         session,
-        base_prompt,
+        base_prompt_key,
         prefix: selected.map(|s| PrefixInfo {
             id: s.id,
             matched_by: s.matched_by,

@@ -235,6 +235,11 @@ fn key(kind: &str, scope: &str, text: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// The index key of a prompt answered without a tool call (see [`SessionIndex::remember`]).
+pub fn prompt_key(scope: &str, prompt: &str) -> [u8; 32] {
+    key("prompt", scope, prompt)
+}
+
 /// The index scope of a request: its explicit task id and run index, if any. Keys are
 /// hashed within it, so byte-identical turns of different runs never share a session.
 pub fn index_scope(task: Option<&str>, run: Option<usize>) -> String {
@@ -258,20 +263,20 @@ impl SessionIndex {
     }
 
     /// Remembers a turn answered without a tool call: the `content` sent (ignored when blank:
-    /// it would tie unrelated sessions together) and the `prompt` it answered, within `scope`
-    /// ([`index_scope`]).
+    /// it would tie unrelated sessions together) and the prompt it answered (its
+    /// [`prompt_key`]), within `scope` ([`index_scope`]).
     pub fn remember(
         &self,
         scope: &str,
         content: &str,
-        prompt: &str,
+        prompt_key: [u8; 32],
         session: &SessionId,
         nudges: &NudgeState,
     ) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        let mut keys = vec![key("prompt", scope, prompt)];
+        let mut keys = vec![prompt_key];
         if !content.trim().is_empty() {
             keys.push(key("content", scope, content));
         }
@@ -374,7 +379,13 @@ mod tests {
     fn index_recovers_sessions_of_turns_without_ids_and_evicts_oldest() {
         let index = SessionIndex::new(2);
         let a = SessionId::mint();
-        index.remember("", "I am not sure.", "P1", &a, &NudgeState::default());
+        index.remember(
+            "",
+            "I am not sure.",
+            prompt_key("", "P1"),
+            &a,
+            &NudgeState::default(),
+        );
         let msg = |role: Role, content: &str| ChatMessage {
             role,
             content: content.to_string(),
@@ -393,8 +404,20 @@ mod tests {
             index.find_prompt("", "P1").map(|s| s.session),
             Some(a.clone())
         );
-        index.remember("", "", "P2", &SessionId::mint(), &NudgeState::default());
-        index.remember("", "", "P3", &SessionId::mint(), &NudgeState::default());
+        index.remember(
+            "",
+            "",
+            prompt_key("", "P2"),
+            &SessionId::mint(),
+            &NudgeState::default(),
+        );
+        index.remember(
+            "",
+            "",
+            prompt_key("", "P3"),
+            &SessionId::mint(),
+            &NudgeState::default(),
+        );
         assert_eq!(index.find("", &history), None, "evicted");
         assert_eq!(index.find_prompt("", "P1"), None, "evicted");
         assert!(index.find_prompt("", "P3").is_some());

@@ -316,7 +316,7 @@ impl OpenAiCompletions {
         };
         let body = CompletionRequest {
             model: model.clone(),
-            prompt: prompt.to_string(),
+            prompt,
             max_tokens: params.max_tokens,
             temperature: params.temperature,
             top_p: params.top_p,

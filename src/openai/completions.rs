@@ -10,11 +10,12 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Request body sent to the backend.
+/// Request body sent to the backend (the prompt borrowed: it is the largest part of a
+/// request and only serialised once).
 #[derive(Debug, Clone, Serialize)]
-pub struct CompletionRequest {
+pub struct CompletionRequest<'a> {
     pub model: String,
-    pub prompt: String,
+    pub prompt: &'a str,
     pub max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
