@@ -7,16 +7,43 @@ use super::Format;
 /// the step markup `<step`, `</step`, `<thought`, `</thought`) lose their `<` to `&lt;`
 /// (wherever they appear), and a line that is a `## Thinking` heading gets a Markdown escape
 /// (`\## Thinking`). Everything else is kept byte for byte.
+///
+/// One pass over the text that stops only at `<` (observations are most of a long prompt,
+/// and the prompt is rendered on every request).
 pub fn observation(text: &str, format: Format) -> String {
-    let mut text = text
-        .replace("</observation", "&lt;/observation")
-        .replace("<observation", "&lt;observation")
-        .replace("<submit", "&lt;submit");
-    if format == Format::Xml {
-        text = step_markup(&text);
+    let tails: &[&str] = if format == Format::Xml {
+        &XML_TAG_TAILS
+    } else {
+        &TAG_TAILS
+    };
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(at) = text[from..].find('<').map(|i| from + i) {
+        let rest = &text[at + 1..];
+        if tails.iter().any(|t| rest.starts_with(t)) {
+            out.push_str(&text[copied..at]);
+            out.push_str("&lt;");
+            copied = at + 1;
+        }
+        from = at + 1;
     }
-    escape_headings(&text)
+    out.push_str(&text[copied..]);
+    escape_headings(out)
 }
+
+/// What follows the `<` of a tag that an observation must not contain.
+const TAG_TAILS: [&str; 3] = ["/observation", "observation", "submit"];
+/// The same, plus the XML format's step markup.
+const XML_TAG_TAILS: [&str; 7] = [
+    "/observation",
+    "observation",
+    "submit",
+    "/step",
+    "step",
+    "/thought",
+    "thought",
+];
 
 fn step_markup(text: &str) -> String {
     text.replace("</step", "&lt;/step")
@@ -63,12 +90,12 @@ pub fn thought(text: &str, tags: &[&str], format: Format) -> String {
             out.push_str(line);
         }
     }
-    escape_headings(&out)
+    escape_headings(out)
 }
 
-fn escape_headings(text: &str) -> String {
+fn escape_headings(text: String) -> String {
     if !text.contains("## Thinking") {
-        return text.to_string();
+        return text;
     }
     text.split('\n')
         .map(|line| {
@@ -86,6 +113,38 @@ fn escape_headings(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The straightforward definition [`observation`] must equal.
+    fn observation_by_replace(text: &str, format: Format) -> String {
+        let mut text = text
+            .replace("</observation", "&lt;/observation")
+            .replace("<observation", "&lt;observation")
+            .replace("<submit", "&lt;submit");
+        if format == Format::Xml {
+            text = step_markup(&text);
+        }
+        escape_headings(text)
+    }
+
+    proptest! {
+        #[test]
+        fn one_pass_equals_the_replace_chain(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    Just("<"), Just("</"), Just("observation"), Just("submit"), Just("step"),
+                    Just("thought"), Just("## Thinking"), Just("\n"), Just("  "), Just("é"),
+                    Just("<<"), Just("x"), Just("&lt;"), Just(">"),
+                ],
+                0..40,
+            ),
+            xml in any::<bool>(),
+        ) {
+            let text: String = parts.concat();
+            let format = if xml { Format::Xml } else { Format::MarkdownXml };
+            prop_assert_eq!(observation(&text, format), observation_by_replace(&text, format));
+        }
+    }
 
     #[test]
     fn observation_cannot_escape() {

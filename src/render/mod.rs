@@ -321,30 +321,59 @@ impl Renderer {
         };
         let mut steps = doc(&conversation.prefix);
         steps.extend(doc(&conversation.steps));
+        let example_steps = conversation.example.as_ref().map(|e| doc(&e.steps));
+        // The document is the texts plus a little markup per step and the fixed parts: size
+        // the output once instead of growing it by doubling (long prompts are mostly text).
+        let text_bytes = |steps: &[StepDoc]| -> usize {
+            steps
+                .iter()
+                .map(|s| {
+                    s.thought.len()
+                        + s.action.as_ref().map_or(0, String::len)
+                        + s.observation.as_ref().map_or(0, String::len)
+                        + 64
+                })
+                .sum()
+        };
+        let capacity = text_bytes(&steps)
+            + example_steps.as_deref().map_or(0, text_bytes)
+            + tool_docs
+                .iter()
+                .map(|t| t.description.len() + t.usage.len() + 256 * (t.params.len() + 1))
+                .sum::<usize>()
+            + conversation.system.len()
+            + conversation.task.len()
+            + 4096;
         let example = conversation.example.as_ref().map(|e| {
             minijinja::context! {
                 task => e.task.trim(),
-                steps => doc(&e.steps),
+                steps => example_steps,
             }
         });
-        let template = self
-            .env
-            .get_template(format.template())
-            .map_err(|source| RenderError {
-                template: format.template(),
-                source,
-            })?;
+        let error = |source| RenderError {
+            template: format.template(),
+            source,
+        };
+        let template = self.env.get_template(format.template()).map_err(error)?;
+        let mut out = Vec::with_capacity(capacity);
         template
-            .render(minijinja::context! {
-                system => conversation.system.trim(),
-                task => conversation.task.trim(),
-                tools => tool_docs,
-                example => example,
-                steps => steps,
-            })
-            .map_err(|source| RenderError {
-                template: format.template(),
-                source,
-            })
+            .render_captured_to(
+                minijinja::context! {
+                    system => conversation.system.trim(),
+                    task => conversation.task.trim(),
+                    tools => tool_docs,
+                    example => example,
+                    steps => steps,
+                },
+                &mut out,
+            )
+            .map_err(error)?;
+        // minijinja writes `str`s only, so this never fails.
+        String::from_utf8(out).map_err(|e| {
+            error(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                e.to_string(),
+            ))
+        })
     }
 }

@@ -4,6 +4,8 @@
 //! values the parser can represent (tested in `tests/render.rs`). A value containing a newline
 //! is written on its own lines (`<p>\nvalue\n</p>`), which the parser strips exactly once.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use crate::conversation::Action;
@@ -26,16 +28,32 @@ pub fn action(action: &Action, tools: &ToolSet) -> String {
                     return element(tag, command);
                 }
             }
-            let mut children = String::new();
-            for (name, value) in ordered(arguments, spec) {
-                children.push('\n');
-                children.push_str(&element(name, &value_text(value)));
-            }
+            // One buffer for the whole call (this runs for every step of every request).
+            let children = ordered(arguments, spec);
             if children.is_empty() {
-                format!("<{tag}/>")
-            } else {
-                format!("<{tag}>{children}\n</{tag}>")
+                return format!("<{tag}/>");
             }
+            let mut out = String::with_capacity(
+                2 * tag.len()
+                    + 8
+                    + children
+                        .iter()
+                        .map(|(name, value)| {
+                            2 * name.len() + 8 + value.as_str().map_or(16, str::len)
+                        })
+                        .sum::<usize>(),
+            );
+            out.push('<');
+            out.push_str(tag);
+            out.push('>');
+            for (name, value) in children {
+                out.push('\n');
+                push_element(&mut out, name, &value_text(value));
+            }
+            out.push_str("\n</");
+            out.push_str(tag);
+            out.push('>');
+            out
         }
     }
 }
@@ -76,16 +94,28 @@ pub(crate) fn placeholder(p: &ParamSpec) -> String {
 }
 
 fn element(name: &str, text: &str) -> String {
-    if text.contains('\n') {
-        format!("<{name}>\n{text}\n</{name}>")
-    } else {
-        format!("<{name}>{text}</{name}>")
-    }
+    let mut out = String::with_capacity(2 * name.len() + text.len() + 7);
+    push_element(&mut out, name, text);
+    out
 }
 
-fn value_text(value: &Value) -> String {
+/// `<name>text</name>`, with the text on its own lines when it spans several.
+fn push_element(out: &mut String, name: &str, text: &str) {
+    let newline = if text.contains('\n') { "\n" } else { "" };
+    out.push('<');
+    out.push_str(name);
+    out.push('>');
+    out.push_str(newline);
+    out.push_str(text);
+    out.push_str(newline);
+    out.push_str("</");
+    out.push_str(name);
+    out.push('>');
+}
+
+fn value_text(value: &Value) -> Cow<'_, str> {
     match value {
-        Value::String(s) => s.clone(),
+        Value::String(s) => Cow::Borrowed(s),
         Value::Array(items) if items.iter().all(|v| v.is_number()) => format!(
             "[{}]",
             items
@@ -93,8 +123,9 @@ fn value_text(value: &Value) -> String {
                 .map(Value::to_string)
                 .collect::<Vec<_>>()
                 .join(", ")
-        ),
-        other => other.to_string(),
+        )
+        .into(),
+        other => other.to_string().into(),
     }
 }
 

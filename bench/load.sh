@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# Load benchmark of the proxy (issue 8, parts 2 and 3; see BENCHMARKS.md).
+#
+# Builds release binaries, starts the zero-latency mock backend (examples/mock_backend.rs)
+# pinned to CPU 1 and the proxy pinned to CPU 0, generates SWE-agent-shaped bodies of 2, 20,
+# 100 and 1,000 turns (examples/bench_bodies.rs), and measures with oha (pinned to CPU 1,
+# with the mock): direct-to-mock (the completions body the proxy would send) against
+# through-the-proxy (the chat body), at concurrency 1 (mock delay 0) and 32 (mock delay
+# 20 ms), non-streaming and streaming. Records p50/p99 latency, requests/s, the proxy's CPU
+# time per request (utime+stime from /proc/<pid>/stat) and its peak RSS (VmHWM), then a
+# 1,000-turn single-request timing and the RSS with 256 concurrent 100-turn requests in
+# flight. Prints a Markdown report and writes it to bench/results/<date>.md.
+#
+# Usage: bench/load.sh [--quick]      (--quick: fewer requests, for a smoke test)
+# Env:   OHA=path/to/oha  MOCK_PORT=19001  PROXY_PORT=19002  RESULTS=bench/results
+#        PROXY_ENV='NAME=value ...' (extra environment for the proxy, e.g. malloc tunables)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+QUICK=0
+[[ "${1:-}" == "--quick" ]] && QUICK=1
+MOCK_PORT=${MOCK_PORT:-19001}
+PROXY_PORT=${PROXY_PORT:-19002}
+RESULTS=${RESULTS:-bench/results}
+CACHE_BIN="$HOME/.cache/asap-proxy/bin"
+PROXY_CPU=0
+CLIENT_CPU=1
+
+# --- oha --------------------------------------------------------------------------------
+OHA=${OHA:-}
+if [[ -z "$OHA" ]]; then
+    if command -v oha >/dev/null; then
+        OHA=$(command -v oha)
+    elif [[ -x "$CACHE_BIN/oha" ]]; then
+        OHA="$CACHE_BIN/oha"
+    else
+        echo "== installing oha into $CACHE_BIN (cargo install oha --locked)" >&2
+        if ! cargo install oha --locked --root "$HOME/.cache/asap-proxy" >&2; then
+            echo "bench/load.sh: oha could not be installed (cargo install oha --locked failed);" \
+                "install it and pass OHA=/path/to/oha" >&2
+            exit 1
+        fi
+        OHA="$CACHE_BIN/oha"
+    fi
+fi
+for tool in taskset python3 curl; do
+    command -v "$tool" >/dev/null || { echo "bench/load.sh: needs $tool" >&2; exit 1; }
+done
+
+echo "== cargo build --release (proxy, mock backend, body generator)" >&2
+cargo build --release --locked --bin asap-proxy --example mock_backend --example bench_bodies >&2
+PROXY_BIN=target/release/asap-proxy
+MOCK_BIN=target/release/examples/mock_backend
+
+WORK=$(mktemp -d /tmp/asap-load.XXXXXX)
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== generating bodies in $WORK/bodies" >&2
+target/release/examples/bench_bodies --out "$WORK/bodies" --turns 2,20,100,1000 --sessions 256 >&2
+B="$WORK/bodies"
+# No task prefixes: every body gets the swe-agent profile's built-in demonstration, as
+# bench_bodies renders the direct baseline's prompt.
+mkdir -p "$WORK/no-prefixes"
+
+TICK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hwm_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
+
+wait_http() {
+    local url=$1 i
+    for i in $(seq 1 200); do
+        curl -sf -o /dev/null "$url" && return 0
+        sleep 0.05
+    done
+    echo "bench/load.sh: $url did not come up" >&2
+    exit 1
+}
+
+stop_pid() {
+    local pid=$1 keep=() p
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    for p in "${PIDS[@]}"; do [[ "$p" != "$pid" ]] && keep+=("$p"); done
+    PIDS=("${keep[@]}")
+}
+
+MOCK_PID=
+start_mock() { # delay_ms
+    [[ -n "$MOCK_PID" ]] && stop_pid "$MOCK_PID"
+    taskset -c "$CLIENT_CPU" "$MOCK_BIN" --port "$MOCK_PORT" --delay-ms "$1" 2>"$WORK/mock.log" &
+    MOCK_PID=$!
+    PIDS+=("$MOCK_PID")
+    wait_http "http://127.0.0.1:$MOCK_PORT/health"
+}
+
+PROXY_PID=
+start_proxy() {
+    [[ -n "$PROXY_PID" ]] && stop_pid "$PROXY_PID"
+    rm -rf "$WORK/logs"
+    # --max-steps: the 100- and 1,000-turn bodies are past the default cap of 100 actions,
+    # which would answer with the finish action instead of the model's.
+    # shellcheck disable=SC2086 # PROXY_ENV is a list of NAME=value words
+    env RUST_LOG="${RUST_LOG:-info}" ${PROXY_ENV:-} taskset -c "$PROXY_CPU" "$PROXY_BIN" serve \
+        --listen "127.0.0.1:$PROXY_PORT" --backend "http://127.0.0.1:$MOCK_PORT/v1" \
+        --backend-model mock --log-dir "$WORK/logs" --max-steps 100000 \
+        --prefixes "$WORK/no-prefixes" 2>"$WORK/proxy.log" &
+    PROXY_PID=$!
+    PIDS+=("$PROXY_PID")
+    wait_http "http://127.0.0.1:$PROXY_PORT/health"
+}
+
+# oha with a JSON report: oha_json OUT URL C N BODY_FLAG BODY_FILE
+oha_json() {
+    local out=$1 url=$2 c=$3 n=$4 flag=$5 file=$6
+    taskset -c "$CLIENT_CPU" "$OHA" --no-tui --output-format json -m POST \
+        -H 'content-type: application/json' -c "$c" -n "$n" "$flag" "$file" "$url" >"$out"
+}
+
+# The fields of an oha JSON report: p50_ms p99_ms rps ok_count total
+oha_fields() {
+    python3 - "$1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+p = r["latencyPercentiles"]
+s = r["summary"]
+codes = r.get("statusCodeDistribution", {})
+ok = sum(v for k, v in codes.items() if k.startswith("2"))
+total = sum(codes.values()) + sum(r.get("errorDistribution", {}).values())
+print(f'{p["p50"] * 1e3:.3f} {p["p99"] * 1e3:.3f} {s["requestsPerSec"]:.1f} {ok} {total}')
+EOF
+}
+
+REPORT="$WORK/report.md"
+ROWS="$WORK/rows.tsv"
+: >"$ROWS"
+
+if [[ $QUICK == 1 ]]; then N1=200; N32=640; else N1=3000; N32=6400; fi
+
+# One configuration: direct and proxy, same concurrency, same mock.
+# measure TURNS STREAM C N
+measure() {
+    local turns=$1 stream=$2 c=$3 n=$4 sfx="" proxy_body direct_body flag
+    [[ $stream == yes ]] && sfx="-stream"
+    direct_body="$B/completions-$turns$sfx.json"
+    if [[ $c -gt 1 ]]; then
+        # Concurrent requests come from distinct sessions, as concurrent rollouts do.
+        proxy_body="$B/chat-$turns$sfx.jsonl"
+        flag=-Z
+    else
+        proxy_body="$B/chat-$turns$sfx.json"
+        flag=-D
+    fi
+    # Direct: warm-up, then the measured run.
+    oha_json "$WORK/warm.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" "$c" $((c * 4)) -D "$direct_body"
+    oha_json "$WORK/direct.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" "$c" "$n" -D "$direct_body"
+    read -r d50 d99 drps dok dtotal < <(oha_fields "$WORK/direct.json")
+    # Proxy: fresh process (clean CPU and RSS counters), warm-up of every session, then the run.
+    start_proxy
+    local warm_n=$((c * 4))
+    [[ $flag == -Z ]] && warm_n=512
+    oha_json "$WORK/warm.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" "$c" "$warm_n" "$flag" "$proxy_body"
+    local cpu0 cpu1
+    cpu0=$(cpu_ticks "$PROXY_PID")
+    oha_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" "$c" "$n" "$flag" "$proxy_body"
+    cpu1=$(cpu_ticks "$PROXY_PID")
+    read -r p50 p99 prps pok ptotal < <(oha_fields "$WORK/proxy.json")
+    local cpu_ms hwm
+    cpu_ms=$(python3 -c "print(f'{($cpu1 - $cpu0) * 1000 / $TICK / $ptotal:.3f}')")
+    hwm=$(hwm_kib "$PROXY_PID")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$turns" "$stream" "$c" "$d50" "$d99" "$drps" "$p50" "$p99" "$prps" "$cpu_ms" \
+        "$((hwm / 1024))" "$dok/$dtotal" "$pok/$ptotal" "$(stat -c %s "$proxy_body" 2>/dev/null)" \
+        "$flag" >>"$ROWS"
+    echo "   $turns turns, stream=$stream, c=$c: direct p50 ${d50} ms, proxy p50 ${p50} ms," \
+        "direct ${drps} rps, proxy ${prps} rps, cpu ${cpu_ms} ms/req, hwm $((hwm / 1024)) MiB" \
+        "(ok $dok/$dtotal, $pok/$ptotal)" >&2
+}
+
+START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+
+echo "== c=1, mock delay 0 ms" >&2
+start_mock 0
+for turns in 2 20 100; do
+    for stream in no yes; do
+        measure "$turns" "$stream" 1 "$N1"
+    done
+done
+
+echo "== c=32, mock delay 20 ms" >&2
+start_mock 20
+for turns in 2 20 100; do
+    for stream in no yes; do
+        measure "$turns" "$stream" 32 "$N32"
+    done
+done
+
+echo "== 1,000 turns, c=1, mock delay 0 ms" >&2
+start_mock 0
+oha_json "$WORK/warm.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" 1 5 -D "$B/completions-1000.json"
+oha_json "$WORK/direct.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" 1 $((QUICK ? 20 : 100)) -D "$B/completions-1000.json"
+read -r k_d50 k_d99 _ _ _ < <(oha_fields "$WORK/direct.json")
+start_proxy
+oha_json "$WORK/warm.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 1 5 -D "$B/chat-1000.json"
+cpu0=$(cpu_ticks "$PROXY_PID")
+oha_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 1 $((QUICK ? 20 : 100)) -D "$B/chat-1000.json"
+cpu1=$(cpu_ticks "$PROXY_PID")
+read -r k_p50 k_p99 _ k_ok k_total < <(oha_fields "$WORK/proxy.json")
+k_cpu=$(python3 -c "print(f'{($cpu1 - $cpu0) * 1000 / $TICK / $k_total:.2f}')")
+k_hwm=$(( $(hwm_kib "$PROXY_PID") / 1024 ))
+echo "   direct p50 $k_d50 ms, proxy p50 $k_p50 ms, cpu $k_cpu ms/req ($k_ok/$k_total ok)" >&2
+
+echo "== RSS: 256 concurrent 100-turn requests (mock delay 2000 ms)" >&2
+start_mock 2000
+start_proxy
+idle_rss=$(awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$PROXY_PID/status")
+oha_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 256 1024 -Z "$B/chat-100.jsonl"
+read -r r_p50 _ r_rps r_ok r_total < <(oha_fields "$WORK/proxy.json")
+r_hwm=$(( $(hwm_kib "$PROXY_PID") / 1024 ))
+echo "   idle RSS $idle_rss MiB, peak RSS $r_hwm MiB, p50 $r_p50 ms ($r_ok/$r_total ok)" >&2
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- report -------------------------------------------------------------------------------
+{
+    echo "# Load benchmark, $START"
+    echo
+    echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; $(uname -sr)."
+    echo "Proxy on CPU $PROXY_CPU; mock backend and oha ($("$OHA" --version)) on CPU $CLIENT_CPU."
+    echo "Load average before/after: $LOAD_BEFORE / $LOAD_AFTER. Quick mode: $QUICK."
+    echo "Commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$( [[ -n "$(git status --porcelain 2>/dev/null)" ]] && echo ' (working tree modified)'); proxy environment: ${PROXY_ENV:-none}."
+    echo
+    echo "Latency in ms (oha, request sent to response body read). Added = proxy - direct."
+    echo "CPU = proxy utime+stime per request. RSS = proxy VmHWM after the run."
+    echo
+    echo "| turns | body | stream | c | direct p50 | direct p99 | proxy p50 | proxy p99 | added p50 | added p99 | direct rps | proxy rps | proxy/direct | CPU ms/req | peak RSS MiB | ok (direct, proxy) |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    while IFS=$'\t' read -r turns stream c d50 d99 drps p50 p99 prps cpu hwm dok pok bytes flag; do
+        python3 - "$turns" "$stream" "$c" "$d50" "$d99" "$drps" "$p50" "$p99" "$prps" "$cpu" "$hwm" "$dok" "$pok" "$B/chat-$turns.json" <<'EOF'
+import os, sys
+t, s, c, d50, d99, drps, p50, p99, prps, cpu, hwm, dok, pok, body = sys.argv[1:]
+kib = os.path.getsize(body) / 1024
+f = float
+print(f"| {t} | {kib:.0f} KiB | {s} | {c} | {f(d50):.3f} | {f(d99):.3f} | {f(p50):.3f} | {f(p99):.3f} | "
+      f"{f(p50) - f(d50):.3f} | {f(p99) - f(d99):.3f} | {f(drps):.0f} | {f(prps):.0f} | "
+      f"{100 * f(prps) / f(drps):.1f} % | {f(cpu):.3f} | {hwm} | {dok}, {pok} |")
+EOF
+    done <"$ROWS"
+    echo
+    echo "1,000 turns ($(( $(stat -c %s "$B/chat-1000.json") / 1024 )) KiB body), c=1: direct p50 $k_d50 ms, proxy p50 $k_p50 ms (p99 $k_p99), added p50 $(python3 -c "print(f'{$k_p50 - $k_d50:.2f}')") ms, proxy CPU $k_cpu ms/request, peak RSS $k_hwm MiB ($k_ok/$k_total ok)."
+    echo
+    echo "256 concurrent 100-turn requests (mock delay 2 s, 1,024 requests from 256 sessions): idle RSS $idle_rss MiB, peak RSS $r_hwm MiB; p50 $r_p50 ms, $r_rps rps ($r_ok/$r_total ok)."
+} >"$REPORT"
+
+mkdir -p "$RESULTS"
+OUT="$RESULTS/$(date -u +%Y-%m-%d).md"
+[[ $QUICK == 1 ]] && OUT="$RESULTS/$(date -u +%Y-%m-%d)-quick.md"
+cp "$REPORT" "$OUT"
+cat "$REPORT"
+echo "== written to $OUT" >&2

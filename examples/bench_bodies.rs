@@ -1,0 +1,111 @@
+//! Writes the load benchmark's request bodies (see `BENCHMARKS.md`):
+//!
+//! - `chat-<N>.json` / `chat-<N>-stream.json`: the SWE-agent-shaped chat request of
+//!   `benches/support/swe_agent.rs` with N turns, non-streaming / streaming;
+//! - `chat-<N>.jsonl` / `chat-<N>-stream.jsonl` (with `--sessions K`): K such bodies, one
+//!   per line, each in its own session (for load tools that cycle through bodies: concurrent
+//!   requests then come from distinct sessions, as concurrent rollouts do);
+//! - `completions-<N>.json` / `completions-<N>-stream.json`: the `/v1/completions` body the
+//!   proxy sends to its backend for that chat request (same prompt, stop sequences and
+//!   parameters), for the direct-to-backend baseline.
+//!
+//! `cargo run --release --example bench_bodies -- --out DIR --turns 2,20,100,1000`
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../benches/support/swe_agent.rs"]
+mod swe_agent;
+
+use std::path::PathBuf;
+
+use asap_proxy::config::{ProfileChoice, PromptConfig};
+use asap_proxy::openai::chat::ChatCompletionRequest;
+use asap_proxy::openai::completions::CompletionRequest;
+use asap_proxy::pipeline::prepare;
+use asap_proxy::prefix::PrefixStore;
+use asap_proxy::profile::Profiles;
+use asap_proxy::render::{Format, Renderer};
+use asap_proxy::session::SessionIndex;
+use clap::Parser;
+
+#[derive(Parser)]
+struct Args {
+    /// Output directory (created).
+    #[arg(long)]
+    out: PathBuf,
+    /// Conversation lengths, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "2,20,100,1000")]
+    turns: Vec<usize>,
+    /// Also write `chat-<N>.jsonl` with this many bodies in distinct sessions (0: none; only
+    /// for N up to 100).
+    #[arg(long, default_value_t = 0)]
+    sessions: usize,
+    /// Model name in the completions bodies (the proxy's `--backend-model`).
+    #[arg(long, default_value = "mock")]
+    model: String,
+    /// `max_tokens` of the completions bodies (the proxy's `--max-tokens`).
+    #[arg(long, default_value_t = 1024)]
+    max_tokens: u32,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    std::fs::create_dir_all(&args.out)?;
+    let profiles = Profiles::builtin()?;
+    let renderer = Renderer::new()?;
+    let config = PromptConfig {
+        profile: ProfileChoice::Auto,
+        format: Format::MarkdownXml,
+        prefixes: Vec::new(),
+        prefix_k: asap_proxy::config::DEFAULT_PREFIX_K,
+    };
+    let prefixes = PrefixStore::load(&[], config.prefix_k)?;
+    let sessions = SessionIndex::new(16);
+    for &turns in &args.turns {
+        for stream in [false, true] {
+            let suffix = if stream { "-stream" } else { "" };
+            let chat = swe_agent::chat_bytes(turns, swe_agent::SESSION, stream);
+            std::fs::write(args.out.join(format!("chat-{turns}{suffix}.json")), &chat)?;
+            let request = ChatCompletionRequest::from_slice(&chat)?;
+            let prepared = prepare(
+                &request, &profiles, &renderer, &config, &sessions, &prefixes,
+            )?;
+            let completions = CompletionRequest {
+                model: args.model.clone(),
+                prompt: &prepared.prompt,
+                max_tokens: args.max_tokens,
+                temperature: request.temperature,
+                top_p: request.top_p,
+                seed: request.seed,
+                stop: config.format.stop().iter().map(|s| s.to_string()).collect(),
+                stream,
+                cache_prompt: true,
+            };
+            std::fs::write(
+                args.out.join(format!("completions-{turns}{suffix}.json")),
+                serde_json::to_vec(&completions)?,
+            )?;
+            if !stream {
+                println!(
+                    "{turns:>5} turns: chat body {:>9} bytes, prompt {:>9} bytes",
+                    chat.len(),
+                    prepared.prompt.len()
+                );
+            }
+        }
+        for stream in [false, true] {
+            if args.sessions == 0 || turns > 100 {
+                break;
+            }
+            let suffix = if stream { "-stream" } else { "" };
+            let mut lines = Vec::new();
+            for k in 0..args.sessions {
+                let session = format!("{:012x}", 0x0b5e_0000_0000u64 + k as u64);
+                lines.extend(swe_agent::chat_bytes(turns, &session, stream));
+                lines.push(b'\n');
+            }
+            std::fs::write(args.out.join(format!("chat-{turns}{suffix}.jsonl")), lines)?;
+        }
+    }
+    Ok(())
+}
