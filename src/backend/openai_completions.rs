@@ -325,7 +325,7 @@ impl OpenAiCompletions {
             stream: false,
             cache_prompt: true,
         };
-        let (text, attempts) = self.post("completions", &body).await?;
+        let (text, attempts) = self.post("completions", &body, prompt.len()).await?;
         decode(&text, model, attempts)
     }
 
@@ -336,7 +336,7 @@ impl OpenAiCompletions {
         &self,
         body: &serde_json::Value,
     ) -> Result<(serde_json::Value, u32), ProxyError> {
-        let (text, attempts) = self.post("chat/completions", body).await?;
+        let (text, attempts) = self.post("chat/completions", body, 0).await?;
         let value = serde_json::from_str(&text).map_err(|e| {
             ProxyError::Backend(format!(
                 "response is not JSON ({e}): {}",
@@ -354,14 +354,26 @@ impl OpenAiCompletions {
         &self,
         path: &str,
         body: &T,
+        size_hint: usize,
     ) -> Result<(String, u32), ProxyError> {
         let url = format!("{}/{path}", self.base);
+        // Serialised once for all attempts, into a buffer sized for the prompt (a long prompt
+        // would otherwise be copied log2(n) times while the buffer doubles).
+        let mut json = Vec::with_capacity(size_hint + size_hint / 8 + 1024);
+        serde_json::to_writer(&mut json, body)
+            .map_err(|e| ProxyError::Internal(format!("encoding the backend request: {e}")))?;
+        let json = bytes::Bytes::from(json);
         let budget = CallBudget::current();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let (timeout, by_deadline) = budget.bound(Duration::from_secs(self.timeout_s))?;
-            let mut req = self.client.post(&url).timeout(timeout).json(body);
+            let mut req = self
+                .client
+                .post(&url)
+                .timeout(timeout)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(json.clone());
             if let Some(key) = &self.api_key {
                 req = req.bearer_auth(key.expose());
             }

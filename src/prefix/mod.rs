@@ -286,6 +286,10 @@ impl PrefixStore {
     }
 
     fn fingerprint(&self, first_user: &str) -> Option<&Prefix> {
+        // Nothing to match (no task prefixes loaded): skip normalising a long task text.
+        if self.windows.is_empty() && self.short.is_empty() {
+            return None;
+        }
         let text = normalise(first_user);
         let chars: Vec<(usize, char)> = text.char_indices().collect();
         if chars.len() >= WINDOW {

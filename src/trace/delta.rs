@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use super::{sha256_hex, PromptRecord, RequestInput};
 
@@ -57,11 +56,11 @@ pub struct RequestDelta {
 
 type Digest16 = [u8; 16];
 
+/// A 128-bit XXH3 digest: these digests only ever compare texts within one process (they
+/// are never written), so a fast non-cryptographic hash does; the prompt's SHA-256 in the
+/// record still checks every rebuilt prompt.
 fn digest16(bytes: &[u8]) -> Digest16 {
-    let full = Sha256::digest(bytes);
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&full[..16]);
-    out
+    xxhash_rust::xxh3::xxh3_128(bytes).to_le_bytes()
 }
 
 /// The writer's memory of the last request of a session.
@@ -136,19 +135,27 @@ impl DeltaState {
         if unchanged {
             return None;
         }
-        let searchable = prompt.get(stored_from..).unwrap_or_default();
+        // Messages appear in the prompt in order: each is searched for after the previous
+        // match, within a window of its own size plus some markup (linear in the prompt, also
+        // for a first record of thousands of messages).
+        let mut cursor = stored_from.min(prompt.len());
         let mut new_messages = Vec::with_capacity(messages.len() - kept);
         let mut content_refs = Vec::new();
         for (i, raw) in messages[kept..].iter().enumerate() {
             let mut message: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
             if let Some(content) = message.get("content").and_then(Value::as_str) {
                 if content.len() >= MIN_REF_BYTES {
-                    if let Some(at) = searchable.find(content) {
+                    let mut end = (cursor + 2 * content.len() + 16 * 1024).min(prompt.len());
+                    while !prompt.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    if let Some(at) = prompt[cursor..end].find(content) {
                         content_refs.push(ContentRef {
                             message: i,
-                            start: stored_from + at,
+                            start: cursor + at,
                             len: content.len(),
                         });
+                        cursor += at + content.len();
                         message["content"] = Value::Null;
                     }
                 }
