@@ -25,6 +25,7 @@
 //!    as for any model (SWE-agent and OpenHands end or condense the history).
 
 use std::path::Path;
+#[cfg(feature = "tokenizer")]
 use std::sync::Arc;
 
 use serde::Serialize;

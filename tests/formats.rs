@@ -72,7 +72,7 @@ fn generic_tools(tool: &str, params: &[String]) -> ToolSet {
 /// Argument text with quotes, backslashes, newlines, markup (`<div>`, `</div>`) and
 /// non-ASCII. Excluded: closing tags of the tool's own tags (the documented limit of the
 /// tag formats), lines that start a tag or a step, fences, and `<<` (heredoc markers).
-fn value_strategy() -> impl Strategy<Value = String> {
+pub fn value_strategy() -> impl Strategy<Value = String> {
     proptest::string::string_regex(
         "([a-zA-Z0-9 \t\r\n<>&\"'\\\\/=._é😀{}:,-]|</div>|<div>|</b>){0,40}",
     )

@@ -15,6 +15,7 @@ mod parse;
 mod passthrough;
 mod prefix_build;
 mod prefixes;
+mod props;
 mod reliability;
 mod render;
 mod replay;

@@ -81,3 +81,46 @@ fn golden_parse_cases() {
         }));
     });
 }
+
+/// Fuzzing regression (`fuzz/` target `parse`, issue 9 item 7): a run of `<` in an action's
+/// body made the heredoc scan slice past the end of the line (`<<<<<`) or into a multi-byte
+/// character (`<<<<<é`), a panic on model output. Every format scans bodies for heredocs.
+#[test]
+fn runs_of_angle_brackets_in_a_body_do_not_panic() {
+    use asap_proxy::parse::parse_for;
+    use asap_proxy::render::FORMATS;
+    let tools = tools_for("swe-agent-1.json");
+    for body in ["cat <<<<<", "cat <<<<<é", "x<<<<<<<", "<<<<<\n<<<<<é\n"] {
+        for format in FORMATS {
+            let text = match format {
+                asap_proxy::render::Format::MarkdownXml => {
+                    format!("Run.\n\n<bash>\n{body}\n</bash>\n")
+                }
+                asap_proxy::render::Format::Xml => {
+                    format!("Run.\n</thought>\n<bash>\n{body}\n</bash>\n")
+                }
+                asap_proxy::render::Format::Markdown => {
+                    format!("Run.\n\n### Action\n```bash\n{body}\n```\n")
+                }
+                asap_proxy::render::Format::Json => format!(
+                    "Run.\",\"action\":{{\"tool\":\"bash\",\"arguments\":{{\"command\":{}}}}}}}",
+                    serde_json::to_string(body).unwrap()
+                ),
+            };
+            let parsed = parse_for(format, &text, &tools);
+            assert_eq!(
+                parsed.outcome.as_ref().ok(),
+                Some(&asap_proxy::conversation::Action::Call {
+                    tag: "bash".into(),
+                    arguments: [("command".to_string(), json!(body))].into_iter().collect(),
+                }),
+                "{format:?}: {text:?}"
+            );
+        }
+    }
+    // The fuzzer's input itself (an editor call whose body holds the runs).
+    let crash = "View.et me run Python.Puan\n\n<python\u{8}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<</new_str><<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<ad calc.py.\n\n<bash>ca# /workspacecat /workspac<<<<<<<<\n\n<s</command>trpreplaceieto_dr>\n<command[1\u{c}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}e`w</command>\n<path>/testbed/x.py\n<str_replace_editor>>\n";
+    for format in FORMATS {
+        let _ = parse_for(format, crash, &tools);
+    }
+}

@@ -145,8 +145,9 @@ fn heredoc_delimiters(line: &str) -> Vec<(String, bool)> {
     while let Some(k) = line[i..].find("<<") {
         let at = i + k;
         i = at + 2;
+        // A here-string `<<<`, or the tail of a longer run of `<`: search on after these two
+        // (`at + 2` stays within the line and on a character boundary; `at + 3` did not).
         if bytes.get(at + 2) == Some(&b'<') || (at > 0 && bytes[at - 1] == b'<') {
-            i = at + 3;
             continue;
         }
         let mut j = at + 2;
