@@ -1010,7 +1010,11 @@ async fn a_client_disconnect_cancels_the_backend_call_and_is_traced() {
             tokio::time::sleep(Duration::from_millis(100)).await;
             waited += 1;
         }
-        assert_eq!(backend.cancelled(), 1, "stream={stream}: the backend call was not cancelled");
+        assert_eq!(
+            backend.cancelled(),
+            1,
+            "stream={stream}: the backend call was not cancelled"
+        );
         assert!(started.elapsed() < Duration::from_secs(10));
         // The record is written as the step ends.
         let mut record = Value::Null;
@@ -1023,7 +1027,10 @@ async fn a_client_disconnect_cancels_the_backend_call_and_is_traced() {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert_eq!(record["data"]["decision"], "aborted", "stream={stream}: {record}");
+        assert_eq!(
+            record["data"]["decision"], "aborted",
+            "stream={stream}: {record}"
+        );
         assert!(record["data"]["error"]
             .as_str()
             .unwrap()
