@@ -389,15 +389,26 @@ async fn kill_9_during_a_run_loses_only_the_records_in_flight() {
         .arg(&logs)
         .output()
         .unwrap();
-    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stdout));
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stdout)
+    );
     let report = std::process::Command::new(bin)
         .args(["report", "--format", "json"])
         .arg(&logs)
         .output()
         .unwrap();
-    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
     let json: Value = serde_json::from_slice(&report.stdout).unwrap();
-    assert!(json.to_string().contains(&format!("\"runs\":{sessions}")), "{json}");
+    assert!(
+        json.to_string().contains(&format!("\"runs\":{sessions}")),
+        "{json}"
+    );
 }
 
 #[tokio::test]
@@ -517,4 +528,122 @@ async fn a_scaffold_rewriting_old_outputs_still_gets_a_linear_log() {
         .map(|(_, _, prompt, _)| prompt)
         .collect();
     assert_eq!(rebuilt_prompts, prompts);
+}
+
+/// A step record of a made-up session at `turn`: the prompt and the request grow by one
+/// observation and one message per turn.
+fn made_up_step(turn: usize) -> (asap_proxy::trace::StepRecord, String, Value) {
+    use asap_proxy::trace::{RequestInput, StepDecision, StepRecord, Timings};
+    let mut prompt = "# Task\n\nFix it.\n\n# Trajectory\n".to_string();
+    for i in 0..=turn {
+        prompt.push_str(&format!(
+            "\n## Thinking\nStep {i}.\n\n<bash>ls {i}</bash>\n\n<observation>\n{}</observation>\n",
+            format!("file_{i}.py\n").repeat(300)
+        ));
+    }
+    let messages: Vec<Value> = (0..=turn)
+        .map(|i| json!({"role": if i == 0 { "user" } else { "tool" }, "content": format!("message {i}")}))
+        .collect();
+    let body = json!({"model": "m", "messages": messages});
+    let record = StepRecord {
+        step: turn,
+        attempt: 0,
+        kind: None,
+        profile: "generic".into(),
+        stream: false,
+        decision: StepDecision::Accept,
+        ignored_fields: Vec::new(),
+        request: None,
+        prompt: None,
+        completion: None,
+        parse: None,
+        response: None,
+        nudges_used: Vec::new(),
+        error: None,
+        context: None,
+        timings: Timings::default(),
+        full_prompt: prompt.clone(),
+        input: Some(std::sync::Arc::new(RequestInput {
+            body: body.to_string().into(),
+            task_text: "Fix it.".into(),
+            ..RequestInput::default()
+        })),
+        prefix: None,
+        nudge: None,
+        termination: None,
+    };
+    (record, prompt, body)
+}
+
+/// The writer keeps the delta state of a bounded number of sessions and evicts the least
+/// recently written one (the soak run of docs/reliability.md item 8 found it kept the state
+/// of every session served, up to 65,536, so RSS grew with every session). An evicted
+/// session's next record is stored whole; every prompt and request still rebuilds.
+#[tokio::test]
+async fn the_writer_keeps_state_of_recent_sessions_only_and_evicted_ones_still_rebuild() {
+    use asap_proxy::session::SessionId;
+    use asap_proxy::trace::{TraceSettings, TraceWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let settings = TraceSettings {
+        dir: dir.path().to_path_buf(),
+        ..TraceSettings::default()
+    };
+    let writer = TraceWriter::with_cache_capacity(settings, 2);
+    let ids: Vec<SessionId> = ["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"]
+        .iter()
+        .map(|s| SessionId::from_recorded(s).unwrap())
+        .collect();
+    let mut expected: Vec<Vec<(String, Value)>> = vec![Vec::new(); 3];
+    // a0 b0 a1 c0 (evicts b, the least recently written) a2 b1 (stored whole; evicts c).
+    for who in [0, 1, 0, 2, 0, 1] {
+        let (record, prompt, body) = made_up_step(expected[who].len());
+        writer.write_step(&ids[who], record).await;
+        expected[who].push((prompt, body));
+        assert!(writer.cached_sessions() <= 2);
+    }
+    assert_eq!(writer.cached_sessions(), 2);
+    for (who, id) in ids.iter().enumerate() {
+        let path = writer.path(id);
+        let steps: Vec<Value> = read_records(&path)
+            .into_iter()
+            .filter(|r| r["type"] == "step")
+            .map(|r| r["data"].clone())
+            .collect();
+        let prefix_bytes: Vec<u64> = steps
+            .iter()
+            .map(|s| s["prompt"]["prefix_bytes"].as_u64().unwrap())
+            .collect();
+        let messages_from: Vec<u64> = steps
+            .iter()
+            .map(|s| s["request"]["messages_from"].as_u64().unwrap())
+            .collect();
+        match who {
+            0 => {
+                assert!(
+                    prefix_bytes[0] == 0 && prefix_bytes[1] > 0 && prefix_bytes[2] > 0,
+                    "a kept: {prefix_bytes:?}"
+                );
+                assert_eq!(messages_from, [0, 1, 2]);
+            }
+            1 => {
+                assert_eq!(
+                    prefix_bytes,
+                    [0, 0],
+                    "b was evicted: its second record is whole"
+                );
+                assert_eq!(messages_from, [0, 0]);
+            }
+            _ => assert_eq!(prefix_bytes, [0]),
+        }
+        let mut reader = TraceReader::open(&path).unwrap();
+        let mut n = 0;
+        while let Some(record) = reader.next_record() {
+            if record.unwrap().kind == "step" {
+                assert_eq!(reader.prompt(), expected[who][n].0);
+                assert_eq!(reader.request().body(), expected[who][n].1);
+                n += 1;
+            }
+        }
+        assert_eq!(n, expected[who].len());
+    }
 }

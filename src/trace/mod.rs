@@ -43,9 +43,12 @@ use crate::session::{NudgeKind, SessionId};
 /// Version of the record layout; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// Sessions whose delta state the writer keeps; past this the state is dropped and the next
-/// record of a dropped session stores its request and prompt whole (still valid, just larger).
-const CACHED_SESSIONS: usize = 65_536;
+/// Sessions whose delta state the writer keeps by default, the least recently written one
+/// evicted first. A state is a few KiB (the prompt's tail after its last full block and
+/// digests), so this bounds it to about 10-20 MB: 8 times the default `--max-concurrency`,
+/// so the sessions still running keep theirs. The next record of an evicted session stores
+/// its request and prompt whole (still valid, just larger).
+pub const CACHED_SESSIONS: usize = 4096;
 
 /// The line format shared by all records.
 #[derive(Debug, Serialize)]
@@ -369,11 +372,46 @@ struct SessionCache {
     prompt: delta::PromptState,
 }
 
+/// The writer's per-session states, bounded: least recently written evicted first.
+#[derive(Debug, Default)]
+struct SessionCaches {
+    /// Session id → (state, tick of its last use).
+    map: HashMap<String, (Arc<Mutex<SessionCache>>, u64)>,
+    tick: u64,
+    capacity: usize,
+}
+
+impl SessionCaches {
+    /// The state of `session`, made (and the least recently used one evicted) when new.
+    fn get(&mut self, session: &str) -> Arc<Mutex<SessionCache>> {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some((cache, used)) = self.map.get_mut(session) {
+            *used = tick;
+            return cache.clone();
+        }
+        if self.map.len() >= self.capacity {
+            // A scan, only when a new session arrives at a full cache: microseconds.
+            let oldest = self
+                .map
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(id, _)| id.clone());
+            if let Some(id) = oldest {
+                self.map.remove(&id);
+            }
+        }
+        let cache = Arc::<Mutex<SessionCache>>::default();
+        self.map.insert(session.to_string(), (cache.clone(), tick));
+        cache
+    }
+}
+
 /// Writes trace records; cheap to share.
 #[derive(Debug, Clone)]
 pub struct TraceWriter {
     settings: Arc<TraceSettings>,
-    sessions: Arc<Mutex<HashMap<String, Arc<Mutex<SessionCache>>>>>,
+    sessions: Arc<Mutex<SessionCaches>>,
     /// Next run index per (task, label) (run source `order`).
     runs: Arc<Mutex<HashMap<(String, String), usize>>>,
 }
@@ -381,11 +419,29 @@ pub struct TraceWriter {
 impl TraceWriter {
     /// Writer into `settings.dir` (created on first write).
     pub fn new(settings: TraceSettings) -> Self {
+        Self::with_cache_capacity(settings, CACHED_SESSIONS)
+    }
+
+    /// Writer that keeps the delta state of at most `capacity` sessions (at least 1; see
+    /// [`CACHED_SESSIONS`]).
+    pub fn with_cache_capacity(settings: TraceSettings, capacity: usize) -> Self {
         Self {
             settings: Arc::new(settings),
-            sessions: Arc::default(),
+            sessions: Arc::new(Mutex::new(SessionCaches {
+                capacity: capacity.max(1),
+                ..SessionCaches::default()
+            })),
             runs: Arc::default(),
         }
+    }
+
+    /// Sessions whose delta state is kept now.
+    pub fn cached_sessions(&self) -> usize {
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .map
+            .len()
     }
 
     /// The file of a session.
@@ -411,14 +467,10 @@ impl TraceWriter {
     }
 
     fn cache(&self, session: &SessionId) -> Arc<Mutex<SessionCache>> {
-        let mut sessions = self
-            .sessions
+        self.sessions
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if sessions.len() >= CACHED_SESSIONS && !sessions.contains_key(session.as_str()) {
-            sessions.clear();
-        }
-        sessions.entry(session.to_string()).or_default().clone()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(session.as_str())
     }
 
     fn next_run(&self, task: &str, label: &str) -> usize {
