@@ -9,7 +9,7 @@ llama-server expose and that asap-proxy calls:
   is answered with SSE chunks (several text pieces, a final chunk carrying
   ``finish_reason``, a usage chunk when ``stream_options.include_usage`` is
   set, then ``data: [DONE]``).
-* ``GET /v1/models``: one model, ``fake-base``, with ``max_model_len`` 8192.
+* ``GET /v1/models``: one model, ``fake-base``, with ``max_model_len`` 32768 (no ``/tokenize``: the proxy estimates 1 token per 2 bytes).
 * ``GET /health``: 200.
 
 Like vLLM without ``include_stop_str_in_output``, the returned text never
@@ -44,7 +44,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL_ID = "fake-base"
-MAX_MODEL_LEN = 8192
+MAX_MODEL_LEN = 32768
 DEFAULT_STOP_REASON = "<observation>"
 
 
