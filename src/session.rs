@@ -219,9 +219,13 @@ struct IndexInner {
     order: VecDeque<[u8; 32]>,
 }
 
-/// Entries kept by default (oldest evicted first): about 16 MiB when full (a soak run fills
-/// it after ~8 minutes at 150 requests/s; memory then stays flat).
-pub const DEFAULT_INDEX_CAPACITY: usize = 65_536;
+/// Entries kept by default (oldest evicted first; two per turn answered without a tool
+/// call): about 7 MiB when full (the table is allocated whole up front, so it never doubles
+/// under load: 65,536 buckets of 80 bytes, the 1 MiB order queue, the session ids). An entry
+/// must outlive the scaffold's tool run between two turns of its session: at the soak's
+/// 150 requests/s (docs/reliability.md section 8) an entry lives about 3 minutes, at a
+/// typical eval's 15 content turns/s about 18 minutes.
+pub const DEFAULT_INDEX_CAPACITY: usize = 32_768;
 
 /// `scope` keeps rollouts that name their task and run (`X-ASAP-Task`, `X-ASAP-Run`) apart
 /// even when their turns are byte-identical (parallel runs of one task with the same model
@@ -255,11 +259,16 @@ pub fn index_scope(task: Option<&str>, run: Option<usize>) -> String {
 }
 
 impl SessionIndex {
-    /// An empty index holding at most `capacity` entries.
+    /// An empty index holding at most `capacity` entries, allocated whole now.
     pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
         Self {
-            capacity: capacity.max(1),
-            inner: Mutex::new(IndexInner::default()),
+            capacity,
+            inner: Mutex::new(IndexInner {
+                // A turn inserts up to two keys before the oldest are evicted.
+                map: HashMap::with_capacity(capacity + 2),
+                order: VecDeque::with_capacity(capacity + 2),
+            }),
         }
     }
 

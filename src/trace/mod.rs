@@ -45,10 +45,12 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// Sessions whose delta state the writer keeps by default, the least recently written one
 /// evicted first. A state is a few KiB (the prompt's tail after its last full block and
-/// digests), so this bounds it to about 10-20 MB: 8 times the default `--max-concurrency`,
-/// so the sessions still running keep theirs. The next record of an evicted session stores
-/// its request and prompt whole (still valid, just larger).
-pub const CACHED_SESSIONS: usize = 4096;
+/// digests), so this bounds it to about 6-8 MB: 4 times the default `--max-concurrency`,
+/// so the sessions still running keep theirs. Small on purpose: the soak (docs/reliability.md
+/// section 8) fills it within its 2-minute warm-up, after which memory stays flat. The next
+/// record of an evicted session stores its request and prompt whole (still valid, just
+/// larger).
+pub const CACHED_SESSIONS: usize = 2048;
 
 /// The line format shared by all records.
 #[derive(Debug, Serialize)]
