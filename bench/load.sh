@@ -11,14 +11,17 @@
 # 1,000-turn single-request timing and the RSS with 256 concurrent 100-turn requests in
 # flight. Prints a Markdown report and writes it to bench/results/<date>.md.
 #
-# Usage: bench/load.sh [--quick]      (--quick: fewer requests, for a smoke test)
+# Usage: bench/load.sh [--quick|--rss]  (--quick: fewer requests, for a smoke test;
+#                                        --rss: only the 256-concurrent RSS step, no report)
 # Env:   OHA=path/to/oha  MOCK_PORT=19001  PROXY_PORT=19002  RESULTS=bench/results
 #        PROXY_ENV='NAME=value ...' (extra environment for the proxy, e.g. malloc tunables)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 QUICK=0
+RSS_ONLY=0
 [[ "${1:-}" == "--quick" ]] && QUICK=1
+[[ "${1:-}" == "--rss" ]] && RSS_ONLY=1
 MOCK_PORT=${MOCK_PORT:-19001}
 PROXY_PORT=${PROXY_PORT:-19002}
 RESULTS=${RESULTS:-bench/results}
@@ -191,6 +194,21 @@ measure() {
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
+rss_step() {
+    echo "== RSS: 256 concurrent 100-turn requests (mock delay 2000 ms)" >&2
+    start_mock 2000
+    start_proxy
+    idle_rss=$(awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$PROXY_PID/status")
+    oha_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 256 1024 -Z "$B/chat-100.jsonl"
+    read -r r_p50 _ r_rps r_ok r_total < <(oha_fields "$WORK/proxy.json")
+    r_hwm=$(( $(hwm_kib "$PROXY_PID") / 1024 ))
+    echo "   idle RSS $idle_rss MiB, peak RSS $r_hwm MiB, p50 $r_p50 ms ($r_ok/$r_total ok)" >&2
+}
+if [[ $RSS_ONLY == 1 ]]; then
+    rss_step
+    exit 0
+fi
+
 echo "== c=1, mock delay 0 ms" >&2
 start_mock 0
 for turns in 2 20 100; do
@@ -222,14 +240,7 @@ k_cpu=$(python3 -c "print(f'{($cpu1 - $cpu0) * 1000 / $TICK / $k_total:.2f}')")
 k_hwm=$(( $(hwm_kib "$PROXY_PID") / 1024 ))
 echo "   direct p50 $k_d50 ms, proxy p50 $k_p50 ms, cpu $k_cpu ms/req ($k_ok/$k_total ok)" >&2
 
-echo "== RSS: 256 concurrent 100-turn requests (mock delay 2000 ms)" >&2
-start_mock 2000
-start_proxy
-idle_rss=$(awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$PROXY_PID/status")
-oha_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 256 1024 -Z "$B/chat-100.jsonl"
-read -r r_p50 _ r_rps r_ok r_total < <(oha_fields "$WORK/proxy.json")
-r_hwm=$(( $(hwm_kib "$PROXY_PID") / 1024 ))
-echo "   idle RSS $idle_rss MiB, peak RSS $r_hwm MiB, p50 $r_p50 ms ($r_ok/$r_total ok)" >&2
+rss_step
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- report -------------------------------------------------------------------------------

@@ -292,17 +292,21 @@ fn ms_since(t: Instant) -> f64 {
 /// Records are written before returning, also when the backend fails.
 pub async fn run_step(
     ctx: &StepContext<'_>,
-    request: &ChatCompletionRequest,
+    mut request: ChatCompletionRequest,
 ) -> Result<StepOutcome, ProxyError> {
     let started = Instant::now();
-    let input = Arc::new(RequestInput::from_request(request));
-    let mut prepared = ctx.prepare(request)?;
+    let mut input = Arc::new(RequestInput::from_request(&request));
+    let mut prepared = ctx.prepare(&request)?;
     let session = prepared.session.session.clone();
     let mut nudges = prepared.session.nudges.clone();
     let step = prepared.conversation.action_count();
-    if let Some(kind) = side_call::detect(request) {
-        return run_side_call(ctx, request, &input, &prepared, kind, started).await;
+    if let Some(kind) = side_call::detect(&request) {
+        return run_side_call(ctx, &request, &input, &prepared, kind, started).await;
     }
+    // The conversation holds what the rest needs; the decoded messages would only add a
+    // copy of the history to every request waiting on the backend (BENCHMARKS.md, RSS).
+    request.release_messages();
+    let request = &request;
     // Terminus-2 asks to confirm a `task_complete`: the answer stays the same, with no model
     // call (the trace record has a response and no completion).
     if let Some(confirmation) = prepared.tools.dialect.and_then(|d| d.confirmation()) {
@@ -352,9 +356,17 @@ pub async fn run_step(
             }
         };
         let attempt_started = Instant::now();
-        let completion = ctx
-            .backend
-            .complete(
+        let mut record = StepRecord::without_prompt(step, attempt, &prepared);
+        record.input = Some(input.clone());
+        record.ignored_fields = request.ignored_fields();
+        record.stream = request.is_stream();
+        record.nudges_used = nudges.0.clone();
+        record.context = context.clone();
+        // The record's prompt and request deltas are taken while the backend generates (the
+        // backend call is polled first, so its request is under way), off the answer's path;
+        // the request body is released once they are.
+        let (completion, mut record) = tokio::join!(
+            ctx.backend.complete(
                 &prepared.prompt,
                 &params,
                 ctx.prompt_config.format.stop(),
@@ -365,13 +377,15 @@ pub async fn run_step(
                     attempt,
                     side_call: None,
                 },
-            )
-            .await;
+            ),
+            async {
+                let pending = ctx.trace.begin(&session, record, &prepared.prompt);
+                input = Arc::new(input.without_body());
+                pending
+            }
+        );
         request.waited_on_backend(attempt_started);
         let backend_ms = ms_since(attempt_started);
-        let mut record = new_record(&input, request, step, attempt, &prepared);
-        record.nudges_used = nudges.0.clone();
-        record.context = context.clone();
         let completion: BackendCompletion = match completion {
             Ok(c) => c,
             Err(e) => {
@@ -382,7 +396,7 @@ pub async fn run_step(
                     parse_ms: 0.0,
                     total_ms: ms_since(started),
                 };
-                ctx.trace.write_step(&session, record).await;
+                ctx.trace.commit(record).await;
                 return Err(e);
             }
         };
@@ -421,7 +435,7 @@ pub async fn run_step(
                 hint,
             });
             record.timings = timings(render_ms);
-            ctx.trace.write_step(&session, record).await;
+            ctx.trace.commit(record).await;
             tracing::info!(%session, step, ?kind, "nudge: generating again");
 
             let render_started = Instant::now();
@@ -458,7 +472,7 @@ pub async fn run_step(
                     record.set_parse(&completion, &parsed);
                     record.error = Some(error.to_string());
                     record.timings = timings(render_ms);
-                    ctx.trace.write_step(&session, record).await;
+                    ctx.trace.commit(record).await;
                     return Err(error);
                 }
                 respond::termination(
@@ -489,7 +503,7 @@ pub async fn run_step(
         }
         record.set_completion(&completion, &parsed, &reply);
         record.timings = timings(render_ms);
-        ctx.trace.write_step(&session, record).await;
+        ctx.trace.commit(record).await;
         return Ok(StepOutcome {
             reply,
             session,

@@ -647,3 +647,63 @@ async fn the_writer_keeps_state_of_recent_sessions_only_and_evicted_ones_still_r
         assert_eq!(n, expected[who].len());
     }
 }
+
+/// The pipeline takes a record's deltas while the backend generates
+/// ([`TraceWriter::begin`]) and writes it afterwards ([`TraceWriter::commit`]). Two requests
+/// of one session in flight at once may finish in either order; their records must still
+/// land in the order their deltas were taken, and a record dropped without a commit (a step
+/// cut short) is written as `aborted`, so the chain behind it stays readable.
+#[tokio::test]
+async fn begun_records_are_written_in_begin_order_and_a_dropped_one_as_aborted() {
+    use asap_proxy::session::SessionId;
+    use asap_proxy::trace::{TraceSettings, TraceWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let writer = TraceWriter::new(TraceSettings {
+        dir: dir.path().to_path_buf(),
+        ..TraceSettings::default()
+    });
+    let id = SessionId::from_recorded("dddddddddddd").unwrap();
+    let mut expected = Vec::new();
+    let mut begin = |turn: usize| {
+        let (mut record, prompt, body) = made_up_step(turn);
+        let full = std::mem::take(&mut record.full_prompt);
+        expected.push((prompt, body));
+        writer.begin(&id, record, &full)
+    };
+    let first = begin(0);
+    let second = begin(1);
+    let third = begin(2);
+    let fourth = begin(3);
+    // The second finishes first: nothing may be written before the first.
+    writer.commit(second).await;
+    assert!(
+        !writer.path(&id).exists(),
+        "a later record was written before an earlier one"
+    );
+    writer.commit(first).await;
+    drop(third);
+    writer.commit(fourth).await;
+    let steps: Vec<Value> = read_records(&writer.path(&id))
+        .into_iter()
+        .filter(|r| r["type"] == "step")
+        .map(|r| r["data"].clone())
+        .collect();
+    let order: Vec<u64> = steps.iter().map(|s| s["step"].as_u64().unwrap()).collect();
+    assert_eq!(order, [0, 1, 2, 3]);
+    assert_eq!(steps[2]["decision"], "aborted");
+    let prefix_bytes: Vec<u64> = steps
+        .iter()
+        .map(|s| s["prompt"]["prefix_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(prefix_bytes[1..].iter().all(|&p| p > 0), "{prefix_bytes:?}");
+    let mut reader = TraceReader::open(&writer.path(&id)).unwrap();
+    let mut n = 0;
+    while let Some(record) = reader.next_record() {
+        if record.unwrap().kind == "step" {
+            assert_eq!(reader.prompt(), expected[n].0, "prompt {n}");
+            assert_eq!(reader.request().body(), expected[n].1, "request {n}");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 4);
+}

@@ -357,12 +357,6 @@ impl OpenAiCompletions {
         size_hint: usize,
     ) -> Result<(String, u32), ProxyError> {
         let url = format!("{}/{path}", self.base);
-        // Serialised once for all attempts, into a buffer sized for the prompt (a long prompt
-        // would otherwise be copied log2(n) times while the buffer doubles).
-        let mut json = Vec::with_capacity(size_hint + size_hint / 8 + 1024);
-        serde_json::to_writer(&mut json, body)
-            .map_err(|e| ProxyError::Internal(format!("encoding the backend request: {e}")))?;
-        let json = bytes::Bytes::from(json);
         let budget = CallBudget::current();
         let mut attempt = 0;
         loop {
@@ -373,7 +367,7 @@ impl OpenAiCompletions {
                 .post(&url)
                 .timeout(timeout)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(json.clone());
+                .body(encode_body(body, size_hint)?);
             if let Some(key) = &self.api_key {
                 req = req.bearer_auth(key.expose());
             }
@@ -527,6 +521,23 @@ fn decode(text: &str, model: String, attempts: u32) -> Result<BackendCompletion,
         model,
         attempts,
     })
+}
+
+/// `body` as JSON, into a buffer sized for the prompt (a long prompt would otherwise be
+/// copied log2(n) times while the buffer doubles). Encoded anew for each attempt and handed
+/// over as a one-shot body: reqwest keeps a copy of a reusable body for redirects until the
+/// response arrives, which would hold every waiting request's prompt twice (BENCHMARKS.md,
+/// RSS); this one is freed once sent. Content-Length is still set (exact size hint).
+fn encode_body<T: serde::Serialize + ?Sized>(
+    body: &T,
+    size_hint: usize,
+) -> Result<reqwest::Body, ProxyError> {
+    let mut json = Vec::with_capacity(size_hint + size_hint / 8 + 1024);
+    serde_json::to_writer(&mut json, body)
+        .map_err(|e| ProxyError::Internal(format!("encoding the backend request: {e}")))?;
+    Ok(reqwest::Body::wrap(http_body_util::Full::new(
+        bytes::Bytes::from(json),
+    )))
 }
 
 /// The `error.message` of an OpenAI-style error body, or the body itself (shortened).

@@ -108,6 +108,15 @@ impl ChatCompletionRequest {
             .map_or("", |m| m.content.as_str())
     }
 
+    /// Drops the decoded `messages` (and their unknown fields) and this handle on
+    /// `raw_body`: for a request whose conversation is built and whose body the trace holds
+    /// ([`crate::trace::RequestInput`]), so that a request waiting on the backend does not
+    /// hold its history several times over. Methods reading messages see none afterwards.
+    pub fn release_messages(&mut self) {
+        self.messages = Vec::new();
+        self.raw_body = bytes::Bytes::new();
+    }
+
     /// [`ChatCompletionRequest::from_slice`], keeping `body` (shared, not copied) as
     /// `raw_body` for the trace.
     pub fn from_bytes(body: bytes::Bytes) -> Result<Self, ProxyError> {

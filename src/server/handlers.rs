@@ -103,7 +103,7 @@ pub(super) async fn step(
             context: &state.context,
         };
         match state.mode {
-            Mode::Proxy => run_step(&ctx, &request).await,
+            Mode::Proxy => run_step(&ctx, request).await,
             Mode::Passthrough => run_passthrough(&ctx, &request).await,
         }
     }));

@@ -23,7 +23,7 @@
 pub mod delta;
 pub mod read;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -215,7 +215,7 @@ pub struct RequestInput {
 }
 
 /// One completion call (`step`), or a side call (`side_call`, with `kind`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct StepRecord {
     /// 0-based step index: actions in the history (a requery of a failed turn keeps it).
     pub step: usize,
@@ -282,8 +282,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 impl StepRecord {
-    /// A record for a prepared step.
+    /// A record for a prepared step, with a copy of its prompt (for
+    /// [`TraceWriter::write_step`]).
     pub fn new(step: usize, attempt: usize, prepared: &Prepared) -> Self {
+        let mut record = Self::without_prompt(step, attempt, prepared);
+        record.full_prompt = prepared.prompt.clone();
+        record
+    }
+
+    /// A record for a prepared step whose prompt goes to [`TraceWriter::begin`] by reference.
+    pub fn without_prompt(step: usize, attempt: usize, prepared: &Prepared) -> Self {
         Self {
             step,
             attempt,
@@ -301,7 +309,7 @@ impl StepRecord {
             error: None,
             context: None,
             timings: Timings::default(),
-            full_prompt: prepared.prompt.clone(),
+            full_prompt: String::new(),
             input: None,
             prefix: prepared.prefix.clone(),
             nudge: None,
@@ -370,8 +378,18 @@ pub struct TraceSettings {
 #[derive(Debug, Default)]
 struct SessionCache {
     delta: delta::DeltaState,
-    /// The full prompt of the last `step` record written (digests and tail only).
+    /// The full prompt of the last `step` record begun (digests and tail only).
     prompt: delta::PromptState,
+    /// Records begun: each record's deltas are taken against the one begun before it, so
+    /// records are written in the order they were begun.
+    begun: u64,
+    /// Records written (or given up) so far; the next to write is number `written`.
+    written: u64,
+    /// Records complete but waiting for an earlier one of the session (only when one
+    /// session has several requests in flight at once).
+    parked: BTreeMap<u64, StepRecord>,
+    /// This state has written to the session's file (else the file may predate it).
+    wrote: bool,
 }
 
 /// The writer's per-session states, bounded: least recently written evicted first.
@@ -393,10 +411,13 @@ impl SessionCaches {
             return cache.clone();
         }
         if self.map.len() >= self.capacity {
-            // A scan, only when a new session arrives at a full cache: microseconds.
+            // A scan, only when a new session arrives at a full cache: microseconds. A state
+            // with a record begun and not yet written is in use (held by its `Pending`) and
+            // stays: its records' deltas rest on it.
             let oldest = self
                 .map
                 .iter()
+                .filter(|(_, (cache, _))| Arc::strong_count(cache) == 1)
                 .min_by_key(|(_, (_, used))| *used)
                 .map(|(id, _)| id.clone());
             if let Some(id) = oldest {
@@ -452,19 +473,20 @@ impl TraceWriter {
     }
 
     /// Appends a step record (the session record first, for a new file; a `nudge` or
-    /// `terminate` record after it when set). Failures are logged, never returned: a full
-    /// disk must not fail the scaffold's request.
-    pub async fn write_step(&self, session: &SessionId, record: StepRecord) {
+    /// `terminate` record after it when set): [`TraceWriter::begin`] and
+    /// [`TraceWriter::commit`] in one. Failures are logged, never returned: a full disk must
+    /// not fail the scaffold's request.
+    pub async fn write_step(&self, session: &SessionId, mut record: StepRecord) {
         let writer = self.clone();
         let session = session.clone();
-        let result =
-            tokio::task::spawn_blocking(move || writer.write_blocking(&session, record)).await;
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, dir = %self.settings.dir.display(), "writing trace record failed")
-            }
-            Err(e) => tracing::error!(error = %e, "trace writer task failed"),
+        let prompt = std::mem::take(&mut record.full_prompt);
+        let result = tokio::task::spawn_blocking(move || {
+            let pending = writer.begin(&session, record, &prompt);
+            writer.commit_blocking(pending)
+        })
+        .await;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "trace writer task failed");
         }
     }
 
@@ -528,13 +550,103 @@ impl TraceWriter {
         }
     }
 
-    fn write_blocking(&self, session: &SessionId, mut record: StepRecord) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.settings.dir)?;
-        let path = self.path(session);
+    /// Takes the parts of `record` that depend on the session's earlier records, its prompt
+    /// (`prompt`, the full prompt sent) and request as deltas, and moves the session's delta
+    /// state past it. CPU only, no I/O: the pipeline calls it while the backend generates, so
+    /// that the request's body need not be kept while it waits, and the record is finished
+    /// and written with [`TraceWriter::commit`] afterwards.
+    ///
+    /// Records of a session are written in the order they were begun. A [`Pending`] dropped
+    /// without a commit is written anyway, as `aborted`, so later records never wait on it.
+    pub fn begin(&self, session: &SessionId, mut record: StepRecord, prompt: &str) -> Pending {
         let cache = self.cache(session);
-        let mut cache = cache
+        let seq = {
+            let mut state = cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Nothing in flight and the file gone (deleted under a running proxy): start
+            // the chain afresh, as the new file will.
+            if state.delta.is_known()
+                && state.begun == state.written
+                && !self.path(session).exists()
+            {
+                let keep = (state.begun, state.written);
+                *state = SessionCache::default();
+                (state.begun, state.written) = keep;
+            }
+            let side_call = record.kind.is_some();
+            let stored = delta::prompt_record(prompt, (!side_call).then_some(&mut state.prompt));
+            record.request = record.input.as_deref().and_then(|input| {
+                state
+                    .delta
+                    .request_delta(input, prompt, stored.prefix_bytes)
+            });
+            state.delta.mark_known();
+            record.prompt = Some(stored);
+            state.begun += 1;
+            state.begun - 1
+        };
+        // What the session record may still need of the request, without its body.
+        record.input = record.input.map(|input| Arc::new(input.without_body()));
+        record.full_prompt = String::new();
+        Pending {
+            writer: self.clone(),
+            session: session.clone(),
+            cache,
+            seq,
+            record,
+            committed: false,
+        }
+    }
+
+    /// Writes a begun record (and any later records of its session that waited for it).
+    /// Failures are logged, never returned.
+    pub async fn commit(&self, pending: Pending) {
+        let writer = self.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || writer.commit_blocking(pending)).await {
+            tracing::error!(error = %e, "trace writer task failed");
+        }
+    }
+
+    fn commit_blocking(&self, mut pending: Pending) {
+        pending.committed = true;
+        let record = std::mem::take(&mut pending.record);
+        self.write_in_order(&pending.session, &pending.cache, pending.seq, record);
+    }
+
+    /// Parks `record` (number `seq` of its session) and writes every parked record whose
+    /// turn has come.
+    fn write_in_order(
+        &self,
+        session: &SessionId,
+        cache: &Mutex<SessionCache>,
+        seq: u64,
+        record: StepRecord,
+    ) {
+        let mut state = cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.parked.insert(seq, record);
+        loop {
+            let next = state.written;
+            let Some(record) = state.parked.remove(&next) else {
+                break;
+            };
+            if let Err(e) = self.write_blocking(session, &mut state, &record) {
+                tracing::error!(error = %e, dir = %self.settings.dir.display(), "writing trace record failed");
+            }
+            state.written += 1;
+        }
+    }
+
+    fn write_blocking(
+        &self,
+        session: &SessionId,
+        state: &mut SessionCache,
+        record: &StepRecord,
+    ) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.settings.dir)?;
+        let path = self.path(session);
         let fresh = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -542,30 +654,22 @@ impl TraceWriter {
             .is_ok();
         let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
         if fresh {
-            *cache = SessionCache::default();
-            let header = self.session_record(&record);
+            let header = self.session_record(record);
             write_line(&mut file, session, "session", &header)?;
-        } else if !cache.delta.is_known() {
+        } else if !state.wrote {
             // A file from before a restart (or dropped from the cache): end a torn last line
             // so the next record starts on its own line.
             if !ends_with_newline(&path)? {
                 file.write_all(b"\n")?;
             }
         }
-        let side_call = record.kind.is_some();
-        let prompt = delta::prompt_record(
-            &record.full_prompt,
-            (!side_call).then_some(&mut cache.prompt),
-        );
-        record.request = record.input.as_deref().and_then(|input| {
-            cache
-                .delta
-                .request_delta(input, &record.full_prompt, prompt.prefix_bytes)
-        });
-        cache.delta.mark_known();
-        record.prompt = Some(prompt);
-        let kind = if side_call { "side_call" } else { "step" };
-        write_line(&mut file, session, kind, &record)?;
+        state.wrote = true;
+        let kind = if record.kind.is_some() {
+            "side_call"
+        } else {
+            "step"
+        };
+        write_line(&mut file, session, kind, record)?;
         if let Some(nudge) = &record.nudge {
             write_line(&mut file, session, "nudge", nudge)?;
         }
@@ -573,6 +677,48 @@ impl TraceWriter {
             write_line(&mut file, session, "terminate", termination)?;
         }
         Ok(())
+    }
+}
+
+/// A step record begun ([`TraceWriter::begin`]): its prompt and request deltas taken, the
+/// rest (completion, parse, response, timings) to fill in before [`TraceWriter::commit`].
+/// Dereferences to the record. Dropped without a commit (a step cut short), it is written
+/// as it stands, marked `aborted`.
+#[derive(Debug)]
+pub struct Pending {
+    writer: TraceWriter,
+    session: SessionId,
+    cache: Arc<Mutex<SessionCache>>,
+    seq: u64,
+    record: StepRecord,
+    committed: bool,
+}
+
+impl std::ops::Deref for Pending {
+    type Target = StepRecord;
+    fn deref(&self) -> &StepRecord {
+        &self.record
+    }
+}
+
+impl std::ops::DerefMut for Pending {
+    fn deref_mut(&mut self) -> &mut StepRecord {
+        &mut self.record
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        let mut record = std::mem::take(&mut self.record);
+        if record.error.is_none() {
+            record.decision = StepDecision::Aborted;
+            record.error = Some("the step ended before its record was complete".into());
+        }
+        self.writer
+            .write_in_order(&self.session, &self.cache, self.seq, record);
     }
 }
 
@@ -608,6 +754,15 @@ fn ends_with_newline(path: &std::path::Path) -> std::io::Result<bool> {
 }
 
 impl RequestInput {
+    /// This input without its body: what the session record needs once the request delta
+    /// is taken.
+    pub fn without_body(&self) -> Self {
+        Self {
+            body: bytes::Bytes::new(),
+            ..self.clone()
+        }
+    }
+
     /// What the trace needs of a request (the body is shared, not copied).
     pub fn from_request(request: &crate::openai::chat::ChatCompletionRequest) -> Self {
         Self {
