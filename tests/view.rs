@@ -407,3 +407,45 @@ async fn long_prompts_are_linked_not_inlined() {
     assert!(!text(&html).contains(backend.prompts()[1].as_str()));
     assert!(html.len() < 300_000, "{}", html.len());
 }
+
+/// A trajectory the proxy ended: the list says why, the session page shows the termination;
+/// with results the list shows resolution.
+#[tokio::test]
+async fn terminated_sessions_and_results_are_shown() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Done.\n<submit/>\n"),
+        Scripted::text("Done!\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    body["metadata"] = json!({"instance_id": "inventory__total-1", "run": 0});
+    let (status, resp) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{resp}");
+    let files = proxy.trace_files();
+    let id = files[0].file_stem().unwrap().to_string_lossy().into_owned();
+    let results = asap_proxy::report::Results::from_entries([asap_proxy::report::results::Entry {
+        label: None,
+        instance_id: "inventory__total-1".into(),
+        run: Some(0),
+        outcome: asap_proxy::report::Outcome {
+            resolved: true,
+            ..Default::default()
+        },
+    }]);
+    let viewer = Viewer::new(vec![proxy.log_dir.path().to_path_buf()], Some(results));
+    let list = viewer.sessions();
+    let s = &list.sessions[0];
+    assert_eq!(s.ending.text, "terminated: submit_before_edit_again");
+    assert_eq!(s.resolved, Some(true));
+    let list_html = text(&viewer.list_html().unwrap());
+    assert!(list_html.contains(">terminated: submit_before_edit_again<"));
+    assert!(list_html.contains(">resolved<"));
+    let page = text(&viewer.session_html(&id).unwrap());
+    assert!(
+        page.contains("Terminated: submit_before_edit_again"),
+        "{page}"
+    );
+    assert!(page.contains("(on_terminate: submit)"));
+    assert!(page.contains("Nudge: submit_before_edit"));
+}
