@@ -17,7 +17,9 @@ use crate::trace::read::TraceReader;
 /// How a trajectory ended, for display: a short text and a CSS class (`ok`, `bad`, `warn`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Ending {
+    /// `submitted`, `terminated: <reason>`, `error`, `no submission`.
     pub text: String,
+    /// `ok`, `bad` or `warn`.
     pub class: &'static str,
 }
 
@@ -40,7 +42,9 @@ pub struct SessionSummary {
     pub run: usize,
     /// `header` or `order` (see `docs/trace-format.md`).
     pub run_source: String,
+    /// Scaffold profile that served the session.
     pub profile: String,
+    /// Interaction format (`markdown_xml`, `xml`, `markdown`, `json`).
     pub format: String,
     /// `id (K=k)` of the reference prefix rendered, if any.
     pub prefix: Option<String>,

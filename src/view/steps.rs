@@ -35,8 +35,9 @@ pub struct ActionView {
 /// What the parser rejected.
 #[derive(Debug, Clone, Serialize)]
 pub struct FailureView {
-    /// `no_action`, `unknown_tool`, `unclosed_tag`, `missing_parameter`, `invalid_parameter`.
+    /// The class: `no_action`, `unknown_tool`, `unclosed_tag`, `missing_parameter`, `invalid_parameter`.
     pub class: String,
+    /// The parser's explanation.
     pub detail: String,
 }
 
@@ -52,7 +53,10 @@ pub struct NudgeView {
 /// A rule that ended the trajectory with this call.
 #[derive(Debug, Clone, Serialize)]
 pub struct TerminationView {
+    /// `submit_before_edit_again`, `repeated_action_again`, `step_cap`, `unparsable`,
+    /// `same_action_thrice`, `alternation`.
     pub reason: String,
+    /// One-line explanation.
     pub description: String,
     /// `submit` or `error`.
     pub on_terminate: String,
@@ -63,6 +67,7 @@ pub struct TerminationView {
 pub struct PromptView {
     /// Length of the full prompt, bytes.
     pub bytes: usize,
+    /// Hex SHA-256 of the full prompt, as recorded.
     pub sha256: String,
     /// The whole prompt, when at most [`INLINE_PROMPT_BYTES`].
     pub full: Option<String>,
@@ -70,6 +75,7 @@ pub struct PromptView {
     /// [`INLINE_PROMPT_BYTES`]) and the byte it starts at, when the whole prompt is too long
     /// to inline.
     pub new_part: Option<String>,
+    /// Byte offset of `new_part` in the full prompt.
     pub new_from: usize,
 }
 
@@ -86,7 +92,9 @@ pub struct StepView {
     pub side_call: Option<String>,
     /// `accept`, `nudge`, `terminate`, `error`, `aborted`.
     pub decision: String,
+    /// The text before the action (the parser's `thought`).
     pub thought: String,
+    /// The parsed action, or why none could be parsed.
     pub action: Option<ActionView>,
     pub failure: Option<FailureView>,
     /// What the scaffold sent back for this action (from the next request), when accepted.
