@@ -158,6 +158,7 @@ say "6/6 summary"
 python3 scripts/summarize_trace.py "$run_dir/logs" --task-dir "$task" --test-cmd "python3 -m unittest -q"
 echo "mini-swe-agent trajectory: $run_dir/trajectory.json"
 echo "proxy log: $run_dir/proxy.log"
+echo "browse the trajectory: $proxy_bin view $run_dir/logs  (then open http://127.0.0.1:8200/ui)"
 done_phase summary
 say "quickstart finished in $((SECONDS - t0)) s (${times[*]})"
 exit "$agent_rc"

@@ -32,6 +32,9 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Pass@k, Intersection@n and the behaviour breakdown over trace logs.
     Report(ReportArgs),
+    /// Browse trace logs in a web browser: sessions with outcome and behaviour flags, and
+    /// each trajectory step by step with the exact prompts.
+    View(ViewArgs),
 }
 
 /// Flags shared by `serve` and `render`: how a request is turned into a prompt.
@@ -286,6 +289,22 @@ pub struct ReportArgs {
     pub pair: Option<Vec<String>>,
 }
 
+/// `asap-proxy view`.
+#[derive(Debug, Clone, Args)]
+pub struct ViewArgs {
+    /// Trace directories or files (searched recursively for `*.jsonl`; read again on every
+    /// page load).
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Address to listen on; the pages are at `http://ADDR/ui`.
+    #[arg(long, env = "ASAP_VIEW_LISTEN", default_value = "127.0.0.1:8200")]
+    pub listen: SocketAddr,
+    /// Resolution results, as for `report` (SWE-bench harness report JSON, or JSONL/CSV rows
+    /// of `instance_id, run, resolved`): adds resolved/unresolved to each session; repeatable.
+    #[arg(long, num_args = 1..)]
+    pub results: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +339,36 @@ mod tests {
         assert_eq!(args.max_tokens, Some(64));
         assert_eq!(args.prompt.profile.as_deref(), Some("swe-agent"));
         assert_eq!(args.prompt.format, Some(Format::MarkdownXml));
+    }
+
+    #[test]
+    fn view_takes_directories_and_a_listen_address() {
+        let cli = Cli::try_parse_from([
+            "asap-proxy",
+            "view",
+            "logs-a",
+            "logs-b",
+            "--listen",
+            "0.0.0.0:9",
+        ])
+        .unwrap();
+        let Command::View(args) = cli.command else {
+            panic!("not view")
+        };
+        assert_eq!(
+            args.dirs,
+            [PathBuf::from("logs-a"), PathBuf::from("logs-b")]
+        );
+        assert_eq!(args.listen, "0.0.0.0:9".parse().unwrap());
+        let cli = Cli::try_parse_from(["asap-proxy", "view", "logs"]).unwrap();
+        let Command::View(args) = cli.command else {
+            panic!("not view")
+        };
+        assert_eq!(args.listen, "127.0.0.1:8200".parse().unwrap());
+        assert!(
+            Cli::try_parse_from(["asap-proxy", "view"]).is_err(),
+            "a directory is required"
+        );
     }
 
     #[test]

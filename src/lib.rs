@@ -3,7 +3,8 @@
 //!
 //! One module per pipeline stage: [`openai`] (decode), [`session`], [`profile`],
 //! [`conversation`], [`render`], [`backend`], [`parse`], [`respond`], [`trace`]; [`pipeline`]
-//! calls them in order and [`server`] is the HTTP layer.
+//! calls them in order and [`server`] is the HTTP layer. Tools over traces: [`replay`],
+//! [`report`], [`view`] (the trajectory viewer).
 
 pub mod backend;
 pub mod cli;
@@ -27,3 +28,4 @@ pub mod server;
 pub mod session;
 pub mod side_call;
 pub mod trace;
+pub mod view;

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         Command::Prefix(args) => run_prefix(&args),
         Command::Replay(args) => asap_proxy::replay::run(&args),
         Command::Report(args) => asap_proxy::report::run(&args),
+        Command::View(args) => asap_proxy::view::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

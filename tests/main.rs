@@ -24,3 +24,4 @@ mod responses;
 mod server;
 mod trace;
 mod util;
+mod view;

@@ -252,9 +252,18 @@ fn reads_as_submit(action: &Action, tools: &ToolSet) -> bool {
     }
 }
 
+/// Whether `record` is one of the trajectory's turns: a `step` record with a model
+/// completion (see [`trajectory_with_notes`]). The turns of a [`Trajectory`] are these
+/// records, in file order.
+pub fn is_turn(record: &Record) -> bool {
+    record.kind == "step" && record.data.get("completion").is_some_and(Value::is_object)
+}
+
 /// A turn from a `step` record, without the parts that need the profile.
 fn turn(record: &Record) -> Option<Turn> {
-    record.data.get("completion").filter(|c| c.is_object())?;
+    if !is_turn(record) {
+        return None;
+    }
     let parse = record.data.get("parse");
     let action: Option<Action> = parse
         .and_then(|p| p.get("action"))

@@ -201,9 +201,11 @@ async fn overhead_header(
 }
 
 /// The router, for the server and for in-process tests. Every route but `/health` needs an
-/// API key when `--api-key` is set; the chat and responses routes are admitted under
-/// `--max-concurrency` and get their `--request-timeout` deadline; bodies are capped at
-/// `--max-body-bytes`.
+/// API key when `--api-key` is set (the trajectory viewer under `/ui` too: it shows
+/// prompts); the chat and responses routes are admitted under `--max-concurrency` and get
+/// their `--request-timeout` deadline; bodies are capped at `--max-body-bytes`. `/ui` is the
+/// trajectory viewer ([`crate::view`]) over this proxy's `--log-dir`, outside the
+/// concurrency limit.
 pub fn app(state: Arc<AppState>) -> Router {
     let limited = Router::new()
         .route("/v1/chat/completions", post(handlers::chat_completions))
@@ -214,8 +216,13 @@ pub fn app(state: Arc<AppState>) -> Router {
             state.clone(),
             limits::admit,
         ));
+    let viewer = Arc::new(crate::view::Viewer::new(
+        vec![state.trace.dir().to_path_buf()],
+        None,
+    ));
     Router::new()
         .merge(limited)
+        .merge(crate::view::router(viewer))
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
         .layer(axum::middleware::from_fn(overhead_header))

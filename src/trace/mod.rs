@@ -467,6 +467,11 @@ impl TraceWriter {
             .len()
     }
 
+    /// The log directory (`--log-dir`).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.settings.dir
+    }
+
     /// The file of a session.
     pub fn path(&self, session: &SessionId) -> PathBuf {
         self.settings.dir.join(format!("{session}.jsonl"))

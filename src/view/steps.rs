@@ -1,0 +1,385 @@
+//! One trajectory step by step: every completion call of a trace file (`step` and
+//! `side_call` records) with its thought, parsed action or parse failure, the observation the
+//! scaffold sent back, nudges, termination, timings, finish reasons and the exact prompt,
+//! rebuilt from the deltas by [`TraceReader`].
+//!
+//! Observations and the per-turn flags (edit, test run, failed test) come from the report's
+//! [`Turn`]s (`report::load`), so the page and `asap-proxy report` agree.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::conversation::Action;
+use crate::report::failure::shows_test_failure;
+use crate::report::load::{self, is_turn};
+use crate::report::testcmd::is_test_command;
+use crate::report::Turn;
+use crate::trace::read::{ReadError, Record, TraceReader};
+
+/// Prompts up to this size are put on the page whole (in a collapsed `<details>`); longer
+/// ones show only the part new in that call, with a link to the whole text. Keeps a
+/// 100-step session with 200 KiB prompts from becoming a 20 MB page.
+pub const INLINE_PROMPT_BYTES: usize = 64 * 1024;
+
+/// A parsed action, for display.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActionView {
+    /// Tool tag in the neutral vocabulary (`bash`, `str_replace_editor`, …) or `submit`.
+    pub tool: String,
+    /// Arguments in order: name and value (strings as they are, other values as JSON).
+    pub arguments: Vec<(String, String)>,
+}
+
+/// What the parser rejected.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureView {
+    /// The class: `no_action`, `unknown_tool`, `unclosed_tag`, `missing_parameter`, `invalid_parameter`.
+    pub class: String,
+    /// The parser's explanation.
+    pub detail: String,
+}
+
+/// A nudge that rejected the call's output.
+#[derive(Debug, Clone, Serialize)]
+pub struct NudgeView {
+    /// `submit_before_edit` or `repeated_action`.
+    pub kind: String,
+    /// The hint shown to the model as the rejected action's observation.
+    pub hint: String,
+}
+
+/// A rule that ended the trajectory with this call.
+#[derive(Debug, Clone, Serialize)]
+pub struct TerminationView {
+    /// `submit_before_edit_again`, `repeated_action_again`, `step_cap`, `unparsable`,
+    /// `same_action_thrice`, `alternation`.
+    pub reason: String,
+    /// One-line explanation.
+    pub description: String,
+    /// `submit` or `error`.
+    pub on_terminate: String,
+}
+
+/// The prompt of one call.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptView {
+    /// Length of the full prompt, bytes.
+    pub bytes: usize,
+    /// Hex SHA-256 of the full prompt, as recorded.
+    pub sha256: String,
+    /// The whole prompt, when at most [`INLINE_PROMPT_BYTES`].
+    pub full: Option<String>,
+    /// The part new in this call (the trace's delta; at most its last
+    /// [`INLINE_PROMPT_BYTES`]) and the byte it starts at, when the whole prompt is too long
+    /// to inline.
+    pub new_part: Option<String>,
+    /// Byte offset of `new_part` in the full prompt.
+    pub new_from: usize,
+}
+
+/// One completion call.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepView {
+    /// 0-based position among the file's calls (the `n` of the prompt route).
+    pub index: usize,
+    /// 0-based step (actions in the history before this call).
+    pub step: u64,
+    /// 0, then 1 and 2 after nudges.
+    pub attempt: u64,
+    /// `None` for a step; the kind for a side call (`terminus_summary`, …).
+    pub side_call: Option<String>,
+    /// `accept`, `nudge`, `terminate`, `error`, `aborted`.
+    pub decision: String,
+    /// The text before the action (the parser's `thought`).
+    pub thought: String,
+    /// The parsed action, or why none could be parsed.
+    pub action: Option<ActionView>,
+    pub failure: Option<FailureView>,
+    /// What the scaffold sent back for this action (from the next request), when accepted.
+    pub observation: Option<String>,
+    pub nudge: Option<NudgeView>,
+    pub termination: Option<TerminationView>,
+    /// The error returned to the client.
+    pub error: Option<String>,
+    /// The generated text as the backend returned it.
+    pub completion: Option<String>,
+    /// The backend's `finish_reason`, and the matched stop string quoted (Rust string
+    /// syntax, so newlines show as `\n`).
+    pub backend_finish: Option<String>,
+    pub matched_stop: Option<String>,
+    /// The `finish_reason` sent to the scaffold, and the tool it was asked to call.
+    pub sent_finish: Option<String>,
+    pub sent_tool: Option<String>,
+    /// `prompt_tokens` and `completion_tokens` reported by the backend.
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    /// Milliseconds: `render_ms`, `backend_ms`, `parse_ms`, `total_ms`.
+    pub timings: Vec<(String, f64)>,
+    /// Bytes of the completion after the action that were dropped, when more than
+    /// whitespace; and the parser's notes.
+    pub dropped: Option<u64>,
+    pub notes: Vec<String>,
+    /// Observations elided to fit the context window.
+    pub elided: Option<String>,
+    /// The report's per-turn flags: `edit`, `test`, `failed test`, `submit`.
+    pub flags: Vec<&'static str>,
+    pub prompt: Option<PromptView>,
+}
+
+/// Every call of a trace file, in order, and what went wrong reading it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Steps {
+    pub steps: Vec<StepView>,
+    /// A record the reader could not rebuild (the steps after it are not shown).
+    pub error: Option<String>,
+}
+
+/// Reads every call of `path`.
+///
+/// Errors: the file cannot be read at all.
+pub fn read(path: &Path) -> Result<Steps, ReadError> {
+    // The report's reading of the same file: observations and flags per turn. A file whose
+    // deltas do not apply still shows the calls before the bad record (without them).
+    let turns = load::trajectory(path)
+        .ok()
+        .flatten()
+        .map(|t| t.turns)
+        .unwrap_or_default();
+    let mut turns = turns.into_iter();
+    let mut reader = TraceReader::open(path)?;
+    let mut out = Steps::default();
+    while let Some(record) = reader.next_record() {
+        let record = match record {
+            Ok(record) => record,
+            Err(e) => {
+                out.error = Some(e.to_string());
+                break;
+            }
+        };
+        match record.kind.as_str() {
+            "step" | "side_call" => {
+                let turn = if is_turn(&record) { turns.next() } else { None };
+                let index = out.steps.len();
+                out.steps
+                    .push(step_view(index, &record, reader.prompt(), turn.as_ref()));
+            }
+            "nudge" => {
+                if let Some(last) = out.steps.last_mut() {
+                    last.nudge = Some(NudgeView {
+                        kind: record.str("kind").unwrap_or_default().to_string(),
+                        hint: record.str("hint").unwrap_or_default().to_string(),
+                    });
+                }
+            }
+            "terminate" => {
+                if let Some(last) = out.steps.last_mut() {
+                    last.termination = Some(TerminationView {
+                        reason: record.str("reason").unwrap_or_default().to_string(),
+                        description: record.str("description").unwrap_or_default().to_string(),
+                        on_terminate: record.str("on_terminate").unwrap_or_default().to_string(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The full prompt of call `n` (0-based, as [`StepView::index`]); `None` past the last call.
+///
+/// Errors: the file cannot be read, or a record before it cannot be rebuilt.
+pub fn prompt(path: &Path, n: usize) -> Result<Option<String>, ReadError> {
+    let mut reader = TraceReader::open(path)?;
+    let mut seen = 0;
+    while let Some(record) = reader.next_record() {
+        let record = record?;
+        if record.kind == "step" || record.kind == "side_call" {
+            if seen == n {
+                return Ok(Some(reader.prompt().to_string()));
+            }
+            seen += 1;
+        }
+    }
+    Ok(None)
+}
+
+fn step_view(index: usize, record: &Record, prompt: &str, turn: Option<&Turn>) -> StepView {
+    let data = &record.data;
+    let get = |path: &[&str]| path.iter().try_fold(data, |v, k| v.get(k));
+    let text = |path: &[&str]| get(path).and_then(Value::as_str).map(str::to_string);
+    let parse = data.get("parse").filter(|p| p.is_object());
+    let action = parse
+        .and_then(|p| p.get("action"))
+        .filter(|a| a.is_object())
+        .and_then(|a| serde_json::from_value::<Action>(a.clone()).ok());
+    let failure = parse
+        .and_then(|p| p.get("error"))
+        .filter(|e| e.is_object())
+        .map(|e| FailureView {
+            class: e
+                .get("class")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .into(),
+            detail: e
+                .get("detail")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .into(),
+        });
+    let timings = ["render_ms", "backend_ms", "parse_ms", "total_ms"]
+        .into_iter()
+        .filter_map(|k| Some((k.to_string(), get(&["timings", k])?.as_f64()?)))
+        .collect();
+    let elided = data
+        .get("context")
+        .filter(|c| c.get("elided_observations").and_then(Value::as_u64) > Some(0))
+        .map(|c| {
+            let n = |k: &str| c.get(k).and_then(Value::as_u64).unwrap_or(0);
+            format!(
+                "{} observations before step {} elided ({} bytes) to fit {} tokens",
+                n("elided_observations"),
+                n("elided_before_step"),
+                n("elided_bytes"),
+                n("context_length")
+            )
+        });
+    StepView {
+        index,
+        step: record.u64("step").unwrap_or(0),
+        attempt: record.u64("attempt").unwrap_or(0),
+        side_call: (record.kind == "side_call")
+            .then(|| record.str("kind").unwrap_or("side_call").to_string()),
+        decision: record.str("decision").unwrap_or_default().to_string(),
+        thought: parse
+            .and_then(|p| p.get("thought"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        action: action.as_ref().map(action_view),
+        failure,
+        observation: turn.and_then(|t| t.observation.clone()),
+        nudge: None,
+        termination: None,
+        error: text(&["error"]),
+        completion: text(&["completion", "text"]),
+        backend_finish: text(&["completion", "finish_reason"]),
+        matched_stop: text(&["completion", "matched_stop"]).map(|s| format!("{s:?}")),
+        sent_finish: text(&["response", "finish_reason"]),
+        sent_tool: text(&["response", "tool_call", "function", "name"]),
+        prompt_tokens: get(&["completion", "usage", "prompt_tokens"]).and_then(Value::as_u64),
+        completion_tokens: get(&["completion", "usage", "completion_tokens"])
+            .and_then(Value::as_u64),
+        timings,
+        dropped: dropped(data),
+        notes: get(&["parse", "notes"])
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        elided,
+        flags: turn.map(flags).unwrap_or_default(),
+        prompt: data
+            .get("prompt")
+            .filter(|p| p.is_object())
+            .map(|p| prompt_view(p, prompt)),
+    }
+}
+
+/// `parse.dropped_bytes` when the dropped text (the end of the completion) is more than
+/// whitespace: the newline after an action is not worth a line on the page.
+fn dropped(data: &Value) -> Option<u64> {
+    let n = data
+        .get("parse")?
+        .get("dropped_bytes")?
+        .as_u64()
+        .filter(|n| *n > 0)?;
+    let text = data.get("completion")?.get("text")?.as_str()?;
+    let tail = text
+        .len()
+        .checked_sub(n as usize)
+        .and_then(|start| text.get(start..));
+    match tail {
+        Some(tail) if tail.trim().is_empty() => None,
+        _ => Some(n),
+    }
+}
+
+fn action_view(action: &Action) -> ActionView {
+    match action {
+        Action::Call { tag, arguments } => ActionView {
+            tool: tag.clone(),
+            arguments: arguments
+                .iter()
+                .map(|(k, v)| {
+                    let shown = match v {
+                        Value::String(s) => s.clone(),
+                        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+                    };
+                    (k.clone(), shown)
+                })
+                .collect(),
+        },
+        Action::Submit { message } => ActionView {
+            tool: "submit".into(),
+            arguments: message
+                .iter()
+                .map(|m| ("message".to_string(), m.clone()))
+                .collect(),
+        },
+    }
+}
+
+/// The report's reading of an accepted turn as short flags (none for a turn the scaffold
+/// never executed: unparsable, nudged, or replaced by the termination).
+fn flags(turn: &Turn) -> Vec<&'static str> {
+    let mut flags = Vec::new();
+    if turn.parse_error.is_some() || turn.nudge.is_some() || turn.terminated {
+        return flags;
+    }
+    if turn.is_edit {
+        flags.push("edit");
+    }
+    if turn.shell_command.as_deref().is_some_and(is_test_command) {
+        flags.push("test");
+        if turn.observation.as_deref().is_some_and(shows_test_failure) {
+            flags.push("failed test");
+        }
+    }
+    if turn.is_submit {
+        flags.push("submit");
+    }
+    flags
+}
+
+fn prompt_view(record: &Value, full: &str) -> PromptView {
+    let inline = full.len() <= INLINE_PROMPT_BYTES;
+    // The new part, at most the last INLINE_PROMPT_BYTES of it (a first prompt is all new).
+    let mut from = (record
+        .get("prefix_bytes")
+        .and_then(Value::as_u64)
+        .unwrap_or(0) as usize)
+        .max(full.len().saturating_sub(INLINE_PROMPT_BYTES))
+        .min(full.len());
+    while !full.is_char_boundary(from) {
+        from += 1;
+    }
+    PromptView {
+        bytes: full.len(),
+        sha256: record
+            .get("sha256")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        full: inline.then(|| full.to_string()),
+        new_part: (!inline).then(|| full.get(from..).unwrap_or_default().to_string()),
+        new_from: from,
+    }
+}
