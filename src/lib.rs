@@ -3,7 +3,8 @@
 //!
 //! One module per pipeline stage: [`openai`] (decode), [`session`], [`profile`],
 //! [`conversation`], [`render`], [`backend`], [`parse`], [`respond`], [`trace`]; [`pipeline`]
-//! calls them in order and [`server`] is the HTTP layer.
+//! calls them in order and [`server`] is the HTTP layer; [`metrics`] counts and times what
+//! they do.
 
 pub mod backend;
 pub mod cli;
@@ -12,6 +13,7 @@ pub mod context;
 pub mod conversation;
 pub mod dialect;
 pub mod error;
+pub mod metrics;
 pub mod openai;
 pub mod parse;
 pub mod passthrough;

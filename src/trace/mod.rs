@@ -414,6 +414,8 @@ pub struct TraceWriter {
     sessions: Arc<Mutex<SessionCaches>>,
     /// Next run index per (task, label) (run source `order`).
     runs: Arc<Mutex<HashMap<(String, String), usize>>>,
+    /// Where every step record is also counted ([`crate::metrics::Metrics::record_step`]).
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 impl TraceWriter {
@@ -432,7 +434,15 @@ impl TraceWriter {
                 ..SessionCaches::default()
             })),
             runs: Arc::default(),
+            metrics: None,
         }
+    }
+
+    /// The same writer, also counting every step record it writes in `metrics`: the trace
+    /// and the metrics then see exactly the same completion calls.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Sessions whose delta state is kept now.
@@ -450,9 +460,12 @@ impl TraceWriter {
     }
 
     /// Appends a step record (the session record first, for a new file; a `nudge` or
-    /// `terminate` record after it when set). Failures are logged, never returned: a full
+    /// `terminate` record after it when set), and counts it in the metrics, if any. Failures are logged, never returned: a full
     /// disk must not fail the scaffold's request.
     pub async fn write_step(&self, session: &SessionId, record: StepRecord) {
+        if let Some(metrics) = &self.metrics {
+            metrics.record_step(&record);
+        }
         let writer = self.clone();
         let session = session.clone();
         let result =
