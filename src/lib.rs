@@ -4,7 +4,7 @@
 //! One module per pipeline stage: [`openai`] (decode), [`session`], [`profile`],
 //! [`conversation`], [`render`], [`backend`], [`parse`], [`respond`], [`trace`]; [`pipeline`]
 //! calls them in order and [`server`] is the HTTP layer; [`metrics`] counts and times what
-//! they do.
+//! they do, [`logging`] sets up the process's log output.
 
 pub mod backend;
 pub mod cli;
@@ -13,6 +13,7 @@ pub mod context;
 pub mod conversation;
 pub mod dialect;
 pub mod error;
+pub mod logging;
 pub mod metrics;
 pub mod openai;
 pub mod parse;

@@ -1,6 +1,10 @@
 //! `GET /metrics` (issue 10): real requests over loopback against the fake backend move the
-//! exact series they should.
+//! exact series they should; `--log-format json` makes every line of the binary's standard
+//! error a JSON object.
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -193,4 +197,90 @@ async fn each_server_has_its_own_registry() {
     scrape_when(&busy, series, 1.0).await;
     let (_, _, text) = scrape(&idle).await;
     assert_eq!(value(&text, series), None, "{text}");
+}
+
+#[tokio::test]
+async fn log_format_json_writes_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .args(["--backend", "http://127.0.0.1:9/v1"])
+        .arg("--log-dir")
+        .arg(dir.path())
+        .env_remove("RUST_LOG")
+        .env_remove("ASAP_LOG_FORMAT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            lines.push(line);
+        }
+        lines
+    });
+    // The address comes in the log line itself (no plain "listening on" line).
+    let local = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("proxy did not start");
+        let record: Value = serde_json::from_str(&line).unwrap();
+        if record["fields"]["message"] == "asap-proxy listening" {
+            break record["fields"]["local"].as_str().unwrap().to_string();
+        }
+    };
+    let client = reqwest::Client::new();
+    let bad = client
+        .post(format!("http://{local}/v1/chat/completions"))
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    bad.bytes().await.unwrap();
+    // Counted when the server is done with the body: scrape until it shows.
+    let series =
+        "asap_requests_total{endpoint=\"/v1/chat/completions\",profile=\"none\",status=\"400\"} 1";
+    let mut scraped = String::new();
+    for _ in 0..100 {
+        scraped = client
+            .get(format!("http://{local}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if scraped.contains(series) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(scraped.contains(series), "{scraped}");
+    let status = Command::new("kill")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(child.wait().unwrap().success());
+    let lines = reader.join().unwrap();
+    assert!(lines.len() >= 3, "{lines:?}");
+    for line in &lines {
+        let record: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(record["level"].is_string(), "{line}");
+        assert!(record["fields"].is_object(), "{line}");
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("\"request rejected\"")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("\"shutdown complete\"")),
+        "{lines:?}"
+    );
 }

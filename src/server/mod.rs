@@ -263,7 +263,10 @@ pub async fn serve(state: Arc<AppState>, addr: SocketAddr) -> std::io::Result<()
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tracing::info!(%local, "asap-proxy listening");
-    eprintln!("asap-proxy listening on http://{local}/v1");
+    // The line scripts wait for; with JSON logs the log line above says it (`fields.local`).
+    if !crate::logging::is_json() {
+        eprintln!("asap-proxy listening on http://{local}/v1");
+    }
     let (stop, stopped) = watch::channel(false);
     let graceful = async move {
         let mut stopped = stopped;
