@@ -45,19 +45,33 @@ pub const NO_PROFILE: &str = "none";
 
 /// Metric names (docs/metrics.md lists labels, units and where each is measured).
 pub mod names {
+    /// Counter `{endpoint, profile, status}`: HTTP requests served.
     pub const REQUESTS: &str = "asap_requests_total";
+    /// Histogram `{endpoint}`, seconds: wall time until the response body ended.
     pub const REQUEST_DURATION: &str = "asap_request_duration_seconds";
+    /// Histogram `{endpoint}`, seconds: the proxy's own time (`x-asap-overhead-ms`).
     pub const PROXY_OVERHEAD: &str = "asap_proxy_overhead_seconds";
+    /// Gauge: requests whose response has not ended.
     pub const REQUESTS_IN_FLIGHT: &str = "asap_requests_in_flight";
+    /// Gauge: steps running (one per active agent session).
     pub const STEPS_IN_FLIGHT: &str = "asap_steps_in_flight";
+    /// Counter `{profile, decision}`: completion calls (trace step records).
     pub const STEPS: &str = "asap_steps_total";
+    /// Histogram, seconds: render (and context fit) per completion call.
     pub const RENDER_DURATION: &str = "asap_render_duration_seconds";
+    /// Histogram, seconds: the backend call per completion call, retries included.
     pub const BACKEND_DURATION: &str = "asap_backend_duration_seconds";
+    /// Histogram, seconds: parse and policy decision per completion call.
     pub const PARSE_DURATION: &str = "asap_parse_duration_seconds";
+    /// Counter `{class}`: completions without an action.
     pub const PARSE_FAILURES: &str = "asap_parse_failures_total";
+    /// Counter `{kind}`: nudges.
     pub const NUDGES: &str = "asap_nudges_total";
+    /// Counter `{reason}`: trajectories ended by a rule.
     pub const TERMINATIONS: &str = "asap_terminations_total";
+    /// Counter `{kind}`: backend calls failed after their retries.
     pub const BACKEND_ERRORS: &str = "asap_backend_errors_total";
+    /// Counter `{kind}`: backend attempts retried.
     pub const BACKEND_RETRIES: &str = "asap_backend_retries_total";
 }
 
