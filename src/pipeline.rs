@@ -234,8 +234,8 @@ pub struct StepContext<'a> {
 }
 
 impl StepContext<'_> {
-    /// [`prepare`] with the server's profiles, templates, sessions and prefixes.
-    /// Tells the request's clock the profile chosen (the `profile` label of its metrics).
+    /// [`prepare`] with the server's profiles, templates, sessions and prefixes; tells the
+    /// request's clock the profile chosen (the `profile` label of its metrics).
     pub fn prepare(&self, request: &ChatCompletionRequest) -> Result<Prepared, ProxyError> {
         let prepared = prepare(
             request,

@@ -460,8 +460,8 @@ impl TraceWriter {
     }
 
     /// Appends a step record (the session record first, for a new file; a `nudge` or
-    /// `terminate` record after it when set), and counts it in the metrics, if any. Failures are logged, never returned: a full
-    /// disk must not fail the scaffold's request.
+    /// `terminate` record after it when set) and counts it in the metrics, if any. Failures
+    /// are logged, never returned: a full disk must not fail the scaffold's request.
     pub async fn write_step(&self, session: &SessionId, record: StepRecord) {
         if let Some(metrics) = &self.metrics {
             metrics.record_step(&record);
