@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::logging::LogFormat;
 use crate::pipeline::{Mode, OnTerminate};
 use crate::render::Format;
 
@@ -84,7 +85,7 @@ pub struct ServeArgs {
     #[arg(long, env = "ASAP_BACKEND_API_KEY", hide_env_values = true)]
     pub backend_api_key: Option<String>,
     /// API keys clients must send as `Authorization: Bearer <key>` on every endpoint except
-    /// `/health` (401 otherwise); repeatable or comma-separated. Never logged
+    /// `/health` and `/metrics` (401 otherwise); repeatable or comma-separated. Never logged
     /// [default: none, no authentication].
     #[arg(
         long = "api-key",
@@ -162,6 +163,10 @@ pub struct ServeArgs {
     /// groups by) [default: each request's `model`].
     #[arg(long, env = "ASAP_LABEL")]
     pub label: Option<String>,
+    /// Log lines on standard error: `text`, or `json` (one object per line, with `level` and
+    /// `fields`, for log collectors) [default: text].
+    #[arg(long, env = "ASAP_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
     #[command(flatten)]
     pub prompt: PromptArgs,
 }

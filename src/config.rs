@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::cli::{PromptArgs, ServeArgs};
+use crate::logging::LogFormat;
 use crate::pipeline::{Mode, OnTerminate};
 use crate::policy::Limits;
 use crate::render::Format;
@@ -134,6 +135,7 @@ pub struct FileConfig {
     pub on_terminate: Option<OnTerminate>,
     pub label: Option<String>,
     pub templates: Option<PathBuf>,
+    pub log_format: Option<LogFormat>,
 }
 
 /// Which profile serves requests.
@@ -190,6 +192,8 @@ pub struct Config {
     pub label: Option<String>,
     /// Template override directory (`--templates`); `None`: the embedded templates.
     pub templates: Option<PathBuf>,
+    /// Log lines as text or JSON (`--log-format`).
+    pub log_format: LogFormat,
 }
 
 /// Prefix of `--backend` that selects the replay backend: `replay:DIR` or `replay:FILE`.
@@ -373,6 +377,7 @@ impl Config {
                 .or(file.backend_retries)
                 .unwrap_or(DEFAULT_BACKEND_RETRIES),
             templates: templates_dir(&args.prompt, &file),
+            log_format: args.log_format.or(file.log_format).unwrap_or_default(),
             prompt: PromptConfig::resolve(&args.prompt, &file),
         })
     }
@@ -495,6 +500,22 @@ mod tests {
         assert_eq!(c.log_dir, PathBuf::from("L"));
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(c.prompt.profile, ProfileChoice::Named("swe-agent".into()));
+        assert_eq!(c.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn log_format_from_file_unless_flagged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "log_format = \"json\"\n").unwrap();
+        let mut args = ServeArgs::default();
+        args.prompt.config = Some(path.clone());
+        assert_eq!(Config::resolve(&args).unwrap().log_format, LogFormat::Json);
+        args.log_format = Some(LogFormat::Text);
+        assert_eq!(Config::resolve(&args).unwrap().log_format, LogFormat::Text);
+        std::fs::write(&path, "log_format = \"yaml\"\n").unwrap();
+        args.log_format = None;
+        assert!(Config::resolve(&args).is_err());
     }
 
     #[test]

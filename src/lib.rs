@@ -3,7 +3,8 @@
 //!
 //! One module per pipeline stage: [`openai`] (decode), [`session`], [`profile`],
 //! [`conversation`], [`render`], [`backend`], [`parse`], [`respond`], [`trace`]; [`pipeline`]
-//! calls them in order and [`server`] is the HTTP layer. Tools over traces: [`replay`],
+//! calls them in order and [`server`] is the HTTP layer; [`metrics`] counts and times what
+//! they do, [`logging`] sets up the process's log output. Tools over traces: [`replay`],
 //! [`report`], [`view`] (the trajectory viewer).
 
 pub mod backend;
@@ -13,6 +14,8 @@ pub mod context;
 pub mod conversation;
 pub mod dialect;
 pub mod error;
+pub mod logging;
+pub mod metrics;
 pub mod openai;
 pub mod parse;
 pub mod passthrough;

@@ -9,6 +9,7 @@ use clap::Parser;
 
 use asap_proxy::cli::{Cli, Command, PrefixArgs, PrefixCommand, RenderArgs, ServeArgs};
 use asap_proxy::config::{read_file, templates_dir, Config, PromptConfig};
+use asap_proxy::logging::{self, LogFormat};
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::pipeline::prepare;
 use asap_proxy::prefix::build::{build, BuildOptions};
@@ -20,13 +21,10 @@ use asap_proxy::session::SessionIndex;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // `serve` installs logging once its configuration (which may ask for JSON) is resolved.
+    if !matches!(cli.command, Command::Serve(_)) {
+        logging::init(LogFormat::Text);
+    }
     let result = match cli.command {
         Command::Serve(args) => run_serve(&args),
         Command::Render(args) => run_render(&args),
@@ -38,7 +36,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err((code, message)) => {
-            eprintln!("asap-proxy: {message}");
+            if logging::is_json() {
+                tracing::error!(code, "asap-proxy: {message}");
+            } else {
+                eprintln!("asap-proxy: {message}");
+            }
             ExitCode::from(code)
         }
     }
@@ -48,6 +50,7 @@ type RunResult = Result<(), (u8, String)>;
 
 fn run_serve(args: &ServeArgs) -> RunResult {
     let config = Config::resolve(args).map_err(|e| (2, e.to_string()))?;
+    logging::init(config.log_format);
     let state = AppState::from_config(&config).map_err(|e| (2, e.to_string()))?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| (1, e.to_string()))?;
     runtime

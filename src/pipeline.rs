@@ -234,16 +234,21 @@ pub struct StepContext<'a> {
 }
 
 impl StepContext<'_> {
-    /// [`prepare`] with the server's profiles, templates, sessions and prefixes.
+    /// [`prepare`] with the server's profiles, templates, sessions and prefixes; tells the
+    /// request's clock the profile chosen (the `profile` label of its metrics).
     pub fn prepare(&self, request: &ChatCompletionRequest) -> Result<Prepared, ProxyError> {
-        prepare(
+        let prepared = prepare(
             request,
             self.profiles,
             self.renderer,
             self.prompt_config,
             self.sessions,
             self.prefixes,
-        )
+        )?;
+        if let Some(clock) = &request.clock {
+            clock.set_profile(&prepared.tools.profile);
+        }
+        Ok(prepared)
     }
 }
 

@@ -13,11 +13,13 @@ use crate::openai::completions::Usage;
 use crate::session::SessionId;
 
 /// When a request started and how long it waited on the backend: the proxy's own time is
-/// the difference (the `x-asap-overhead-ms` response header).
+/// the difference (the `x-asap-overhead-ms` response header). Also carries the profile that
+/// served the request, once the pipeline knows it, to label the request's metrics.
 #[derive(Debug)]
 pub struct RequestClock {
     started: std::time::Instant,
     backend_ns: std::sync::atomic::AtomicU64,
+    profile: std::sync::OnceLock<String>,
 }
 
 impl RequestClock {
@@ -26,7 +28,18 @@ impl RequestClock {
         Self {
             started: std::time::Instant::now(),
             backend_ns: std::sync::atomic::AtomicU64::new(0),
+            profile: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Records the profile that serves the request (the first one set stays).
+    pub fn set_profile(&self, profile: &str) {
+        let _ = self.profile.set(profile.to_string());
+    }
+
+    /// The profile that served the request, if it got that far.
+    pub fn profile(&self) -> Option<&str> {
+        self.profile.get().map(String::as_str)
     }
 
     /// Adds time spent waiting on the backend.

@@ -142,6 +142,8 @@ pub struct OpenAiCompletions {
     context_length: OnceCell<Option<u32>>,
     /// Cleared when `POST /tokenize` turns out not to exist.
     tokenize_works: std::sync::atomic::AtomicBool,
+    /// Where retries and failed calls are counted.
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 impl OpenAiCompletions {
@@ -172,7 +174,23 @@ impl OpenAiCompletions {
             discovered: OnceCell::new(),
             context_length: OnceCell::new(),
             tokenize_works: std::sync::atomic::AtomicBool::new(true),
+            metrics: None,
         })
+    }
+
+    /// The same client, counting its retries and failed calls in `metrics`
+    /// (`asap_backend_retries_total`, `asap_backend_errors_total`).
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Counts a failed completion or chat call.
+    fn observe<T>(&self, result: Result<T, ProxyError>) -> Result<T, ProxyError> {
+        if let (Err(e), Some(metrics)) = (&result, &self.metrics) {
+            metrics.backend_error(e);
+        }
+        result
     }
 
     /// The server root: `base` without its trailing `/v1`.
@@ -325,8 +343,8 @@ impl OpenAiCompletions {
             stream: false,
             cache_prompt: true,
         };
-        let (text, attempts) = self.post("completions", &body, prompt.len()).await?;
-        decode(&text, model, attempts)
+        let result = self.post("completions", &body, prompt.len()).await;
+        self.observe(result.and_then(|(text, attempts)| decode(&text, model, attempts)))
     }
 
     /// `POST {base}/chat/completions` with `body` as given (passthrough mode, recording
@@ -336,14 +354,16 @@ impl OpenAiCompletions {
         &self,
         body: &serde_json::Value,
     ) -> Result<(serde_json::Value, u32), ProxyError> {
-        let (text, attempts) = self.post("chat/completions", body, 0).await?;
-        let value = serde_json::from_str(&text).map_err(|e| {
-            ProxyError::Backend(format!(
-                "response is not JSON ({e}): {}",
-                truncate(&text, 200)
-            ))
-        })?;
-        Ok((value, attempts))
+        let result = self.post("chat/completions", body, 0).await;
+        self.observe(result.and_then(|(text, attempts)| {
+            let value = serde_json::from_str(&text).map_err(|e| {
+                ProxyError::Backend(format!(
+                    "response is not JSON ({e}): {}",
+                    truncate(&text, 200)
+                ))
+            })?;
+            Ok((value, attempts))
+        }))
     }
 
     /// POSTs JSON to `{base}/{path}` with bounded retries on connect errors, dropped
@@ -396,6 +416,9 @@ impl OpenAiCompletions {
                 return Err(retryable);
             }
             tracing::warn!(attempt, error = %retryable, delay_ms = delay.as_millis() as u64, "backend call failed, retrying");
+            if let Some(metrics) = &self.metrics {
+                metrics.backend_retry(&retryable);
+            }
             budget.race(tokio::time::sleep(delay)).await?;
         }
     }

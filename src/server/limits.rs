@@ -19,8 +19,8 @@ use crate::config::Secret;
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
 
-/// The only path that needs no API key (liveness probes carry none).
-pub const UNAUTHENTICATED_PATH: &str = "/health";
+/// The only paths that need no API key: liveness probes and Prometheus scrapers carry none.
+pub const UNAUTHENTICATED_PATHS: [&str; 2] = ["/health", "/metrics"];
 
 /// `Retry-After` of a 429 for the concurrency limit, seconds.
 pub const CONCURRENCY_RETRY_AFTER_S: u64 = 1;
@@ -82,7 +82,7 @@ fn bearer(request: &Request) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// Middleware: with `--api-key` set, every path but [`UNAUTHENTICATED_PATH`] needs
+/// Middleware: with `--api-key` set, every path but [`UNAUTHENTICATED_PATHS`] needs
 /// `Authorization: Bearer <key>` with one of the keys; otherwise 401 `invalid_api_key`. The
 /// presented token is never logged or echoed.
 pub async fn authenticate(
@@ -90,7 +90,7 @@ pub async fn authenticate(
     request: Request,
     next: Next,
 ) -> Response {
-    if !state.api_keys.enabled() || request.uri().path() == UNAUTHENTICATED_PATH {
+    if !state.api_keys.enabled() || UNAUTHENTICATED_PATHS.contains(&request.uri().path()) {
         return next.run(request).await;
     }
     match bearer(&request) {

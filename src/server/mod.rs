@@ -3,6 +3,7 @@
 
 mod handlers;
 pub mod limits;
+pub mod observe;
 mod responses;
 
 use std::future::IntoFuture;
@@ -22,6 +23,7 @@ use crate::backend::{Backend, OpenAiCompletions, ReplayBackend, RequestClock};
 use crate::config::{Config, ProfileChoice, PromptConfig, ServerLimits, REPLAY_BACKEND};
 use crate::context::{ContextSettings, LocalTokenizer};
 use crate::error::ProxyError;
+use crate::metrics::Metrics;
 use crate::pipeline::{Mode, OnTerminate};
 use crate::policy::Limits;
 use crate::prefix::PrefixStore;
@@ -59,6 +61,9 @@ pub struct AppState {
     pub in_flight: Arc<limits::InFlight>,
     /// Set to `true` at the shutdown deadline: backend calls in flight end with 503.
     pub abort: watch::Sender<bool>,
+    /// This server's metrics (`GET /metrics`), shared with the backend client and the trace
+    /// writer.
+    pub metrics: Metrics,
 }
 
 impl AppState {
@@ -71,6 +76,7 @@ impl AppState {
                 .get(name)
                 .map_err(|e| ProxyError::invalid(e.to_string()))?;
         }
+        let metrics = Metrics::new();
         let renderer = Renderer::with_templates(config.templates.as_deref())
             .map_err(|e| ProxyError::invalid(e.to_string()))?;
         let prefixes = PrefixStore::load(&config.prompt.prefixes, config.prompt.prefix_k)
@@ -89,16 +95,19 @@ impl AppState {
                 }
                 Backend::Replay(ReplayBackend::load(Path::new(path))?)
             }
-            None => Backend::OpenAiCompletions(OpenAiCompletions::new(
-                config.backend.clone(),
-                config.backend_model.clone(),
-                config
-                    .backend_api_key
-                    .as_ref()
-                    .map(|k| k.expose().to_string()),
-                config.backend_timeout_s,
-                config.backend_retries,
-            )?),
+            None => Backend::OpenAiCompletions(
+                OpenAiCompletions::new(
+                    config.backend.clone(),
+                    config.backend_model.clone(),
+                    config
+                        .backend_api_key
+                        .as_ref()
+                        .map(|k| k.expose().to_string()),
+                    config.backend_timeout_s,
+                    config.backend_retries,
+                )?
+                .with_metrics(metrics.clone()),
+            ),
         };
         Ok(Self {
             profiles,
@@ -116,7 +125,8 @@ impl AppState {
                 },
                 prefix_k: config.prompt.prefix_k,
                 config_sha256: config.digest(),
-            }),
+            })
+            .with_metrics(metrics.clone()),
             sessions: SessionIndex::new(DEFAULT_INDEX_CAPACITY),
             prefixes,
             max_tokens: config.max_tokens,
@@ -140,6 +150,7 @@ impl AppState {
                 .map(|n| Arc::new(Semaphore::new(n.min(Semaphore::MAX_PERMITS)))),
             in_flight: Arc::default(),
             abort: watch::channel(false).0,
+            metrics,
         })
     }
 
@@ -197,13 +208,16 @@ async fn overhead_header(
     if let Ok(value) = axum::http::HeaderValue::from_str(&format!("{:.3}", clock.overhead_ms())) {
         response.headers_mut().insert(OVERHEAD_HEADER, value);
     }
+    // For the request metrics ([`observe::track`]), read when the body ends.
+    response.extensions_mut().insert(clock);
     response
 }
 
-/// The router, for the server and for in-process tests. Every route but `/health` needs an
-/// API key when `--api-key` is set (the trajectory viewer under `/ui` too: it shows
-/// prompts); the chat and responses routes are admitted under `--max-concurrency` and get
-/// their `--request-timeout` deadline; bodies are capped at `--max-body-bytes`. `/ui` is the
+/// The router, for the server and for in-process tests. Every route but `/health` and
+/// `/metrics` needs an API key when `--api-key` is set (the trajectory viewer under `/ui`
+/// too: it shows prompts); the chat and responses routes are admitted under
+/// `--max-concurrency` and get their `--request-timeout` deadline; bodies are capped at
+/// `--max-body-bytes`; every request is counted and timed ([`observe`]). `/ui` is the
 /// trajectory viewer ([`crate::view`]) over this proxy's `--log-dir`, outside the
 /// concurrency limit.
 pub fn app(state: Arc<AppState>) -> Router {
@@ -225,11 +239,16 @@ pub fn app(state: Arc<AppState>) -> Router {
         .merge(crate::view::router(viewer))
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
+        .route("/metrics", get(observe::metrics))
         .layer(axum::middleware::from_fn(overhead_header))
         .layer(DefaultBodyLimit::max(state.server.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limits::authenticate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            observe::track,
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -248,10 +267,14 @@ pub fn app(state: Arc<AppState>) -> Router {
 /// signals right after start-up never kills us mid-way.
 pub async fn serve(state: Arc<AppState>, addr: SocketAddr) -> std::io::Result<()> {
     let mut signals = Signals::install()?;
+    let _upkeep = state.metrics.spawn_upkeep();
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tracing::info!(%local, "asap-proxy listening");
-    eprintln!("asap-proxy listening on http://{local}/v1");
+    // The line scripts wait for; with JSON logs the log line above says it (`fields.local`).
+    if !crate::logging::is_json() {
+        eprintln!("asap-proxy listening on http://{local}/v1");
+    }
     let (stop, stopped) = watch::channel(false);
     let graceful = async move {
         let mut stopped = stopped;

@@ -437,6 +437,8 @@ pub struct TraceWriter {
     sessions: Arc<Mutex<SessionCaches>>,
     /// Next run index per (task, label) (run source `order`).
     runs: Arc<Mutex<HashMap<(String, String), usize>>>,
+    /// Where every step record is also counted ([`crate::metrics::Metrics::record_step`]).
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 impl TraceWriter {
@@ -455,7 +457,15 @@ impl TraceWriter {
                 ..SessionCaches::default()
             })),
             runs: Arc::default(),
+            metrics: None,
         }
+    }
+
+    /// The same writer, also counting every step record it writes in `metrics`: the trace
+    /// and the metrics then see exactly the same completion calls.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Sessions whose delta state is kept now.
@@ -637,6 +647,9 @@ impl TraceWriter {
             let Some(record) = state.parked.remove(&next) else {
                 break;
             };
+            if let Some(metrics) = &self.metrics {
+                metrics.record_step(&record);
+            }
             if let Err(e) = self.write_blocking(session, &mut state, &record) {
                 tracing::error!(error = %e, dir = %self.settings.dir.display(), "writing trace record failed");
             }
