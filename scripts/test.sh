@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command (README): Rust unit, golden and HTTP tests; the real-client tests
+# The project's test command (README): static checks of deploy/ (seconds; deploy/check.sh);
+# Rust unit, golden and HTTP tests; the real-client tests
 # (the `openai` SDK and LiteLLM driving the proxy over loopback); then the end-to-end tests
 # (real scaffolds on the real base model, scripts/e2e.sh; skipped with ASAP_SKIP_E2E=1).
 # Between them, the trajectory viewer in headless Chromium (tests/browser/run.sh; skipped
@@ -8,6 +9,9 @@
 # (Debian's package), PyPI access on first run (cached in ~/.cache/asap-proxy after).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+echo "== deploy/ (Dockerfile lint, Compose and Kubernetes schemas)" >&2
+bash deploy/check.sh
 
 echo "== cargo test" >&2
 cargo test --locked
