@@ -242,6 +242,42 @@ async fn openhands_text_mode_gets_function_blocks() {
     );
 }
 
+/// openhands-sdk with `native_tool_calling=False` describes `terminal`, `file_editor`, … in
+/// its system prompt (fixture made with the SDK's own converter from
+/// `openhands-sdk-1.json`). The reply must name the SDK's tools (V0's `execute_bash` is not
+/// one of them), so that the reply the SDK sends back in its history is recognised and the
+/// session continues in one trace.
+#[tokio::test]
+async fn openhands_sdk_text_mode_names_the_sdk_tools_and_keeps_its_session() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look around.\n\n<bash>ls /workspace</bash>\n"),
+        Scripted::text("Check again.\n\n<bash>ls -la /workspace</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/openhands-sdk-text-1.json");
+    let (_, r1) = proxy.post(&body).await;
+    let text = content(&r1);
+    assert!(
+        text.starts_with("Look around.\n\n<function=terminal>\n"),
+        "{text}"
+    );
+    assert!(text.contains("<parameter=command>ls /workspace</parameter>\n"));
+    let prompt = &backend.prompts()[0];
+    assert!(prompt.contains("## <bash>") && prompt.contains("## <str_replace_editor>"));
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": text}));
+    messages.push(json!({"role": "user", "content": "EXECUTION RESULT of [terminal]:\nreport.py"}));
+    let (_, r2) = proxy.post(&body).await;
+    assert!(content(&r2).contains("<function=terminal>"), "{}", content(&r2));
+    assert!(backend.prompts()[1]
+        .contains("<bash>ls /workspace</bash>\n\n<observation>\nEXECUTION RESULT"));
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "one session: {files:?}");
+    let records = read_trace(&files[0]);
+    assert_eq!(records[0]["data"]["profile"], "openhands-sdk-text");
+}
+
 /// Golden replies of every content dialect for the same actions.
 #[test]
 fn golden_dialect_replies() {

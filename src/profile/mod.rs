@@ -18,7 +18,11 @@ use serde_json::{Map, Value};
 use crate::openai::chat::Tool;
 
 /// Built-in profiles in detection order: the most specific tool sets first.
-pub const PROFILE_ORDER: [(&str, &str); 10] = [
+pub const PROFILE_ORDER: [(&str, &str); 11] = [
+    (
+        "openhands-sdk-text",
+        include_str!("../../profiles/openhands-sdk-text.toml"),
+    ),
     (
         "openhands-codeact-text",
         include_str!("../../profiles/openhands-codeact-text.toml"),
@@ -257,6 +261,7 @@ mod tests {
             ("browsecomp-plus-1.json", "browsecomp-plus"),
             ("terminus-2-1.json", "terminus-2"),
             ("openhands-codeact-text-1.json", "openhands-codeact-text"),
+            ("openhands-sdk-text-1.json", "openhands-sdk-text"),
         ] {
             assert_eq!(
                 profiles
