@@ -44,6 +44,7 @@ pub async fn run_passthrough(
     }
     let render_ms = started.elapsed().as_secs_f64() * 1e3;
     let backend_started = Instant::now();
+    request.backend_call_starts();
     let result = ctx.backend.chat(&body).await;
     request.waited_on_backend(backend_started);
     let backend_ms = backend_started.elapsed().as_secs_f64() * 1e3;

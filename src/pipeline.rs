@@ -360,6 +360,7 @@ pub async fn run_step(
                 return Err(e);
             }
         };
+        request.backend_call_starts();
         let attempt_started = Instant::now();
         let mut record = StepRecord::without_prompt(step, attempt, &prepared);
         record.input = Some(input.clone());
@@ -588,6 +589,7 @@ async fn run_side_call(
     let mut side = prepared.clone();
     side.prompt = side_call::prompt(request);
     let params = generation_params(ctx, request);
+    request.backend_call_starts();
     let backend_started = Instant::now();
     let completion = ctx
         .backend

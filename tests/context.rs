@@ -155,4 +155,11 @@ async fn a_history_that_cannot_fit_is_openais_context_length_400() {
         .as_str()
         .unwrap()
         .contains("maximum context length"));
+    // Streamed, the same request gets the same HTTP 400 (not a 200 stream with an error
+    // event, which LiteLLM would not map to its context-window error).
+    body["stream"] = json!(true);
+    let (status, err) = proxy.post(&body).await;
+    assert_eq!(status, 400);
+    assert_eq!(err["error"]["code"], "context_length_exceeded");
+    assert_eq!(backend.calls(), 1);
 }

@@ -269,7 +269,11 @@ async fn openhands_sdk_text_mode_names_the_sdk_tools_and_keeps_its_session() {
     messages.push(json!({"role": "assistant", "content": text}));
     messages.push(json!({"role": "user", "content": "EXECUTION RESULT of [terminal]:\nreport.py"}));
     let (_, r2) = proxy.post(&body).await;
-    assert!(content(&r2).contains("<function=terminal>"), "{}", content(&r2));
+    assert!(
+        content(&r2).contains("<function=terminal>"),
+        "{}",
+        content(&r2)
+    );
     assert!(backend.prompts()[1]
         .contains("<bash>ls /workspace</bash>\n\n<observation>\nEXECUTION RESULT"));
     let files = proxy.trace_files();

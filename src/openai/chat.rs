@@ -51,9 +51,43 @@ pub struct ChatCompletionRequest {
     /// The request's clock (set by the HTTP layer): backend waits are added to it.
     #[serde(skip)]
     pub clock: Option<std::sync::Arc<crate::backend::RequestClock>>,
+    /// Told when the first backend call starts (set by the HTTP layer for streams).
+    #[serde(skip)]
+    pub started: Option<std::sync::Arc<StartSignal>>,
+}
+
+/// A one-time signal that a request's step got as far as its first backend call: a
+/// streamed answer starts only then, so that what fails before (a prompt that cannot fit the
+/// context window, an unknown profile) still reaches the client as an HTTP status.
+#[derive(Debug, Default)]
+pub struct StartSignal(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
+
+impl StartSignal {
+    /// A signal and the receiver that resolves when it fires (or is dropped unfired).
+    pub fn new() -> (std::sync::Arc<Self>, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (
+            std::sync::Arc::new(Self(std::sync::Mutex::new(Some(tx)))),
+            rx,
+        )
+    }
+
+    /// Fires the signal (later calls do nothing).
+    pub fn fire(&self) {
+        if let Some(tx) = self.0.lock().ok().and_then(|mut s| s.take()) {
+            let _ = tx.send(());
+        }
+    }
 }
 
 impl ChatCompletionRequest {
+    /// Tells the HTTP layer (streams) that the first backend call is starting.
+    pub fn backend_call_starts(&self) {
+        if let Some(signal) = &self.started {
+            signal.fire();
+        }
+    }
+
     /// Adds `since.elapsed()` to the request's backend time (see
     /// [`crate::backend::RequestClock`]).
     pub fn waited_on_backend(&self, since: std::time::Instant) {

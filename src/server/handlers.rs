@@ -1,6 +1,8 @@
 //! Handlers: thin adapters between HTTP and the pipeline.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -17,7 +19,7 @@ use super::limits::{self, Admission};
 use super::AppState;
 use crate::backend::RequestClock;
 use crate::error::ProxyError;
-use crate::openai::chat::ChatCompletionRequest;
+use crate::openai::chat::{ChatCompletionRequest, StartSignal};
 use crate::passthrough::run_passthrough;
 use crate::pipeline::{run_step, Mode, StepContext, StepOutcome};
 use crate::respond::{completion_id, completion_object, now_s, ChunkBuilder};
@@ -49,9 +51,37 @@ pub async fn chat_completions(
         created,
         include_usage: request.include_usage(),
     };
-    Ok(Sse::new(sse_stream(state, request, admission, chunks))
+    let clock = request.clock.clone();
+    let step = started_step(state, request, admission).await?;
+    Ok(Sse::new(sse_stream(step, chunks, clock))
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// A step that has not ended yet.
+pub(super) type RunningStep = Pin<Box<dyn Future<Output = Result<StepOutcome, ProxyError>> + Send>>;
+
+/// Runs a streamed request's step until its first backend call starts, so that what fails
+/// before the model is asked (a prompt that cannot fit the context window: 400
+/// `context_length_exceeded`, which LiteLLM maps to its context-window error only from an
+/// HTTP status; an unknown profile) is answered with its HTTP status, as for a request that
+/// does not stream. Then the stream begins and the step goes on inside it.
+pub(super) async fn started_step(
+    state: Arc<AppState>,
+    mut request: ChatCompletionRequest,
+    admission: Admission,
+) -> Result<RunningStep, ProxyError> {
+    let (signal, started) = StartSignal::new();
+    request.started = Some(signal);
+    let mut running: RunningStep = Box::pin(step(state, request, admission));
+    tokio::select! {
+        biased;
+        outcome = &mut running => {
+            let outcome = outcome?;
+            Ok(Box::pin(std::future::ready(Ok(outcome))))
+        }
+        _ = started => Ok(running),
+    }
 }
 
 /// Copies the headers the pipeline reads (`X-ASAP-Task`, `X-ASAP-Run`) into the request.
@@ -116,18 +146,16 @@ pub(super) async fn step(
     joined.map_err(|e| ProxyError::Internal(format!("step task failed: {e}")))?
 }
 
-/// SSE: the role chunk at once (so clients see the response start), the rest once the action
-/// is complete, `[DONE]` last. A failure becomes one `{"error": …}` event before `[DONE]`.
+/// SSE: the role chunk once the step's backend call has started ([`started_step`]), the rest
+/// once the action is complete, `[DONE]` last. A failure becomes one `{"error": …}` event before `[DONE]`.
 fn sse_stream(
-    state: Arc<AppState>,
-    request: ChatCompletionRequest,
-    admission: Admission,
+    step: RunningStep,
     chunks: ChunkBuilder,
+    clock: Option<Arc<RequestClock>>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let first = event(&chunks.role());
-    let clock = request.clock.clone();
     let rest = stream::once(async move {
-        let mut events: Vec<Event> = match step(state, request, admission).await {
+        let mut events: Vec<Event> = match step.await {
             Ok(outcome) => chunks.rest(&outcome.reply).iter().map(event).collect(),
             Err(e) => {
                 tracing::error!(error = %e, "streamed request failed");

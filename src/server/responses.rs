@@ -14,12 +14,11 @@ use axum::{Extension, Json};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Value};
 
-use super::handlers::step;
+use super::handlers::{started_step, step, RunningStep};
 use super::limits::{self, Admission};
 use super::AppState;
 use crate::backend::RequestClock;
 use crate::error::ProxyError;
-use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::responses::{ResponseBuilder, ResponsesRequest};
 use crate::respond::now_s;
 
@@ -45,7 +44,9 @@ pub async fn create(
         let outcome = step(state, request, admission).await?;
         return Ok(Json(builder.response(&outcome.reply)).into_response());
     }
-    Ok(Sse::new(sse_stream(state, request, admission, builder))
+    let clock = request.clock.clone();
+    let step = started_step(state, request, admission).await?;
+    Ok(Sse::new(sse_stream(step, builder, clock))
         .keep_alive(KeepAlive::default())
         .into_response())
 }
@@ -53,19 +54,17 @@ pub async fn create(
 /// SSE: `response.created` and `response.in_progress` at once, the item events and
 /// `response.completed` once the step is done. A failure becomes one `error` event.
 fn sse_stream(
-    state: Arc<AppState>,
-    request: ChatCompletionRequest,
-    admission: Admission,
+    step: RunningStep,
     builder: ResponseBuilder,
+    clock: Option<Arc<RequestClock>>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let first: Vec<Event> = builder
         .start_events()
         .iter()
         .map(|(kind, body)| event(kind, body))
         .collect();
-    let clock = request.clock.clone();
     let rest = stream::once(async move {
-        let mut events: Vec<Event> = match step(state, request, admission).await {
+        let mut events: Vec<Event> = match step.await {
             Ok(outcome) => builder
                 .rest_events(&outcome.reply)
                 .iter()
