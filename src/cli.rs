@@ -269,11 +269,35 @@ pub enum ReportFormat {
     Json,
 }
 
+/// Trace paths and results files of `report` and `view`: `--results` takes several values,
+/// so `--results r.json logs/` would read the directory as a results file; an existing
+/// directory among the results is taken as a trace path instead (results are files).
+///
+/// Errors: no trace path at all.
+pub fn trace_paths_and_results(
+    dirs: &[PathBuf],
+    results: &[String],
+) -> Result<(Vec<PathBuf>, Vec<String>), String> {
+    let mut dirs = dirs.to_vec();
+    let mut files = Vec::new();
+    for r in results {
+        if std::path::Path::new(r).is_dir() {
+            dirs.push(PathBuf::from(r));
+        } else {
+            files.push(r.clone());
+        }
+    }
+    if dirs.is_empty() {
+        return Err("no trace directory or file given (DIR...)".into());
+    }
+    Ok((dirs, files))
+}
+
 /// `asap-proxy report`.
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
-    /// Trace directories or files (searched recursively for `*.jsonl`).
-    #[arg(required = true)]
+    /// Trace directories or files (searched recursively for `*.jsonl`). A directory given
+    /// after `--results` is taken as a trace directory too.
     pub dirs: Vec<PathBuf>,
     /// Resolution results: SWE-bench harness report JSON (`resolved_ids`, `unresolved_ids`,
     /// `empty_patch_ids`, `error_ids`), or JSONL/CSV rows of `instance_id, run, resolved`
@@ -298,8 +322,7 @@ pub struct ReportArgs {
 #[derive(Debug, Clone, Args)]
 pub struct ViewArgs {
     /// Trace directories or files (searched recursively for `*.jsonl`; read again on every
-    /// page load).
-    #[arg(required = true)]
+    /// page load). A directory given after `--results` is taken as a trace directory too.
     pub dirs: Vec<PathBuf>,
     /// Address to listen on; the pages are at `http://ADDR/ui`.
     #[arg(long, env = "ASAP_VIEW_LISTEN", default_value = "127.0.0.1:8200")]

@@ -842,6 +842,29 @@ async fn report_subcommand_on_recorded_traces() {
         "no progress bar without a terminal: {stderr}"
     );
 
+    // The trace directory after `--results` (which takes several values) is still read as
+    // a trace directory, not as a results file.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
+        .args([
+            "report",
+            "--format",
+            "json",
+            "--k",
+            "1",
+            "--results",
+            &results,
+        ])
+        .arg(proxy.log_dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(after["labels"][0]["pass_at_k"], json!({"1": 0.5}));
+
     // Markdown by default; an unknown --pair label is a usage error.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
         .arg("report")

@@ -98,7 +98,9 @@ pub struct Turn {
 /// files, a results file that cannot be read or parsed, an unknown `--pair` label), 1 for
 /// failures writing the output or the plots.
 pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
-    let files = load::trace_files(&args.dirs).map_err(|e| (2, e.to_string()))?;
+    let (dirs, result_files) =
+        crate::cli::trace_paths_and_results(&args.dirs, &args.results).map_err(|e| (2, e))?;
+    let files = load::trace_files(&dirs).map_err(|e| (2, e.to_string()))?;
     let (trajectories, skipped) = load_all(&files)?;
     let mut stderr = std::io::stderr();
     for line in &skipped {
@@ -124,13 +126,13 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
             ),
         ));
     }
-    let results = if args.results.is_empty() {
+    let results = if result_files.is_empty() {
         None
     } else {
         let mut labels: Vec<String> = trajectories.iter().map(|t| t.label.clone()).collect();
         labels.sort();
         labels.dedup();
-        Some(results::load(&args.results, &labels).map_err(|e| (2, e.to_string()))?)
+        Some(results::load(&result_files, &labels).map_err(|e| (2, e.to_string()))?)
     };
     let mut report = Report::build(&trajectories, results.as_ref(), &args.k);
     if let Some(pair) = &args.pair {

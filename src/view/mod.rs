@@ -198,15 +198,17 @@ fn render<S: Serialize>(name: &str, context: S) -> Result<String, ViewError> {
 /// Errors: `(exit code, message)`: 2 for a path that does not exist or unreadable results,
 /// 1 when the address cannot be bound.
 pub fn run(args: &ViewArgs) -> Result<(), (u8, String)> {
-    for dir in &args.dirs {
+    let (dirs, result_files) =
+        crate::cli::trace_paths_and_results(&args.dirs, &args.results).map_err(|e| (2, e))?;
+    for dir in &dirs {
         if !dir.exists() {
             return Err((2, format!("{}: no such file or directory", dir.display())));
         }
     }
-    let results = if args.results.is_empty() {
+    let results = if result_files.is_empty() {
         None
     } else {
-        let viewer = Viewer::new(args.dirs.clone(), None);
+        let viewer = Viewer::new(dirs.clone(), None);
         let mut labels: Vec<String> = viewer
             .sessions()
             .sessions
@@ -215,9 +217,9 @@ pub fn run(args: &ViewArgs) -> Result<(), (u8, String)> {
             .collect();
         labels.sort();
         labels.dedup();
-        Some(crate::report::results::load(&args.results, &labels).map_err(|e| (2, e.to_string()))?)
+        Some(crate::report::results::load(&result_files, &labels).map_err(|e| (2, e.to_string()))?)
     };
-    let viewer = Arc::new(Viewer::new(args.dirs.clone(), results));
+    let viewer = Arc::new(Viewer::new(dirs, results));
     let runtime = tokio::runtime::Runtime::new().map_err(|e| (1, e.to_string()))?;
     runtime
         .block_on(serve(viewer, args.listen))
