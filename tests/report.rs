@@ -1078,3 +1078,40 @@ fn trace_files_are_listed_once_and_link_loops_end() {
     names.sort();
     assert_eq!(names, ["a.jsonl", "b.jsonl"], "{files:?}");
 }
+
+/// Two sessions that both say `X-ASAP-Run: 0` for one task (a harness reusing its run
+/// index): the later one is counted under a free index, and `report` says so on standard
+/// error instead of renumbering silently.
+#[tokio::test]
+async fn report_warns_about_a_run_index_given_twice() {
+    use crate::util::backend::{FakeBackend, Scripted};
+    use crate::util::fixture_json;
+    use crate::util::proxy::Proxy;
+
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look.\n<bash>ls /testbed</bash>\n"),
+        Scripted::text("Look.\n<bash>ls -la /testbed</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| a.label = Some("ckpt-a".into())).await;
+    let run0 = [("x-asap-task", "inventory-1"), ("x-asap-run", "0")];
+    let body = fixture_json("requests/swe-agent-1.json");
+    post_with(&proxy.url(), &body, &run0).await;
+    post_with(&proxy.url(), &body, &run0).await;
+    assert_eq!(proxy.trace_files().len(), 2);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
+        .args(["report", "--format", "json"])
+        .arg(proxy.log_dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "says run 0, which an earlier session of that task already has: counted as run 1"
+        ),
+        "{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["labels"][0]["runs"], 2);
+}

@@ -117,6 +117,17 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
              across log directories): each is counted as a trajectory"
         );
     }
+    let runs = summary::number_runs(&trajectories);
+    for (t, run) in trajectories.iter().zip(&runs) {
+        if let Some(said) = t.run.filter(|r| r != run) {
+            let _ = writeln!(
+                stderr,
+                "warning: session {} ({}, {}) says run {said}, which an earlier session of \
+                 that task already has: counted as run {run}",
+                t.session, t.label, t.instance_id
+            );
+        }
+    }
     if trajectories.is_empty() {
         return Err((
             2,
