@@ -41,8 +41,10 @@ pub enum Command {
 /// Flags shared by `serve` and `render`: how a request is turned into a prompt.
 #[derive(Debug, Clone, Default, Args)]
 pub struct PromptArgs {
-    /// Scaffold profile: `auto` (detect from tool names) or a profile name
-    /// (swe-agent, openhands-sdk, openhands-codeact, mini-swe-agent, generic).
+    /// Scaffold profile: `auto` (detect from tool names and the prompt) or a profile name:
+    /// swe-agent, openhands-sdk, openhands-sdk-text, openhands-codeact,
+    /// openhands-codeact-text, mini-swe-agent, mini-swe-agent-text, terminus-2,
+    /// terminus-2-xml, browsecomp-plus, generic.
     #[arg(long, env = "ASAP_PROFILE")]
     pub profile: Option<String>,
     /// Interaction format of the continuation document.
@@ -393,9 +395,17 @@ mod tests {
             panic!("not view")
         };
         assert_eq!(args.listen, "127.0.0.1:8200".parse().unwrap());
-        assert!(
-            Cli::try_parse_from(["asap-proxy", "view"]).is_err(),
-            "a directory is required"
+        // A directory is required, after `--results` too (checked when run: `--results`
+        // takes several values, so a directory may come after it).
+        let cli = Cli::try_parse_from(["asap-proxy", "view"]).unwrap();
+        let Command::View(args) = cli.command else {
+            panic!("not view")
+        };
+        assert!(trace_paths_and_results(&args.dirs, &args.results).is_err());
+        let (dirs, files) = trace_paths_and_results(&[], &["r.json".into(), "src".into()]).unwrap();
+        assert_eq!(
+            (dirs, files),
+            (vec![PathBuf::from("src")], vec!["r.json".into()])
         );
     }
 

@@ -27,8 +27,10 @@ pub fn init(format: LogFormat) {
     }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: not in files, `docker logs` or `kubectl logs`.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     // `try_init`: a subscriber set by an embedding program stays.
     let _ = match format {

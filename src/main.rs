@@ -39,7 +39,8 @@ fn main() -> ExitCode {
             if logging::is_json() {
                 tracing::error!(code, "asap-proxy: {message}");
             } else {
-                eprintln!("asap-proxy: {message}");
+                // Not `eprintln!`: it panics (exit 101) when standard error is a closed pipe.
+                let _ = writeln!(std::io::stderr(), "asap-proxy: {message}");
             }
             ExitCode::from(code)
         }
@@ -49,7 +50,11 @@ fn main() -> ExitCode {
 type RunResult = Result<(), (u8, String)>;
 
 fn run_serve(args: &ServeArgs) -> RunResult {
-    let config = Config::resolve(args).map_err(|e| (2, e.to_string()))?;
+    let config = Config::resolve(args).map_err(|e| {
+        // The file could not be read: the flag or `ASAP_LOG_FORMAT` still says how to log.
+        logging::init(args.log_format.unwrap_or_default());
+        (2, e.to_string())
+    })?;
     logging::init(config.log_format);
     let state = AppState::from_config(&config).map_err(|e| (2, e.to_string()))?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| (1, e.to_string()))?;

@@ -471,6 +471,15 @@ impl OpenAiCompletions {
                 "prompt does not fit the backend's context window: {message}"
             )));
         }
+        if status == reqwest::StatusCode::NOT_FOUND {
+            // Almost always a `--backend` without its API root (`http://host:8000` for
+            // `http://host:8000/v1`).
+            return Attempt::Fail(ProxyError::Backend(format!(
+                "{}: HTTP {status}: {message} (--backend must be the API root that \
+                 `/completions` is under, usually ending in `/v1`)",
+                self.redacted_base()
+            )));
+        }
         Attempt::Fail(ProxyError::Backend(format!("HTTP {status}: {message}")))
     }
 

@@ -177,7 +177,8 @@ impl ChatCompletionRequest {
         serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner();
-            let param = (path != ".").then_some(path);
+            // `.`: the top level; `?`: no path (the body is not JSON at all).
+            let param = (path != "." && path != "?").then_some(path);
             let message = match &param {
                 Some(p) => format!("invalid request body at `{p}`: {inner}"),
                 None => format!("invalid request body: {inner}"),

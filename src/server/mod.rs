@@ -7,6 +7,7 @@ pub mod observe;
 mod responses;
 
 use std::future::IntoFuture;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -82,9 +83,9 @@ impl AppState {
         let prefixes = PrefixStore::load(&config.prompt.prefixes, config.prompt.prefix_k)
             .map_err(|e| ProxyError::invalid(format!("loading prefixes: {e}")))?;
         tracing::info!(
-            prefixes = prefixes.len(),
+            task_prefixes = prefixes.len(),
             k = config.prompt.prefix_k,
-            "prefixes loaded"
+            "reference prefixes loaded (tasks without one get their profile's built-in demonstration)"
         );
         let backend = match config.backend.strip_prefix(REPLAY_BACKEND) {
             Some(path) => {
@@ -273,7 +274,10 @@ pub async fn serve(state: Arc<AppState>, addr: SocketAddr) -> std::io::Result<()
     tracing::info!(%local, "asap-proxy listening");
     // The line scripts wait for; with JSON logs the log line above says it (`fields.local`).
     if !crate::logging::is_json() {
-        eprintln!("asap-proxy listening on http://{local}/v1");
+        let _ = writeln!(
+            std::io::stderr(),
+            "asap-proxy listening on http://{local}/v1"
+        );
     }
     let (stop, stopped) = watch::channel(false);
     let graceful = async move {

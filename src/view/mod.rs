@@ -15,6 +15,7 @@ pub mod routes;
 pub mod sessions;
 pub mod steps;
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -231,7 +232,7 @@ pub async fn serve(viewer: Arc<Viewer>, addr: SocketAddr) -> std::io::Result<()>
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tracing::info!(%local, "asap-proxy view listening");
-    eprintln!("asap-proxy view: http://{local}/ui");
+    let _ = writeln!(std::io::stderr(), "asap-proxy view: http://{local}/ui");
     let app = router(viewer)
         .route(
             "/",
