@@ -37,7 +37,7 @@ pub struct Prepared {
     pub session: SessionState,
     /// Index key of the prompt of the history alone (no nudged steps): what a turn answered
     /// without a tool call is remembered under ([`crate::session::prompt_key`]).
-    base_prompt_key: [u8; 32],
+    base_prompt_key: crate::session::IndexKey,
     /// The reference prefix rendered, if any.
     pub prefix: Option<PrefixInfo>,
     /// The session index scope of the request ([`crate::session::index_scope`]).

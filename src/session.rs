@@ -22,8 +22,6 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Mutex;
 
-use sha2::{Digest, Sha256};
-
 use crate::openai::chat::{ChatMessage, Role};
 
 const PREFIX: &str = "call_asap_";
@@ -215,13 +213,13 @@ pub struct SessionIndex {
 
 #[derive(Debug, Default)]
 struct IndexInner {
-    map: HashMap<[u8; 32], (SessionId, NudgeState)>,
-    order: VecDeque<[u8; 32]>,
+    map: HashMap<IndexKey, (SessionId, NudgeState)>,
+    order: VecDeque<IndexKey>,
 }
 
 /// Entries kept by default (oldest evicted first; two per turn answered without a tool
-/// call): about 7 MiB when full (the table is allocated whole up front, so it never doubles
-/// under load: 65,536 buckets of 80 bytes, the 1 MiB order queue, the session ids). An entry
+/// call): about 5 MiB when full (the table is allocated whole up front, so it never doubles
+/// under load: 65,536 buckets of 64 bytes, the 0.5 MiB order queue, the session ids). An entry
 /// must outlive the scaffold's tool run between two turns of its session: at the soak's
 /// 150 requests/s (docs/reliability.md section 8) an entry lives about 3 minutes, at a
 /// typical eval's 15 content turns/s about 18 minutes.
@@ -230,18 +228,24 @@ pub const DEFAULT_INDEX_CAPACITY: usize = 32_768;
 /// `scope` keeps rollouts that name their task and run (`X-ASAP-Task`, `X-ASAP-Run`) apart
 /// even when their turns are byte-identical (parallel runs of one task with the same model
 /// output); it is empty when a request names neither.
-fn key(kind: &str, scope: &str, text: &str) -> [u8; 32] {
-    let mut h = Sha256::new();
+///
+/// The key is a 128-bit XXH3 digest: keys live in this process's memory only, and hashing a
+/// whole prompt with SHA-256 on every request was the proxy's largest single CPU cost.
+fn key(kind: &str, scope: &str, text: &str) -> IndexKey {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
     h.update(kind.as_bytes());
-    h.update([0]);
+    h.update(&[0]);
     h.update(scope.as_bytes());
-    h.update([0]);
+    h.update(&[0]);
     h.update(text.trim().as_bytes());
-    h.finalize().into()
+    h.digest128().to_le_bytes()
 }
 
+/// A key of the [`SessionIndex`].
+pub type IndexKey = [u8; 16];
+
 /// The index key of a prompt answered without a tool call (see [`SessionIndex::remember`]).
-pub fn prompt_key(scope: &str, prompt: &str) -> [u8; 32] {
+pub fn prompt_key(scope: &str, prompt: &str) -> IndexKey {
     key("prompt", scope, prompt)
 }
 
@@ -279,7 +283,7 @@ impl SessionIndex {
         &self,
         scope: &str,
         content: &str,
-        prompt_key: [u8; 32],
+        prompt_key: IndexKey,
         session: &SessionId,
         nudges: &NudgeState,
     ) {

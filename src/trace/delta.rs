@@ -21,6 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use sha2::{Digest, Sha256};
+
 use super::{sha256_hex, PromptRecord, RequestInput};
 
 /// Shortest message content worth replacing by a reference into the prompt, bytes.
@@ -186,6 +188,10 @@ pub const PROMPT_BLOCK: usize = 4096;
 pub struct PromptState {
     blocks: Vec<Digest16>,
     tail: Vec<u8>,
+    /// SHA-256 state after the full blocks of the last prompt: the record's `sha256` of a
+    /// prompt that extends it hashes only the new bytes (the hash of a growing prompt would
+    /// otherwise cost its whole length on every step).
+    full_sha: Option<Sha256>,
     known: bool,
 }
 
@@ -193,6 +199,11 @@ impl PromptState {
     /// Bytes at the start of `prompt` equal to the last stored prompt (0 when none is known),
     /// at a character boundary; then remembers `prompt` as the last stored one.
     pub fn shared_prefix(&mut self, prompt: &str) -> usize {
+        self.shared_prefix_and_sha256(prompt).0
+    }
+
+    /// [`PromptState::shared_prefix`] and the hex SHA-256 of `prompt`.
+    pub fn shared_prefix_and_sha256(&mut self, prompt: &str) -> (usize, String) {
         let bytes = prompt.as_bytes();
         let mut shared = 0;
         let mut verified = 0;
@@ -217,25 +228,41 @@ impl PromptState {
             shared -= 1;
         }
         let full = bytes.len() / PROMPT_BLOCK;
-        self.blocks.truncate(verified.min(full));
+        let kept = verified.min(full);
+        // The saved state covers the old full blocks: usable when all of them are kept.
+        let mut sha = match self.full_sha.take() {
+            Some(sha) if self.known && kept == self.blocks.len() => sha,
+            _ => {
+                let mut sha = Sha256::new();
+                sha.update(&bytes[..kept * PROMPT_BLOCK]);
+                sha
+            }
+        };
+        sha.update(&bytes[kept * PROMPT_BLOCK..full * PROMPT_BLOCK]);
+        self.blocks.truncate(kept);
         for i in self.blocks.len()..full {
             self.blocks
                 .push(digest16(&bytes[i * PROMPT_BLOCK..(i + 1) * PROMPT_BLOCK]));
         }
         self.tail = bytes[full * PROMPT_BLOCK..].to_vec();
         self.known = true;
-        shared
+        self.full_sha = Some(sha.clone());
+        sha.update(&self.tail);
+        (shared, format!("{:x}", sha.finalize()))
     }
 }
 
 /// The prompt record of `prompt`, as a delta against the last stored prompt that `state`
 /// remembers (`None` for a prompt outside the chain: stored whole, state untouched).
 pub fn prompt_record(prompt: &str, state: Option<&mut PromptState>) -> PromptRecord {
-    let prefix_bytes = state.map_or(0, |s| s.shared_prefix(prompt));
+    let (prefix_bytes, sha256) = match state {
+        Some(state) => state.shared_prefix_and_sha256(prompt),
+        None => (0, sha256_hex(prompt.as_bytes())),
+    };
     PromptRecord {
         prefix_bytes,
         delta: prompt[prefix_bytes..].to_string(),
-        sha256: sha256_hex(prompt.as_bytes()),
+        sha256,
         bytes: prompt.len(),
     }
 }
@@ -243,6 +270,26 @@ pub fn prompt_record(prompt: &str, state: Option<&mut PromptState>) -> PromptRec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn incremental_sha256_equals_the_hash_of_the_whole_prompt() {
+        let mut state = PromptState::default();
+        let base: String = (0..2000).map(|i| format!("line {i}\n")).collect();
+        let prompts = [
+            base.clone(),
+            format!("{base}appended\n"),
+            format!("{base}appended\n{}", "more ".repeat(3000)),
+            base.replacen("line 10\n", "line ten\n", 1), // rewritten near the start
+            base[..5000].to_string(),                    // shorter
+            base[..4096].to_string(),                    // exactly one block
+            String::new(),
+            base.clone(),
+        ];
+        for prompt in &prompts {
+            let (_, sha) = state.shared_prefix_and_sha256(prompt);
+            assert_eq!(sha, sha256_hex(prompt.as_bytes()), "{} bytes", prompt.len());
+        }
+    }
 
     #[test]
     fn shared_prefix_is_exact_when_appending_and_block_wise_when_rewritten() {
