@@ -65,6 +65,43 @@ fn digest16(bytes: &[u8]) -> Digest16 {
     xxhash_rust::xxh3::xxh3_128(bytes).to_le_bytes()
 }
 
+/// A request body split in one pass: each message's JSON text, and every other top-level
+/// field's (the body was parsed once already; this pass only finds the boundaries).
+struct Body<'a> {
+    messages: Vec<&'a RawValue>,
+    rest: BTreeMap<String, &'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Body<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Fields<'a> {
+            type Value = Body<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Body<'a>, M::Error> {
+                let mut body = Body {
+                    messages: Vec::new(),
+                    rest: BTreeMap::new(),
+                };
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "messages" {
+                        body.messages = map.next_value()?;
+                    } else {
+                        body.rest.insert(key, map.next_value()?);
+                    }
+                }
+                Ok(body)
+            }
+        }
+        deserializer.deserialize_map(Fields(std::marker::PhantomData))
+    }
+}
+
 /// The writer's memory of the last request of a session.
 #[derive(Debug, Default)]
 pub struct DeltaState {
@@ -94,11 +131,10 @@ impl DeltaState {
         prompt: &str,
         stored_from: usize,
     ) -> Option<RequestDelta> {
-        let top: BTreeMap<String, &RawValue> = serde_json::from_slice(&input.body).ok()?;
-        let messages: Vec<&RawValue> = top
-            .get("messages")
-            .and_then(|m| serde_json::from_str(m.get()).ok())
-            .unwrap_or_default();
+        let Body {
+            messages,
+            rest: top,
+        } = serde_json::from_slice(&input.body).ok()?;
         let digests: Vec<Digest16> = messages
             .iter()
             .map(|m| digest16(m.get().as_bytes()))
@@ -110,10 +146,7 @@ impl DeltaState {
             .take_while(|(a, b)| a == b)
             .count();
         let kept = if self.known { kept } else { 0 };
-        let rest: BTreeMap<&String, &&RawValue> = top
-            .iter()
-            .filter(|(k, _)| k.as_str() != "messages")
-            .collect();
+        let rest = &top;
         let rest_json = serde_json::to_string(&rest).ok()?;
         let rest_digest = digest16(rest_json.as_bytes());
         let mut headers = BTreeMap::new();
