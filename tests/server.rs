@@ -78,7 +78,13 @@ async fn swe_agent_tool_loop_over_http() {
     assert_eq!(backend.calls(), 3);
     assert_eq!(
         requests[0]["stop"],
-        json!(["\n<observation>", "\n</observation>", "\n## Thinking"])
+        json!([
+            "\n<observation>",
+            "\n</observation>",
+            "\n## Thinking",
+            "</bash>",
+            "</str_replace_editor>"
+        ])
     );
     assert_eq!(
         requests[0]["model"], "fake-base",
