@@ -49,6 +49,7 @@ const LIMITS: Limits = Limits {
     max_steps: 100_000,
     max_unparsable: 5,
     loop_window: 10,
+    nudges: true,
 };
 
 struct Fixture {

@@ -61,6 +61,8 @@ def main(argv=None):
     ap.add_argument("--max-tokens", type=int, help="max_tokens per model call (mini's model_kwargs); "
                     "default: none sent, so the proxy's own cap applies")
     ap.add_argument("--command-timeout", type=int, default=30, help="seconds per bash command")
+    ap.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
+                    help="extra HTTP header on every model call (e.g. X-ASAP-Task:ID, X-ASAP-Run:3)")
     args = ap.parse_args(argv)
 
     _setup_env()
@@ -101,6 +103,9 @@ def main(argv=None):
     }
     if args.max_tokens:
         model_cfg["model_kwargs"]["max_tokens"] = args.max_tokens
+    if args.header:
+        model_cfg["model_kwargs"]["extra_headers"] = dict(
+            (h.split(":", 1)[0].strip(), h.split(":", 1)[1].strip()) for h in args.header)
 
     env_cfg = dict(config.get("environment", {}))
     env_cfg.pop("environment_class", None)

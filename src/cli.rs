@@ -157,6 +157,12 @@ pub struct ServeArgs {
     /// Recent actions among which the same action three times ends a trajectory [default: 10].
     #[arg(long, env = "ASAP_LOOP_WINDOW")]
     pub loop_window: Option<usize>,
+    /// The paper's failure recovery: `on` rejects a submit before any edit and an identical
+    /// repeated action once each with a hint; `off` accepts them (the ablation without
+    /// nudges; loops and the other limits still end a trajectory) [default: on].
+    #[arg(long, env = "ASAP_NUDGES", value_name = "on|off",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub nudges: Option<bool>,
     /// When a rule ends a trajectory: answer with the profile's finish action (`submit`) or
     /// with an error (`error`) [default: submit].
     #[arg(long, env = "ASAP_ON_TERMINATE", value_enum)]

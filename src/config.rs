@@ -132,6 +132,7 @@ pub struct FileConfig {
     pub max_steps: Option<usize>,
     pub max_unparsable: Option<usize>,
     pub loop_window: Option<usize>,
+    pub nudges: Option<bool>,
     pub on_terminate: Option<OnTerminate>,
     pub label: Option<String>,
     pub templates: Option<PathBuf>,
@@ -324,6 +325,7 @@ impl Config {
                 .loop_window
                 .or(file.loop_window)
                 .unwrap_or(defaults.loop_window),
+            nudges: args.nudges.or(file.nudges).unwrap_or(defaults.nudges),
         };
         for (field, value, min) in [
             ("max_steps", limits.max_steps, 1),

@@ -12,7 +12,7 @@ use crate::conversation::{Action, Conversation, Example};
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
-use crate::parse::{parse_for, Parsed};
+use crate::parse::{parse_for, with_closing_stop, Parsed};
 use crate::policy::{self, Decision, Limits};
 use crate::prefix::PrefixStore;
 use crate::profile::{Profiles, ToolSet};
@@ -349,6 +349,8 @@ pub async fn run_step(
     let mut fitted = fit_context(ctx, request, &mut prepared, params.max_tokens).await;
     let mut render_ms = ms_since(started);
     let mut attempt = 0;
+    let stops = ctx.prompt_config.format.stops(&prepared.tools);
+    let stops: Vec<&str> = stops.iter().map(String::as_str).collect();
     loop {
         let context = match fitted {
             Ok(record) => record,
@@ -375,7 +377,7 @@ pub async fn run_step(
             ctx.backend.complete(
                 &prepared.prompt,
                 &params,
-                ctx.prompt_config.format.stop(),
+                &stops,
                 request.model.as_deref(),
                 CallContext {
                     session: &session,
@@ -392,7 +394,7 @@ pub async fn run_step(
         );
         request.waited_on_backend(attempt_started);
         let backend_ms = ms_since(attempt_started);
-        let completion: BackendCompletion = match completion {
+        let mut completion: BackendCompletion = match completion {
             Ok(c) => c,
             Err(e) => {
                 record.set_error(&e);
@@ -408,7 +410,17 @@ pub async fn run_step(
         };
 
         let parse_started = Instant::now();
-        let parsed: Parsed = parse_for(ctx.prompt_config.format, &completion.text, &prepared.tools);
+        let (text, closer) = with_closing_stop(
+            ctx.prompt_config.format,
+            &completion.text,
+            completion.finish_reason.as_deref(),
+            completion.matched_stop.as_deref(),
+            &prepared.tools,
+        );
+        let parsed: Parsed = parse_for(ctx.prompt_config.format, &text, &prepared.tools);
+        if closer.is_some() {
+            completion.matched_stop = closer;
+        }
         let decision = policy::decide(
             &prepared.conversation,
             &parsed.outcome,

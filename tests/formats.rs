@@ -266,12 +266,12 @@ async fn nudges_and_prefixes_in_every_format() {
             );
         }
         assert!(
-            prompts[0].contains("cat -n /repo/shop/cart.py"),
+            prompts[0].contains("cat -n shop/cart.py"),
             "{format:?}: the demonstration prefix"
         );
         assert_eq!(
             backend.requests()[0]["stop"],
-            json!(format.stop()),
+            json!(format.stops(&tools)),
             "{format:?}"
         );
         let records = read_trace(&proxy.trace_files()[0]);

@@ -124,3 +124,66 @@ fn runs_of_angle_brackets_in_a_body_do_not_panic() {
         let _ = parse_for(format, crash, &tools);
     }
 }
+
+/// Issue 11: the tag formats stop at an action's closing tag, which backends drop from the
+/// text; the parser gets it back from `matched_stop`, or infers it when the backend does not
+/// say which stop matched (llama-server's OpenAI endpoint).
+#[test]
+fn closing_tag_stop_is_rebuilt() {
+    use asap_proxy::parse::{parse_for, with_closing_stop};
+    use asap_proxy::render::Format;
+    let tools = tools_for("swe-agent-1.json");
+    let stops = Format::MarkdownXml.stops(&tools);
+    assert!(stops.contains(&"</bash>".to_string()), "{stops:?}");
+    assert!(
+        stops.contains(&"</str_replace_editor>".to_string()),
+        "{stops:?}"
+    );
+    assert!(!stops.iter().any(|s| s.contains("submit")), "{stops:?}");
+    assert!(Format::Markdown.action_closers(&tools).is_empty());
+
+    let cut = "I list the files.\n\n<bash>ls -la";
+    // Reported by the backend (vLLM `stop_reason`, SGLang `matched_stop`).
+    let (text, closer) = with_closing_stop(
+        Format::MarkdownXml,
+        cut,
+        Some("stop"),
+        Some("</bash>"),
+        &tools,
+    );
+    assert_eq!(
+        (text.as_ref(), closer.as_deref()),
+        ("I list the files.\n\n<bash>ls -la</bash>", Some("</bash>"))
+    );
+    // Not reported: inferred from the unclosed action.
+    let (text, closer) = with_closing_stop(Format::MarkdownXml, cut, Some("stop"), None, &tools);
+    assert_eq!(closer.as_deref(), Some("</bash>"));
+    let parsed = parse_for(Format::MarkdownXml, &text, &tools);
+    assert!(
+        matches!(parsed.outcome, Ok(asap_proxy::conversation::Action::Call { ref tag, .. }) if tag == "bash"),
+        "{:?}",
+        parsed.outcome
+    );
+    let editor = "<str_replace_editor>\n<command>view</command>\n<path>/a.py</path>\n";
+    let (_, closer) = with_closing_stop(Format::MarkdownXml, editor, Some("stop"), None, &tools);
+    assert_eq!(closer.as_deref(), Some("</str_replace_editor>"));
+    // The token limit, another stop string, or a complete action: nothing is added.
+    for (text, finish, matched) in [
+        (cut, Some("length"), None),
+        (cut, Some("stop"), Some("\n<observation>")),
+        ("<bash>ls</bash>\n", Some("stop"), None),
+        ("no action at all\n", Some("stop"), None),
+    ] {
+        let (out, closer) = with_closing_stop(Format::MarkdownXml, text, finish, matched, &tools);
+        assert_eq!(
+            (out.as_ref(), closer),
+            (text, None),
+            "{text:?} {finish:?} {matched:?}"
+        );
+    }
+    // The XML format has the same closers; Markdown and JSON none.
+    let (_, closer) = with_closing_stop(Format::Xml, "<bash>ls", Some("stop"), None, &tools);
+    assert_eq!(closer.as_deref(), Some("</bash>"));
+    let (_, closer) = with_closing_stop(Format::Json, cut, Some("stop"), Some("</bash>"), &tools);
+    assert_eq!(closer, None);
+}

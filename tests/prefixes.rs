@@ -106,7 +106,7 @@ async fn unmatched_tasks_get_the_profile_demonstration_and_k0_renders_none() {
     let prompt = &backend.prompts()[0];
     assert!(
         prompt.contains("# Example trajectory")
-            && prompt.contains("<bash>cat -n /repo/shop/cart.py</bash>")
+            && prompt.contains("<bash>cat -n shop/cart.py</bash>")
     );
     assert!(
         trajectory(prompt).trim_start().starts_with("## Thinking"),

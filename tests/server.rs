@@ -78,7 +78,13 @@ async fn swe_agent_tool_loop_over_http() {
     assert_eq!(backend.calls(), 3);
     assert_eq!(
         requests[0]["stop"],
-        json!(["\n<observation>", "\n</observation>", "\n## Thinking"])
+        json!([
+            "\n<observation>",
+            "\n</observation>",
+            "\n## Thinking",
+            "</bash>",
+            "</str_replace_editor>"
+        ])
     );
     assert_eq!(
         requests[0]["model"], "fake-base",
@@ -688,7 +694,8 @@ async fn dropped_failed_turns_keep_session_and_prefix() {
     for pair in prompts.windows(2) {
         assert!(pair[1].starts_with(pair[0].strip_suffix("## Thinking\n").unwrap()));
     }
-    assert!(prompts[1].ends_with("## Thinking\n\n<observation>\nNo tool calls found in the response.\n</observation>\n\n## Thinking\n"));
+    // A feedback step is its observation alone: no empty "## Thinking" section to imitate.
+    assert!(prompts[1].ends_with("# Trajectory\n\n<observation>\nNo tool calls found in the response.\n</observation>\n\n## Thinking\n"));
     let task = prompts[1].split("# Tools").next().unwrap();
     assert!(
         !task.contains("No tool calls found"),

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::{BackendCompletion, GenerationParams};
 use crate::config::Secret;
 use crate::error::ProxyError;
-use crate::openai::completions::{CompletionRequest, CompletionResponse};
+use crate::openai::completions::{CompletionRequest, CompletionResponse, PromptTokensDetails};
 
 /// First retry delay; doubled on each further retry.
 const BACKOFF_START: Duration = Duration::from_millis(250);
@@ -549,7 +549,18 @@ fn decode(text: &str, model: String, attempts: u32) -> Result<BackendCompletion,
         text: choice.text.clone(),
         finish_reason: choice.finish_reason.clone(),
         matched_stop,
-        usage: response.usage,
+        usage: response.usage.map(|mut usage| {
+            // llama-server reports the cache in `timings.cache_n`; older builds have no
+            // `prompt_tokens_details`.
+            if usage.cached_tokens().is_none() {
+                if let Some(cached) = response.timings.and_then(|t| t.cache_n) {
+                    usage.prompt_tokens_details = Some(PromptTokensDetails {
+                        cached_tokens: Some(cached),
+                    });
+                }
+            }
+            usage
+        }),
         model,
         attempts,
     })
@@ -622,6 +633,39 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_prompt_tokens_from_usage_or_llama_server_timings() {
+        let cached = |body: &str| {
+            decode(body, "m".into(), 1)
+                .unwrap()
+                .usage
+                .unwrap()
+                .cached_tokens()
+        };
+        let choice = r#""choices":[{"text":"x","finish_reason":"stop"}]"#;
+        let usage = r#""usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11"#;
+        assert_eq!(cached(&format!("{{{choice},{usage}}}}}")), None);
+        assert_eq!(
+            cached(&format!(
+                "{{{choice},{usage},\"prompt_tokens_details\":{{\"cached_tokens\":7}}}}}}"
+            )),
+            Some(7)
+        );
+        // vLLM without prompt-token details enabled: `null`, not an error.
+        assert_eq!(
+            cached(&format!(
+                "{{{choice},{usage},\"prompt_tokens_details\":{{\"cached_tokens\":null}}}}}}"
+            )),
+            None
+        );
+        assert_eq!(
+            cached(&format!(
+                "{{{choice},{usage}}},\"timings\":{{\"cache_n\":9,\"prompt_n\":1}}}}"
+            )),
+            Some(9)
+        );
+    }
 
     #[test]
     fn context_errors_of_each_backend() {

@@ -40,6 +40,17 @@ pub struct CompletionResponse {
     /// llama-server native field, when present at top level.
     #[serde(default)]
     pub stopping_word: Option<String>,
+    /// llama-server's `timings` (its prompt-cache figure when `usage` has none).
+    #[serde(default)]
+    pub timings: Option<Timings>,
+}
+
+/// The part of llama-server's `timings` object the proxy reads.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct Timings {
+    /// Prompt tokens reused from the slot's KV cache.
+    #[serde(default)]
+    pub cache_n: Option<u64>,
 }
 
 /// One completion choice.
@@ -84,6 +95,25 @@ pub struct Usage {
     pub completion_tokens: u64,
     #[serde(default)]
     pub total_tokens: u64,
+    /// OpenAI's `prompt_tokens_details` (vLLM with `--enable-prompt-tokens-details`, SGLang,
+    /// llama-server); absent when the backend reports nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+impl Usage {
+    /// Prompt tokens the backend served from its prefix cache, when it says.
+    pub fn cached_tokens(&self) -> Option<u64> {
+        self.prompt_tokens_details.and_then(|d| d.cached_tokens)
+    }
+}
+
+/// `usage.prompt_tokens_details`: only the cache figure is kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens reused from the prefix cache (`null` in some vLLM versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
 }
 
 #[cfg(test)]

@@ -90,6 +90,55 @@ pub fn parse_for(format: crate::render::Format, text: &str, tools: &ToolSet) -> 
     }
 }
 
+/// The text to parse: `text` with the closing tag that ended generation put back.
+///
+/// The tag formats stop generation at an action's closing tag
+/// ([`crate::render::Format::stops`]) and backends drop the matched stop string from the
+/// text. When the backend names it (`matched_stop`: vLLM `stop_reason`, SGLang
+/// `matched_stop`) and it is one of the format's closers, it is appended. When the backend
+/// does not say which stop matched (llama-server's OpenAI endpoint) but generation stopped
+/// (`finish_reason: "stop"`) inside an unclosed action, the closer that completes the action
+/// is inferred: the first of the tools' closers with which the text parses. Returns the text
+/// and the closer put back (recorded in the trace as `matched_stop`, so `replay` parses the
+/// same text).
+pub fn with_closing_stop<'a>(
+    format: crate::render::Format,
+    text: &'a str,
+    finish_reason: Option<&str>,
+    matched_stop: Option<&str>,
+    tools: &ToolSet,
+) -> (std::borrow::Cow<'a, str>, Option<String>) {
+    use std::borrow::Cow;
+    let closers = format.action_closers(tools);
+    if closers.is_empty() {
+        return (Cow::Borrowed(text), None);
+    }
+    if let Some(matched) = matched_stop {
+        return match closers.iter().find(|c| c.as_str() == matched) {
+            Some(closer) => (Cow::Owned(format!("{text}{closer}")), Some(closer.clone())),
+            None => (Cow::Borrowed(text), None),
+        };
+    }
+    if finish_reason != Some("stop") {
+        return (Cow::Borrowed(text), None);
+    }
+    let unclosed =
+        |p: &Parsed| matches!(&p.outcome, Err(f) if f.class == FailureClass::UnclosedTag);
+    if !unclosed(&parse_for(format, text, tools)) {
+        return (Cow::Borrowed(text), None);
+    }
+    for closer in &closers {
+        let candidate = format!("{text}{closer}");
+        let parsed = parse_for(format, &candidate, tools);
+        if !unclosed(&parsed)
+            && !matches!(&parsed.outcome, Err(f) if f.class == FailureClass::NoAction)
+        {
+            return (Cow::Owned(candidate), Some(closer.clone()));
+        }
+    }
+    (Cow::Borrowed(text), None)
+}
+
 /// Checks that the visible required parameters are present (and a shell command not blank).
 ///
 /// Errors: a message naming the first missing parameter.

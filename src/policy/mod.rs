@@ -32,6 +32,10 @@ pub struct Limits {
     pub max_unparsable: usize,
     /// Recent actions in which the same action three times ends it (default 10).
     pub loop_window: usize,
+    /// Whether the two nudges run (default true). Off, a premature submit and a repeated
+    /// action are accepted as they are (the ablation without failure recovery); the other
+    /// termination rules still apply.
+    pub nudges: bool,
 }
 
 impl Default for Limits {
@@ -40,6 +44,7 @@ impl Default for Limits {
             max_steps: 100,
             max_unparsable: 5,
             loop_window: 10,
+            nudges: true,
         }
     }
 }
@@ -113,7 +118,7 @@ pub fn decide(
         Ok(action) => action,
     };
     if is_submit(action, tools) {
-        if tools.can_edit() && !history.iter().any(|a| is_edit(a, tools)) {
+        if limits.nudges && tools.can_edit() && !history.iter().any(|a| is_edit(a, tools)) {
             return if nudges.used(NudgeKind::SubmitBeforeEdit) {
                 Decision::Terminate(Termination::SubmitBeforeEditAgain)
             } else {
@@ -127,7 +132,7 @@ pub fn decide(
             max_steps: limits.max_steps,
         });
     }
-    if history.last().is_some_and(|prev| same_action(prev, action)) {
+    if limits.nudges && history.last().is_some_and(|prev| same_action(prev, action)) {
         return if nudges.used(NudgeKind::RepeatedAction) {
             Decision::Terminate(Termination::RepeatedActionAgain)
         } else {
@@ -422,6 +427,25 @@ mod tests {
     }
 
     #[test]
+    fn without_nudges_submit_and_repeat_are_accepted_and_loops_still_end() {
+        let off = Limits {
+            nudges: false,
+            ..Limits::default()
+        };
+        let swe = tools("swe-agent-1.json");
+        let none = NudgeState::default();
+        let decide_off = |history: &[Action], current: Action| {
+            decide(&conv(history), &Ok(current), &none, &swe, &off)
+        };
+        assert_eq!(decide_off(&[bash("ls")], SUBMIT), Decision::Accept);
+        assert_eq!(decide_off(&[bash("ls")], bash("ls")), Decision::Accept);
+        assert_eq!(
+            decide_off(&[bash("ls"), bash("ls")], bash("ls")),
+            Decision::Terminate(Termination::SameActionThrice { window: 10 })
+        );
+    }
+
+    #[test]
     fn loops_end_the_trajectory() {
         let none = NudgeState::default();
         let (a, b, c) = (bash("a"), bash("b"), bash("c"));
@@ -454,6 +478,7 @@ mod tests {
             max_steps: 3,
             max_unparsable: 3,
             loop_window: 10,
+            nudges: true,
         };
         let failure = Err(ParseFailure {
             class: FailureClass::NoAction,

@@ -105,6 +105,34 @@ impl Format {
         }
     }
 
+    /// The stop sequences of a request: [`Format::stop`] plus, in the tag formats, the closing
+    /// tag of every tool that takes a body ([`Format::action_closers`]), so that generation
+    /// ends at the end of the action instead of running on into prose, an imagined
+    /// observation or invented prompt sections (what small base models do most). Backends
+    /// drop a matched stop string from the text; the parser gets it back from
+    /// [`crate::parse::with_closing_stop`]. A heredoc whose body holds the action's own
+    /// closing tag at a line start is cut there (rare; the command then fails visibly).
+    pub fn stops(self, tools: &ToolSet) -> Vec<String> {
+        let mut stops: Vec<String> = self.stop().iter().map(|s| s.to_string()).collect();
+        stops.extend(self.action_closers(tools));
+        stops
+    }
+
+    /// Closing tags of the tools that take a body (`</bash>`, `</str_replace_editor>`), in
+    /// the tag formats (Markdown+XML, XML); none in Markdown and JSON, whose stops already
+    /// follow the action. `<submit/>` closes itself and is not a stop.
+    pub fn action_closers(self, tools: &ToolSet) -> Vec<String> {
+        match self {
+            Self::MarkdownXml | Self::Xml => tools
+                .tools
+                .iter()
+                .filter(|t| t.role != crate::profile::ToolRole::Submit)
+                .map(|t| format!("</{}>", t.tag))
+                .collect(),
+            Self::Markdown | Self::Json => Vec::new(),
+        }
+    }
+
     /// An action written in this format.
     pub fn action(self, action: &crate::conversation::Action, tools: &ToolSet) -> String {
         match self {
@@ -234,6 +262,21 @@ impl Renderer {
                 })
             },
         );
+        // The scaffold's own instructions are quoted as the task (a Markdown blockquote), so a
+        // continuation model reads them as the brief it was given, not as text to go on with
+        // (its example replies and fenced commands would otherwise be imitated).
+        env.add_filter("blockquote", |text: String| -> String {
+            text.lines()
+                .map(|l| {
+                    if l.is_empty() {
+                        ">".to_string()
+                    } else {
+                        format!("> {l}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
         let overrides = match dir {
             Some(dir) => read_overrides(dir)?,
             None => Vec::new(),

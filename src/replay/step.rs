@@ -11,7 +11,7 @@ use super::{diff, Replayer};
 use crate::config::PromptConfig;
 use crate::context;
 use crate::openai::chat::ChatCompletionRequest;
-use crate::parse::parse_for;
+use crate::parse::{parse_for, with_closing_stop};
 use crate::pipeline::{self, Prepared};
 use crate::policy;
 use crate::prefix::PrefixStore;
@@ -164,7 +164,15 @@ impl Replayer {
             .pointer("/completion/text")
             .and_then(Value::as_str);
         if let (Some(text), false) = (completion, file.passthrough) {
-            let parsed = parse_for(file.config.format, text, &current.prepared.tools);
+            let str_at = |ptr: &str| record.data.pointer(ptr).and_then(Value::as_str);
+            let (text, _) = with_closing_stop(
+                file.config.format,
+                text,
+                str_at("/completion/finish_reason"),
+                str_at("/completion/matched_stop"),
+                &current.prepared.tools,
+            );
+            let parsed = parse_for(file.config.format, &text, &current.prepared.tools);
             let replayed = diff::replayed_outcome(&parsed);
             let recorded = diff::recorded_outcome(record.data.get("parse").unwrap_or(&Value::Null));
             if replayed != recorded {
