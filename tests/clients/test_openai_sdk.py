@@ -8,6 +8,7 @@ import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
+import fake_backend
 import scenario
 from conftest import raw_post
 from scenario import MODEL, TOOLS, Reply, ToolCall
@@ -89,11 +90,16 @@ def test_tool_loop_non_streaming(start_stack):
     scenario.check_replies(replies)
     prompts = stack.prompts()
     scenario.check_prompts(prompts)
-    # Token usage is the backend's, passed through (the fake counts words).
-    for i, (reply, prompt, step) in enumerate(zip(replies, prompts, scenario.STEPS), start=1):
+    # Token usage is the backend's, passed through (the fake counts words of the text it
+    # returned: the scripted continuation cut at the request's first stop string).
+    requests = stack.completion_requests()
+    for i, (reply, prompt, step, req) in enumerate(
+        zip(replies, prompts, scenario.STEPS, requests), start=1
+    ):
+        returned = fake_backend.apply_stop({"text": step.continuation}, req.get("stop"))["text"]
         assert reply.usage is not None, f"turn {i}: no usage"
         assert reply.usage.prompt_tokens == len(prompt.split()), f"turn {i}: prompt_tokens"
-        assert reply.usage.completion_tokens == len(step.continuation.split()), f"turn {i}: completion_tokens"
+        assert reply.usage.completion_tokens == len(returned.split()), f"turn {i}: completion_tokens"
         assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
 
 
