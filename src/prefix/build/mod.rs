@@ -611,18 +611,7 @@ fn date_of(timestamp: Option<&str>) -> Option<String> {
 
 /// `YYYY-MM-DD` (UTC) of a Unix time in milliseconds.
 fn date_of_unix_ms(ms: u64) -> String {
-    let days = (ms / 86_400_000) as i64;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    crate::trace::utc(ms)[..10].to_string()
 }
 
 /// The tagged problem statement of a task message, else the whole message.
