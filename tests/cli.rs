@@ -24,10 +24,16 @@ impl Served {
         cmd.arg("serve")
             .args(["--listen", "127.0.0.1:0"])
             .args(args);
-        cmd.env_remove("RUST_LOG");
         for (k, v) in envs {
             cmd.env(k, v);
         }
+        Self::spawn(cmd, "asap-proxy listening on ")
+    }
+
+    /// Spawns `cmd` and waits (20 s at most) for the standard-error line starting with
+    /// `ready`; `base` is the rest of that line (the URL the binary announced).
+    pub(crate) fn spawn(mut cmd: Command, ready: &'static str) -> Self {
+        cmd.env_remove("RUST_LOG");
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -37,14 +43,14 @@ impl Served {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("asap-proxy listening on ") {
+                if let Some(url) = line.strip_prefix(ready) {
                     let _ = tx.send(url.to_string());
                 }
             }
         });
         let base = rx
             .recv_timeout(Duration::from_secs(20))
-            .expect("proxy did not start");
+            .unwrap_or_else(|_| panic!("no `{ready}` line: the binary did not start"));
         Self { child, base }
     }
 }

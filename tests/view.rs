@@ -5,16 +5,14 @@
 //! Refresh the fixture after a trace-format change:
 //! `ASAP_UPDATE_VIEW_FIXTURE=1 cargo test --test integration view::`.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Command;
 
 use serde_json::json;
 
 use asap_proxy::view::Viewer;
 
+use crate::cli::Served;
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::proxy::Proxy;
 use crate::util::{continue_with, fixture_json, fixture_path};
@@ -260,49 +258,19 @@ async fn ui_needs_the_api_key_when_the_proxy_has_one() {
     assert!(html.contains("No sessions yet"), "an empty log dir: {html}");
 }
 
-/// A running `asap-proxy view`, killed on drop.
-struct Viewing {
-    child: Child,
-    base: String,
-}
-
-impl Viewing {
-    fn start(dir: &Path) -> Self {
-        let mut child = Command::new(BIN)
-            .args(["view", "--listen", "127.0.0.1:0"])
-            .arg(dir)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("asap-proxy view: ") {
-                    let _ = tx.send(url.trim_end_matches("/ui").to_string());
-                }
-            }
-        });
-        let base = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("view did not start");
-        Self { child, base }
-    }
-}
-
-impl Drop for Viewing {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A running `asap-proxy view` (killed on drop); `base` without the `/ui`.
+fn viewing(dir: &Path) -> Served {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["view", "--listen", "127.0.0.1:0"]).arg(dir);
+    let mut served = Served::spawn(cmd, "asap-proxy view: ");
+    served.base = served.base.trim_end_matches("/ui").to_string();
+    served
 }
 
 #[tokio::test]
 async fn view_binary_serves_a_recorded_trace_dir() {
     let (proxy, _backend, id) = recorded(|_| {}).await;
-    let viewing = Viewing::start(proxy.log_dir.path());
+    let viewing = viewing(proxy.log_dir.path());
     let client = reqwest::Client::new();
     // `/` redirects to the list
     let (status, _, list) = get(&client, &format!("{}/", viewing.base)).await;
