@@ -280,7 +280,7 @@ def summarize(args, configs: list[dict]) -> list[dict]:
 
         rows.append({
             "config": c["name"], "scaffold": c["scaffold"], "format": c["format"], "k": c["k"],
-            "nudges": c["nudges"], "tasks": label["tasks"], "runs": label["runs"],
+            "nudges_on": c["nudges"], "tasks": label["tasks"], "runs": label["runs"],
             "pass_at_1": (label.get("pass_at_k") or {}).get("1"),
             "resolved": sum(1 for r in runs if r["resolved"]),
             "edited_fix_file": sum(1 for r in runs if r.get("edited_fix_file")),
