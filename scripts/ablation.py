@@ -131,6 +131,67 @@ def judge(task: dict, repo: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Reference prefixes by a scripted explorer
+
+
+def explore_prefix(task: dict, work: Path) -> dict:
+    """The first three steps of a reference trajectory for `task`, made by running generic
+    commands in a fresh copy of its repository (the paper's prefix is the start of a reference
+    run of the same task; with no reference model at hand, a fixed exploration script stands in
+    for it): list the Python files, run the task's test command, read the first non-test file
+    of the repository that the test output points to (else the first non-test module). Every
+    observation is real output; no step edits anything, so no prefix holds a fix."""
+    repo = work / "repo"
+    fresh_repo(task, repo)
+
+    def sh(command: str) -> str:
+        try:
+            p = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True, timeout=120)
+            text = p.stdout + p.stderr
+        except subprocess.TimeoutExpired:
+            text = "(timed out)"
+        text = text.replace(str(repo) + "/", "")
+        return text if len(text) <= 3000 else text[:1500] + "\n…\n" + text[-1500:]
+
+    listing_cmd = 'find . -name "*.py" -not -path "./.git/*" | sort'
+    listing = sh(listing_cmd)
+    tests = sh(task["test_command"])
+
+    def is_test(rel: str) -> bool:
+        name = Path(rel).name
+        return rel.startswith(("tests/", "test/")) or name.startswith("test_") or name.endswith("_test.py")
+
+    target = None
+    for line in tests.splitlines():
+        line = line.strip()
+        if line.startswith('File "'):
+            rel = line.split('"')[1].removeprefix("./")
+            if (repo / rel).is_file() and not is_test(rel):
+                target = rel
+                break
+    if target is None:
+        modules = [l.removeprefix("./") for l in listing.splitlines()
+                   if l.endswith(".py") and not is_test(l.removeprefix("./")) and not l.endswith("__init__.py")]
+        target = modules[0] if modules else None
+    steps = [
+        ("I will list the Python files of the repository first.", listing_cmd, listing),
+        ("I will run the tests to see what fails.", task["test_command"], tests),
+    ]
+    if target:
+        steps.append((f"I will read {target}, where the failing code should be.", f"cat -n {target}",
+                      sh(f"cat -n {shlex.quote(target)}")))
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "instance_id": task["instance_id"],
+        "task_text": task["text"],
+        "source": {"model": "scripted explorer (scripts/ablation.py --prefix-source explore)",
+                   "date": time.strftime("%Y-%m-%d"), "scaffold": "asap-proxy"},
+        "steps": [{"thought": t, "action": {"tool": "bash", "arguments": {"command": c}}, "observation": o}
+                  for t, c, o in steps],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
 # Proxy and scaffold processes
 
 
@@ -333,6 +394,10 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="markdown_xml", help="comma list: markdown_xml,xml,markdown,json")
     ap.add_argument("--k", default="3", help="comma list of prefix K values (default 3)")
     ap.add_argument("--nudges", default="on", help="comma list of on/off (default on)")
+    ap.add_argument("--prefix-source", default="demo", choices=("demo", "explore"),
+                    help="demo: the proxy's prefixes (the built-in demonstration for tasks without "
+                    "one); explore: a K<=3-step reference prefix per task made by a scripted "
+                    "explorer in the task's repository (docs/ablation.md)")
     ap.add_argument("--scaffold", default="mini", help="comma list: mini, openhands (default mini)")
     ap.add_argument("--out", type=Path, default=Path("ablation-runs"), help="output directory")
     ap.add_argument("--proxy-bin", type=Path, help="asap-proxy binary (default: target/release, "
@@ -376,6 +441,8 @@ def main(argv=None) -> int:
             for k in ks:
                 for n in nudges:
                     name = f"{scaffold}-{fmt}-k{k}-nudges-{'on' if n else 'off'}"
+                    if args.prefix_source == "explore":
+                        name += "-explore"
                     configs.append({"name": name, "scaffold": scaffold, "format": fmt, "k": k,
                                     "nudges": n, "dir": out / name})
     total = len(configs) * len(tasks) * args.runs
@@ -391,6 +458,15 @@ def main(argv=None) -> int:
             args.backend = f"http://127.0.0.1:{model_port}/v1"
         log(f"ablation: {len(configs)} configuration(s) x {len(tasks)} task(s) x {args.runs} run(s) "
             f"= {total} runs, backend {args.backend}, proxy {args.proxy_bin}, out {out}")
+    if args.prefix_source == "explore" and not args.summary_only:
+        prefix_dir = out / "prefixes"
+        prefix_dir.mkdir(exist_ok=True)
+        for t in tasks:
+            path = prefix_dir / f"{t['instance_id']}.json"
+            if not path.exists():
+                path.write_text(json.dumps(explore_prefix(t, out / ".explore" / t["instance_id"]), indent=1) + "\n")
+        args.proxy_args = ["--prefixes", str(prefix_dir), *args.proxy_args]
+        log(f"ablation: reference prefixes by the scripted explorer in {prefix_dir}")
     try:
         done_count = 0
         started = time.monotonic()

@@ -85,3 +85,33 @@ def test_ablation_runner_runs_judges_and_resumes(tmp_path, scaffold, finished):
     finally:
         backend.terminate()
         backend.wait(5)
+
+
+def test_explore_prefixes_are_real_first_steps_of_the_task(tmp_path):
+    """`--prefix-source explore`: each task gets a 3-step reference prefix made by running
+    generic commands in its repository (list, test, read the file the failure points to); the
+    proxy matches it by the task header and renders it before the live steps."""
+    backend, url = start_fake_backend(tmp_path)
+    try:
+        out = tmp_path / "out"
+        cmd = [sys.executable, str(REPO / "scripts" / "ablation.py"), "--backend", url,
+               "--task", "slugify", "--runs", "1", "--steps", "5", "--out", str(out),
+               "--python", sys.executable, "--scaffold", "mini", "--prefix-source", "explore"]
+        if os.environ.get("ASAP_PROXY_BIN"):
+            cmd += ["--proxy-bin", os.environ["ASAP_PROXY_BIN"]]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        prefix = json.loads((out / "prefixes" / "slugify.json").read_text())
+        commands = [s["action"]["arguments"]["command"] for s in prefix["steps"]]
+        assert len(commands) == 3 and commands[2] == "cat -n textutil/slug.py", commands
+        assert "FAIL" in prefix["steps"][1]["observation"], prefix["steps"][1]
+        assert "def slugify" in prefix["steps"][2]["observation"], prefix["steps"][2]
+        config = out / "mini-markdown_xml-k3-nudges-on-explore"
+        session = json.loads(next((config / "logs").glob("*.jsonl")).read_text().splitlines()[0])["data"]
+        assert session["prefix"] == {"id": "slugify", "matched_by": "header", "k": 3}, session
+        first_prompt = json.loads((tmp_path / "record.jsonl").read_text().splitlines()[0])["prompt"]
+        assert "<bash>cat -n textutil/slug.py</bash>" in first_prompt
+        assert "shop/cart.py" not in first_prompt, "no built-in demonstration besides the task's prefix"
+    finally:
+        backend.terminate()
+        backend.wait(5)
