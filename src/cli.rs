@@ -296,7 +296,11 @@ pub fn trace_paths_and_results(
         }
     }
     if dirs.is_empty() {
-        return Err("no trace directory or file given (DIR...)".into());
+        return Err(
+            "no trace directory or file given (DIR...); note that a trace file given \
+                    after --results is read as a results file: put trace paths first"
+                .into(),
+        );
     }
     Ok((dirs, files))
 }

@@ -676,3 +676,72 @@ async fn content_dialects_confirmations_and_side_calls_replay_cleanly() {
     let replayed = Proxy::start(&format!("replay:{logs}")).await;
     assert_eq!(drive_terminus(&replayed).await, replies);
 }
+
+/// Two requests of one session in flight at once (a scaffold's retry with a different last
+/// observation while the first still runs): the first is nudged for a repeated action, and
+/// the second's record is written between the first's nudged attempt and its next one
+/// (records land in the order their deltas were taken). `replay --check` ties the next
+/// attempt to its own nudge, not to the record just before it (found by a break-it pass:
+/// "attempt 1 follows no nudge record").
+#[tokio::test]
+async fn replay_check_pairs_attempts_with_their_nudge_across_concurrent_requests() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look.\n<bash>ls</bash>\n"),
+        // A: the same action again, slowly → repeated-action nudge.
+        Scripted::Slow {
+            delay: Duration::from_millis(800),
+            text: "Again.\n<bash>ls</bash>\n".into(),
+        },
+        // B, while A waits.
+        Scripted::text("Read it.\n<bash>cat inventory.py</bash>\n"),
+        // A's attempt after the nudge.
+        Scripted::text("Something else.\n<bash>pwd</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_, first) = proxy.post(&body).await;
+    continue_with(&mut body, &first, "inventory.py");
+    let mut other = body.clone();
+    let last = other["messages"].as_array().unwrap().len() - 1;
+    other["messages"][last]["content"] = json!("inventory.py\ntests/");
+    let (a, b) = tokio::join!(proxy.post(&body), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.post(&other).await
+    });
+    assert_eq!((a.0, b.0), (200, 200));
+    assert_eq!(
+        a.1["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        "{\"command\":\"pwd\"}"
+    );
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "one session");
+    let order: Vec<(String, u64)> = crate::util::read_records(&files[0])
+        .iter()
+        .filter(|r| r["type"] == "step" || r["type"] == "nudge")
+        .map(|r| {
+            (
+                r["type"].as_str().unwrap().to_string(),
+                r["data"]["attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let order: Vec<(&str, u64)> = order.iter().map(|(t, a)| (t.as_str(), *a)).collect();
+    assert_eq!(
+        order,
+        [
+            ("step", 0),
+            ("step", 0),
+            ("nudge", 0),
+            ("step", 0),
+            ("step", 1)
+        ],
+        "B's record lands between A's nudge and A's next attempt"
+    );
+    let (code, out, err) = replay(&["--check", path_str(proxy.log_dir.path())]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.ends_with("steps 4  prompt differences 0  parse differences 0  unreadable 0\n"),
+        "{out}"
+    );
+}

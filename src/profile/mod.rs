@@ -273,6 +273,17 @@ mod tests {
         }
     }
 
+    /// The SDK's text mode is told from V0's by its `terminal` function, wherever the SDK
+    /// lists it (an agent may order its tools differently).
+    #[test]
+    fn sdk_text_mode_is_detected_whatever_the_order_of_its_functions() {
+        let profiles = Profiles::builtin().unwrap();
+        let text = fixture_text("openhands-sdk-text-1.json")
+            .replace("#1: terminal ----", "#9: terminal ----")
+            .replace("#2: file_editor ----", "#1: file_editor ----");
+        assert_eq!(profiles.detect(&[], &text).name, "openhands-sdk-text");
+    }
+
     #[test]
     fn unknown_profile_lists_known_ones() {
         let profiles = Profiles::builtin().unwrap();

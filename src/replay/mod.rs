@@ -280,7 +280,7 @@ impl Replayer {
             session: SessionId::from_recorded(stem).unwrap_or_else(SessionId::mint),
             sessions: SessionIndex::new(DEFAULT_INDEX_CAPACITY),
             current: None,
-            nudge: None,
+            nudged: Vec::new(),
             recorded_prefix: session
                 .data
                 .pointer("/prefix/id")
@@ -299,11 +299,16 @@ impl Replayer {
             };
             let outcome = match record.kind.as_str() {
                 "nudge" => {
-                    file.nudge = match record.str("kind") {
+                    let kind = match record.str("kind") {
                         Some("submit_before_edit") => Some(NudgeKind::SubmitBeforeEdit),
                         Some("repeated_action") => Some(NudgeKind::RepeatedAction),
                         _ => None,
                     };
+                    if let Some(kind) = kind {
+                        let step = record.u64("step").unwrap_or(0);
+                        let attempt = record.u64("attempt").unwrap_or(0);
+                        file.nudged.push((step, attempt, file.current.take(), kind));
+                    }
                     continue;
                 }
                 "step" | "side_call" => self.step(&mut file, &reader, &record),

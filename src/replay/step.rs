@@ -39,10 +39,13 @@ pub(super) struct FileReplay<'a> {
     pub(super) session: SessionId,
     /// This file's index of turns answered without a tool call.
     pub(super) sessions: SessionIndex,
-    /// The request in progress (for attempts after a nudge).
+    /// The request of the last `step` record (for a `nudge` record that follows it).
     pub(super) current: Option<Current>,
-    /// The kind of the last `nudge` record, for the next attempt.
-    pub(super) nudge: Option<NudgeKind>,
+    /// Nudged requests waiting for their next attempt: (step, attempt nudged, the request,
+    /// the nudge). A `nudge` record directly follows its step record, but the next attempt
+    /// need not: when one session has two requests in flight, the other request's record can
+    /// land in between (records are written in the order their deltas were taken).
+    pub(super) nudged: Vec<(u64, u64, Option<Current>, NudgeKind)>,
     /// The prefix id recorded in the session record, checked against the first step.
     pub(super) recorded_prefix: Option<String>,
     pub(super) prefix_checked: bool,
@@ -69,7 +72,6 @@ impl Replayer {
         let rendered = if side {
             Rendered::Prompt(side_call::prompt(&request(reader)?))
         } else if attempt == 0 {
-            file.nudge = None;
             let request = request(reader)?;
             let prepared = pipeline::prepare(
                 &request,
@@ -97,10 +99,14 @@ impl Replayer {
                 }
             }
         } else {
-            let kind = file
-                .nudge
-                .take()
+            let step = record.u64("step").unwrap_or(0);
+            let at = file
+                .nudged
+                .iter()
+                .rposition(|(s, a, _, _)| *s == step && *a + 1 == attempt)
                 .ok_or_else(|| format!("attempt {attempt} follows no nudge record"))?;
+            let (_, _, current, kind) = file.nudged.remove(at);
+            file.current = current;
             match file.current.as_mut() {
                 // The first attempt already failed to render (reported there).
                 None => Rendered::Failed("the request's first attempt did not render".into()),
