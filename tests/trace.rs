@@ -533,7 +533,7 @@ async fn a_scaffold_rewriting_old_outputs_still_gets_a_linear_log() {
 /// A step record of a made-up session at `turn`: the prompt and the request grow by one
 /// observation and one message per turn.
 fn made_up_step(turn: usize) -> (asap_proxy::trace::StepRecord, String, Value) {
-    use asap_proxy::trace::{RequestInput, StepDecision, StepRecord, Timings};
+    use asap_proxy::trace::{RequestInput, StepRecord};
     let mut prompt = "# Task\n\nFix it.\n\n# Trajectory\n".to_string();
     for i in 0..=turn {
         prompt.push_str(&format!(
@@ -547,30 +547,14 @@ fn made_up_step(turn: usize) -> (asap_proxy::trace::StepRecord, String, Value) {
     let body = json!({"model": "m", "messages": messages});
     let record = StepRecord {
         step: turn,
-        attempt: 0,
-        kind: None,
         profile: "generic".into(),
-        stream: false,
-        decision: StepDecision::Accept,
-        ignored_fields: Vec::new(),
-        request: None,
-        prompt: None,
-        completion: None,
-        parse: None,
-        response: None,
-        nudges_used: Vec::new(),
-        error: None,
-        context: None,
-        timings: Timings::default(),
         full_prompt: prompt.clone(),
         input: Some(std::sync::Arc::new(RequestInput {
             body: body.to_string().into(),
             task_text: "Fix it.".into(),
             ..RequestInput::default()
         })),
-        prefix: None,
-        nudge: None,
-        termination: None,
+        ..StepRecord::default()
     };
     (record, prompt, body)
 }

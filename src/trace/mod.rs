@@ -317,25 +317,10 @@ impl StepRecord {
         Self {
             step,
             attempt,
-            kind: None,
             profile: prepared.tools.profile.clone(),
-            stream: false,
-            decision: StepDecision::Accept,
-            ignored_fields: Vec::new(),
-            request: None,
-            prompt: None,
-            completion: None,
-            parse: None,
-            response: None,
             nudges_used: prepared.session.nudges.0.clone(),
-            error: None,
-            context: None,
-            timings: Timings::default(),
-            full_prompt: String::new(),
-            input: None,
             prefix: prepared.prefix.clone(),
-            nudge: None,
-            termination: None,
+            ..Self::default()
         }
     }
 
