@@ -7,7 +7,8 @@
 //! - Each assistant message is one step per tool call (the first carries the message text as
 //!   the thought), or one step without action when it has no tool call (an unparsable turn).
 //! - A `tool`/`function` message is the observation of the step whose call id it names, else
-//!   of the latest step.
+//!   of the latest step; a profile's `tool_output` decodes a wrapped command output first
+//!   ([`tool_output_text`]), so live observations read like the prefix's plain ones.
 //! - A `user` or `system` message after the first assistant message (e.g. a scaffold's
 //!   format-error reply) is the observation of the latest step if that step has none yet
 //!   (the scaffold kept the failed turn, as SWE-agent does); otherwise it is a *feedback step*:
@@ -17,10 +18,12 @@
 //!   ones before any assistant message are feedback steps too (mini-swe-agent's format error
 //!   on the very first turn).
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use crate::openai::chat::{ChatMessage, Role};
-use crate::profile::ToolSet;
+use crate::profile::{ToolOutput, ToolSet};
 use crate::session::NudgeKind;
 
 /// An action in the neutral vocabulary. Serialised in traces as
@@ -96,7 +99,8 @@ impl Conversation {
                                 .rposition(|s| s.call_id.as_deref() == Some(id))
                         })
                         .unwrap_or(conv.steps.len() - 1);
-                    append_observation(&mut conv.steps[index], text);
+                    let text = tool_output_text(text, tools.tool_output);
+                    append_observation(&mut conv.steps[index], &text);
                 }
                 _ if !conv.steps.is_empty() => {
                     let last = conv.steps.len() - 1;
@@ -200,6 +204,47 @@ fn push_nonempty(parts: &mut Vec<String>, text: &str) {
     }
 }
 
+/// A tool message's content as the observation text: decoded per the profile's `tool_output`
+/// (see [`ToolOutput`]), else unchanged.
+pub fn tool_output_text(content: &str, shape: ToolOutput) -> Cow<'_, str> {
+    if shape != ToolOutput::ReturncodeJson || !content.trim_start().starts_with('{') {
+        return Cow::Borrowed(content);
+    }
+    let Ok(Value::Object(object)) = serde_json::from_str::<Value>(content) else {
+        return Cow::Borrowed(content);
+    };
+    let Some(returncode) = object.get("returncode").and_then(Value::as_i64) else {
+        return Cow::Borrowed(content);
+    };
+    let field = |name: &str| object.get(name).and_then(Value::as_str);
+    let mut text = match (field("output"), field("output_head"), field("output_tail")) {
+        (Some(output), _, _) => output.to_string(),
+        (None, Some(head), Some(tail)) => {
+            let elided = object
+                .get("elided_chars")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            format!("{head}\n[… {elided} characters elided …]\n{tail}")
+        }
+        _ => return Cow::Borrowed(content),
+    };
+    if let Some(info) = field("exception_info").filter(|i| !i.is_empty()) {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(info);
+    }
+    let end = text.trim_end_matches('\n').len();
+    text.truncate(end);
+    if returncode != 0 {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&format!("[exit status {returncode}]"));
+    }
+    Cow::Owned(text)
+}
+
 fn append_observation(step: &mut Step, text: &str) {
     match &mut step.observation {
         Some(obs) => {
@@ -275,6 +320,47 @@ mod tests {
             Some(Action::Submit {
                 message: Some("done".into())
             })
+        );
+    }
+
+    #[test]
+    fn mini_json_tool_output_renders_as_plain_text() {
+        let mini_tools = json!([{"type": "function", "function": {"name": "bash",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]);
+        let call = |id: &str| {
+            json!({"role": "assistant", "content": "t", "tool_calls": [
+            {"id": id, "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]})
+        };
+        let c = conv(json!({"tools": mini_tools, "messages": [
+            {"role": "user", "content": "fix it"},
+            call("a"),
+            {"role": "tool", "tool_call_id": "a",
+             "content": "{\n  \"returncode\": 1,\n  \"output\": \"FAILED\\n  line 2\\n\"\n}"},
+            call("b"),
+            {"role": "tool", "tool_call_id": "b", "content": "{\"returncode\": 0, \"output\": \"ok\\n\"}"},
+            call("c"),
+            {"role": "tool", "tool_call_id": "c", "content": "{\"returncode\": 0, \"output_head\": \"ab\",
+              \"output_tail\": \"yz\", \"elided_chars\": 7, \"warning\": \"Output too long.\"}"},
+            call("d"),
+            {"role": "tool", "tool_call_id": "d", "content": "{\"not\": \"mini\"}"}
+        ]}));
+        assert_eq!(
+            c.steps[0].observation.as_deref(),
+            Some("FAILED\n  line 2\n[exit status 1]")
+        );
+        assert_eq!(c.steps[1].observation.as_deref(), Some("ok"));
+        assert_eq!(
+            c.steps[2].observation.as_deref(),
+            Some("ab\n[… 7 characters elided …]\nyz")
+        );
+        assert_eq!(
+            c.steps[3].observation.as_deref(),
+            Some("{\"not\": \"mini\"}")
+        );
+        // Other profiles keep the content as sent.
+        assert_eq!(
+            tool_output_text("{\"returncode\": 0, \"output\": \"x\"}", ToolOutput::Text),
+            "{\"returncode\": 0, \"output\": \"x\"}"
         );
     }
 }

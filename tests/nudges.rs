@@ -57,7 +57,8 @@ async fn submit_before_edit_is_nudged_once_then_the_second_one_ends_the_run() {
         .unwrap();
     let hint = "You submitted, but no file has been changed yet";
     assert!(
-        tail.starts_with("## Thinking\n\n<submit/>\n\n<observation>\n") && tail.contains(hint),
+        tail.starts_with("## Thinking\n\n### Action\n\n<submit/>\n\n<observation>\n")
+            && tail.contains(hint),
         "{tail}"
     );
 

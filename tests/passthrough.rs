@@ -162,8 +162,9 @@ async fn passthrough_trace_becomes_a_prefix_that_a_base_model_session_uses() {
             .find(needle)
             .unwrap_or_else(|| panic!("{needle} missing in {trajectory}"))
     };
-    let first = at("First I list the repository.\n\n<bash>ls /testbed</bash>\n\n<observation>\ninventory.py\ntests\n</observation>");
-    let second = at("Now I read the module.\n\n<str_replace_editor>\n<command>view</command>");
+    let first = at("First I list the repository.\n\n### Action\n\n<bash>ls /testbed</bash>\n\n<observation>\ninventory.py\ntests\n</observation>");
+    let second =
+        at("Now I read the module.\n\n### Action\n\n<str_replace_editor>\n<command>view</command>");
     let third = at("Find where total is defined.");
     let live = at("Base model step.");
     assert!(first < second && second < third && third < live);

@@ -48,7 +48,9 @@ async fn fingerprint_match_renders_k_reference_steps_before_the_live_ones() {
     assert!(one < three && three < live, "{t}");
     assert!(!t.contains("Reference step four."), "K=3 caps the steps");
     assert!(
-        t.starts_with("\n## Thinking\nReference step one.\n\n<bash>ls /testbed</bash>"),
+        t.starts_with(
+            "\n## Thinking\nReference step one.\n\n### Action\n\n<bash>ls /testbed</bash>"
+        ),
         "{t}"
     );
     assert!(

@@ -250,8 +250,9 @@ fn tag_list(tools: &ToolSet) -> String {
         .join(", ")
 }
 
-/// The thought: trimmed, without a repeated `## Thinking` heading and without lines that are
-/// only a stray closing tag (`</bash>`), which are markup, not prose.
+/// The thought: trimmed, without a repeated `## Thinking` heading, without the `### Action`
+/// heading that ends it, and without lines that are only a stray closing tag (`</bash>`),
+/// which are markup, not prose.
 fn thought_of(text: &str) -> String {
     let kept: Vec<&str> = text
         .split('\n')
@@ -265,7 +266,17 @@ fn thought_of(text: &str) -> String {
         }
         _ => t,
     };
+    // The Markdown+XML document puts an `### Action` heading between thought and action.
+    let t = match t.rsplit_once('\n') {
+        Some((before, last)) if is_action_heading(last) => before.trim_end(),
+        None if is_action_heading(t) => "",
+        _ => t,
+    };
     t.to_string()
+}
+
+fn is_action_heading(line: &str) -> bool {
+    line.trim().eq_ignore_ascii_case("### action")
 }
 
 /// Parses the action whose tag starts at `tag_start` (line starts at `line_start`).

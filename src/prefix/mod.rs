@@ -202,7 +202,8 @@ pub fn parse_file(name: &str, text: &str) -> Result<Vec<Prefix>, PrefixError> {
 
 impl PrefixStore {
     /// The built-in demonstrations plus every `*.json`/`*.jsonl` file in `dirs`; steps are cut
-    /// to `k` (0 disables prefixes).
+    /// to `k` (0 disables prefixes). A file's prefix with a `demo_task` is a demonstration and
+    /// replaces the built-in one with its `instance_id`.
     pub fn load(dirs: &[PathBuf], k: usize) -> Result<Self, PrefixError> {
         let mut store = Self {
             k,
@@ -220,7 +221,14 @@ impl PrefixStore {
                     source,
                 })?;
                 for p in parse_file(&path.display().to_string(), &text)? {
-                    store.insert(p);
+                    // A demonstration (it has a `demo_task`) replaces the built-in one of the
+                    // same id: the example a profile's `default_prefix` names can be edited
+                    // without a rebuild.
+                    if p.demo_task.is_some() {
+                        store.defaults.insert(p.instance_id.clone(), p);
+                    } else {
+                        store.insert(p);
+                    }
                 }
             }
         }
@@ -452,5 +460,20 @@ mod tests {
             PrefixStep::from_step(&step).unwrap(),
             prefix("a", "t", 1).steps[0]
         );
+    }
+
+    #[test]
+    fn a_demonstration_in_a_prefix_dir_replaces_the_builtin_one() {
+        let dir = std::env::temp_dir().join(format!("asap-demo-override-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut demo = prefix("shell-demo", "", 2);
+        demo.demo_task = Some("my own example task".into());
+        std::fs::write(dir.join("demo.json"), serde_json::to_string(&demo).unwrap()).unwrap();
+        let s = PrefixStore::load(std::slice::from_ref(&dir), 3).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let hit = s.select(None, "any task", Some("shell-demo")).unwrap();
+        assert_eq!(hit.demo_task.as_deref(), Some("my own example task"));
+        assert_eq!(hit.steps.len(), 2);
+        assert!(s.is_empty(), "a demonstration is not a task prefix");
     }
 }

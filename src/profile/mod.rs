@@ -90,6 +90,24 @@ pub struct Profile {
     /// message are scaffold feedback. Absent: all of them are the task.
     #[serde(default)]
     pub task_user_messages: Option<usize>,
+    /// How the scaffold wraps command output in its tool messages; decoded before rendering
+    /// so that live observations read like the prefix's plain-text ones.
+    #[serde(default)]
+    pub tool_output: ToolOutput,
+}
+
+/// The shape of a scaffold's tool-message content.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOutput {
+    /// Plain text, rendered as it is.
+    #[default]
+    Text,
+    /// A JSON object `{"returncode": N, "output": "…"}` (mini-swe-agent 2.x `mini.yaml`; long
+    /// outputs as `output_head`/`output_tail`/`elided_chars`, plus `exception_info`). Rendered
+    /// as the output text, a non-zero return code as a last line `[exit status N]`; content
+    /// that is not such an object is rendered as it is.
+    ReturncodeJson,
 }
 
 /// Hint observations the proxy shows the model with a nudge. Written in the neutral

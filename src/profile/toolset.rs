@@ -230,6 +230,8 @@ pub struct ToolSet {
     pub default_prefix: Option<String>,
     /// Content dialect (no tools offered; the reply is written in the scaffold's format).
     pub dialect: Option<crate::dialect::Dialect>,
+    /// Profile `tool_output`: how tool messages wrap command output.
+    pub tool_output: super::ToolOutput,
     defaults: Map<String, Value>,
     modifying_commands: Vec<String>,
 }
@@ -419,6 +421,7 @@ impl ToolSet {
             hints: profile.hints.clone(),
             default_prefix: profile.default_prefix.clone(),
             dialect: profile.dialect,
+            tool_output: profile.tool_output,
             defaults: profile.parameter_defaults.clone(),
             modifying_commands: profile
                 .editor
@@ -434,6 +437,7 @@ impl ToolSet {
             hints: Hints::default(),
             default_prefix: None,
             dialect: None,
+            tool_output: super::ToolOutput::Text,
             profile: "generic".to_string(),
             tools: vec![synthetic_submit()],
             submit: SubmitTarget::Content,
