@@ -134,13 +134,21 @@ def judge(task: dict, repo: Path) -> dict:
 # Reference prefixes by a scripted explorer
 
 
+EXPLORE_DEMO = REPO / "scripts" / "ablation-demo.json"
+LISTING_CMD = 'find . -name "*.py" -not -path "./.git/*" | sort'
+SOURCES_CMD = 'grep -rn "" --include="*.py" --exclude-dir=tests .'
+
+
 def explore_prefix(task: dict, work: Path) -> dict:
-    """The first three steps of a reference trajectory for `task`, made by running generic
+    """The first two steps of a reference trajectory for `task`, made by running generic
     commands in a fresh copy of its repository (the paper's prefix is the start of a reference
     run of the same task; with no reference model at hand, a fixed exploration script stands in
-    for it): list the Python files, run the task's test command, read the first non-test file
-    of the repository that the test output points to (else the first non-test module). Every
-    observation is real output; no step edits anything, so no prefix holds a fix."""
+    for it): list the Python files, then print every non-test source line with its path and
+    line number (`grep -rn`). Every observation is real output; no step edits anything, so no
+    prefix holds a fix. The prefix names the demonstration `scripts/ablation-demo.json` (another
+    task; it opens with the same two commands, then changes a line and runs the tests) as its
+    `example`, so the live trajectory starts where the demonstration's third step, an edit,
+    follows (docs/ablation.md)."""
     repo = work / "repo"
     fresh_repo(task, repo)
 
@@ -153,33 +161,10 @@ def explore_prefix(task: dict, work: Path) -> dict:
         text = text.replace(str(repo) + "/", "")
         return text if len(text) <= 3000 else text[:1500] + "\n…\n" + text[-1500:]
 
-    listing_cmd = 'find . -name "*.py" -not -path "./.git/*" | sort'
-    listing = sh(listing_cmd)
-    tests = sh(task["test_command"])
-
-    def is_test(rel: str) -> bool:
-        name = Path(rel).name
-        return rel.startswith(("tests/", "test/")) or name.startswith("test_") or name.endswith("_test.py")
-
-    target = None
-    for line in tests.splitlines():
-        line = line.strip()
-        if line.startswith('File "'):
-            rel = line.split('"')[1].removeprefix("./")
-            if (repo / rel).is_file() and not is_test(rel):
-                target = rel
-                break
-    if target is None:
-        modules = [l.removeprefix("./") for l in listing.splitlines()
-                   if l.endswith(".py") and not is_test(l.removeprefix("./")) and not l.endswith("__init__.py")]
-        target = modules[0] if modules else None
-    steps = [
-        ("I will list the Python files of the repository first.", listing_cmd, listing),
-        ("I will run the tests to see what fails.", task["test_command"], tests),
-    ]
-    if target:
-        steps.append((f"I will read {target}, where the failing code should be.", f"cat -n {target}",
-                      sh(f"cat -n {shlex.quote(target)}")))
+    demo = json.loads(EXPLORE_DEMO.read_text())
+    steps = [(step["thought"], cmd, sh(cmd)) for step, cmd in zip(demo["steps"], (LISTING_CMD, SOURCES_CMD))]
+    assert [s["action"]["arguments"]["command"] for s in demo["steps"][:2]] == [LISTING_CMD, SOURCES_CMD], \
+        "the demonstration must open with the explorer's commands"
     shutil.rmtree(work, ignore_errors=True)
     return {
         "instance_id": task["instance_id"],
@@ -188,6 +173,7 @@ def explore_prefix(task: dict, work: Path) -> dict:
                    "date": time.strftime("%Y-%m-%d"), "scaffold": "asap-proxy"},
         "steps": [{"thought": t, "action": {"tool": "bash", "arguments": {"command": c}}, "observation": o}
                   for t, c, o in steps],
+        "example": demo["instance_id"],
     }
 
 
@@ -461,6 +447,7 @@ def main(argv=None) -> int:
     if args.prefix_source == "explore" and not args.summary_only:
         prefix_dir = out / "prefixes"
         prefix_dir.mkdir(exist_ok=True)
+        shutil.copyfile(EXPLORE_DEMO, prefix_dir / EXPLORE_DEMO.name)
         for t in tasks:
             path = prefix_dir / f"{t['instance_id']}.json"
             if not path.exists():

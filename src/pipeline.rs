@@ -74,6 +74,9 @@ pub struct PrefixInfo {
     pub matched_by: &'static str,
     /// Steps rendered.
     pub k: usize,
+    /// The demonstration rendered with a task prefix that names one (`example`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub example: Option<String>,
 }
 
 /// Session, profile, conversation and prompt for a request. No I/O; `sessions` is consulted
@@ -122,7 +125,13 @@ pub fn prepare(
                     steps: selected.steps.clone(),
                 })
             }
-            None => base.prefix = selected.steps.clone(),
+            None => {
+                base.prefix = selected.steps.clone();
+                base.example = selected.example.as_ref().map(|demo| Example {
+                    task: demo.demo_task.clone().unwrap_or_default(),
+                    steps: demo.steps.clone(),
+                });
+            }
         }
     }
     let render = |c: &Conversation| {
@@ -168,6 +177,7 @@ pub fn prepare(
             id: s.id,
             matched_by: s.matched_by,
             k: s.steps.len(),
+            example: s.example.map(|e| e.id),
         }),
         index_scope: scope,
     })

@@ -131,3 +131,53 @@ async fn unmatched_tasks_get_the_profile_demonstration_and_k0_renders_none() {
     assert!(!prompt.contains("Reference step") && !prompt.contains("# Example trajectory"));
     assert_eq!(session_prefix(&proxy), Value::Null);
 }
+
+#[tokio::test]
+async fn a_task_prefix_can_name_a_demonstration_rendered_before_it() {
+    let dir = std::env::temp_dir().join(format!("asap-paired-prefix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let step = |thought: &str, command: &str, observation: &str| {
+        json!({"thought": thought, "action": {"tool": "bash", "arguments": {"command": command}},
+               "observation": observation})
+    };
+    let demo = json!({"instance_id": "my-demo", "demo_task": "Fix the cart total.",
+        "steps": [step("Demo one.", "ls", "cart.py"), step("Demo two.", "cat cart.py", "x"),
+                  step("Demo three.", "sed -i '1c\\y' cart.py", ""),
+                  step("Demo four.", "python3 -m unittest", "OK")]});
+    let task = json!({"instance_id": "paired__paired-1", "example": "my-demo",
+        "steps": [step("Task one.", "ls", "pager.py")]});
+    std::fs::write(dir.join("demo.json"), demo.to_string()).unwrap();
+    std::fs::write(dir.join("task.json"), task.to_string()).unwrap();
+    let backend = FakeBackend::start(vec![Scripted::text("a")]).await;
+    let proxy = Proxy::start_with(&backend.url(), |a| {
+        a.prompt.prefixes = vec![dir.clone()];
+        a.prompt.prefix_k = Some(3);
+    })
+    .await;
+    let resp = proxy
+        .client
+        .post(proxy.url())
+        .header("X-ASAP-Task", "paired__paired-1")
+        .json(&fixture_json("requests/mini-swe-agent-1.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let prompt = &backend.prompts()[0];
+    let (before, live) = prompt.split_once("\n# Trajectory\n").unwrap();
+    let example = before.split_once("# Example trajectory").unwrap().1;
+    assert!(example.contains("Task: Fix the cart total.") && example.contains("Demo three."));
+    assert!(
+        !example.contains("Demo four."),
+        "the demonstration is cut to K too"
+    );
+    assert!(
+        live.contains("Task one.") && !live.contains("Demo one."),
+        "{live}"
+    );
+    assert_eq!(
+        session_prefix(&proxy),
+        json!({"id": "paired__paired-1", "matched_by": "header", "k": 1, "example": "my-demo"})
+    );
+}

@@ -244,6 +244,7 @@ mod tests {
             }],
             leaks: Vec::new(),
             demo_task: None,
+            example: None,
         }
     }
 

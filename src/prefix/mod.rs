@@ -65,6 +65,11 @@ pub struct Prefix {
     /// Only for demonstrations: the made-up task the steps belong to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub demo_task: Option<String>,
+    /// Only for task prefixes: a demonstration (its `instance_id`, e.g. `shell-demo`) rendered
+    /// as the example trajectory before this prefix, cut to the same K. Without it a task
+    /// prefix is rendered alone (the paper's setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub example: Option<String>,
 }
 
 /// Where a prefix came from.
@@ -149,6 +154,8 @@ pub struct Selected {
     pub steps: Vec<Step>,
     /// For a demonstration: its made-up task (rendered as an example, not as this task's steps).
     pub demo_task: Option<String>,
+    /// For a task prefix that names one (`example`): that demonstration, also cut to K.
+    pub example: Option<Box<Selected>>,
 }
 
 /// Prefix loading failure.
@@ -280,7 +287,20 @@ impl PrefixStore {
                     .and_then(|d| self.defaults.get(d))
                     .map(|p| (p, "default"))
             })?;
+        let example = prefix
+            .example
+            .as_deref()
+            .filter(|_| prefix.demo_task.is_none())
+            .and_then(|name| self.defaults.get(name))
+            .map(|demo| Box::new(self.cut(demo, "example")));
         Some(Selected {
+            example,
+            ..self.cut(prefix, matched_by)
+        })
+    }
+
+    fn cut(&self, prefix: &Prefix, matched_by: &'static str) -> Selected {
+        Selected {
             id: prefix.instance_id.clone(),
             matched_by,
             steps: prefix
@@ -290,7 +310,8 @@ impl PrefixStore {
                 .map(PrefixStep::to_step)
                 .collect(),
             demo_task: prefix.demo_task.clone(),
-        })
+            example: None,
+        }
     }
 
     fn fingerprint(&self, first_user: &str) -> Option<&Prefix> {
@@ -365,6 +386,7 @@ mod tests {
                 .collect(),
             leaks: Vec::new(),
             demo_task: None,
+            example: None,
         }
     }
 

@@ -88,9 +88,11 @@ def test_ablation_runner_runs_judges_and_resumes(tmp_path, scaffold, finished):
 
 
 def test_explore_prefixes_are_real_first_steps_of_the_task(tmp_path):
-    """`--prefix-source explore`: each task gets a 3-step reference prefix made by running
-    generic commands in its repository (list, test, read the file the failure points to); the
-    proxy matches it by the task header and renders it before the live steps."""
+    """`--prefix-source explore`: each task gets a 2-step reference prefix made by running
+    generic commands in its repository (list the Python files, print the non-test sources with
+    `grep -rn`), paired with the runner's demonstration (another task that opens with the same
+    two commands); the proxy matches the prefix by the task header and renders the
+    demonstration, then the prefix, then the live steps."""
     backend, url = start_fake_backend(tmp_path)
     try:
         out = tmp_path / "out"
@@ -103,15 +105,18 @@ def test_explore_prefixes_are_real_first_steps_of_the_task(tmp_path):
         assert run.returncode == 0, run.stderr
         prefix = json.loads((out / "prefixes" / "slugify.json").read_text())
         commands = [s["action"]["arguments"]["command"] for s in prefix["steps"]]
-        assert len(commands) == 3 and commands[2] == "cat -n textutil/slug.py", commands
-        assert "FAIL" in prefix["steps"][1]["observation"], prefix["steps"][1]
-        assert "def slugify" in prefix["steps"][2]["observation"], prefix["steps"][2]
+        assert len(commands) == 2 and commands[1].startswith("grep -rn"), commands
+        assert "./textutil/slug.py:" in prefix["steps"][1]["observation"], prefix["steps"][1]
+        assert "test_slug" not in prefix["steps"][1]["observation"], "tests are not printed"
+        assert prefix["example"] == "explore-demo", prefix
         config = out / "mini-markdown_xml-k3-nudges-on-explore"
         session = json.loads(next((config / "logs").glob("*.jsonl")).read_text().splitlines()[0])["data"]
-        assert session["prefix"] == {"id": "slugify", "matched_by": "header", "k": 3}, session
+        assert session["prefix"] == {"id": "slugify", "matched_by": "header", "k": 2,
+                                     "example": "explore-demo"}, session
         first_prompt = json.loads((tmp_path / "record.jsonl").read_text().splitlines()[0])["prompt"]
-        assert "<bash>cat -n textutil/slug.py</bash>" in first_prompt
-        assert "shop/cart.py" not in first_prompt, "no built-in demonstration besides the task's prefix"
+        example, live = first_prompt.split("\n# Trajectory\n")
+        assert "# Example trajectory" in example and "./shop/cart.py:12:" in example
+        assert "def slugify" in live and "shop/cart.py" not in live
     finally:
         backend.terminate()
         backend.wait(5)

@@ -423,6 +423,7 @@ impl Trajectory {
             steps,
             leaks: Vec::new(),
             demo_task: None,
+            example: None,
         }
     }
 }
