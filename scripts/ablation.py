@@ -10,7 +10,10 @@ Without --backend the bundled model (scripts/model-server.sh) is started on a fr
 stopped at the end. For each configuration the proxy is started once (its own --log-dir and
 --label), and each (task, run) is run in a fresh git copy of the task's repository with the
 scaffold (`mini`: mini-swe-agent 2.x in tool-calling mode via scripts/run_mini.py;
-`openhands`: the OpenHands SDK agent via scripts/run_openhands.py). Afterwards the task's test
+`openhands`: the OpenHands SDK agent via scripts/run_openhands.py). By default each task starts from a
+2-step reference prefix made by a scripted explorer in its repository, paired with the
+demonstration scripts/ablation-demo.json (--prefix-source explore; `demo`: only the proxy's
+built-in demonstration). Afterwards the task's test
 files are restored from the original and its test command decides `resolved`.
 
 Output directory (resumable: a (config, task, run) with a line in results.jsonl is skipped;
@@ -380,10 +383,12 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="markdown_xml", help="comma list: markdown_xml,xml,markdown,json")
     ap.add_argument("--k", default="3", help="comma list of prefix K values (default 3)")
     ap.add_argument("--nudges", default="on", help="comma list of on/off (default on)")
-    ap.add_argument("--prefix-source", default="demo", choices=("demo", "explore"),
-                    help="demo: the proxy's prefixes (the built-in demonstration for tasks without "
-                    "one); explore: a K<=3-step reference prefix per task made by a scripted "
-                    "explorer in the task's repository (docs/ablation.md)")
+    ap.add_argument("--prefix-source", default="explore", choices=("demo", "explore"),
+                    help="explore (default): a 2-step reference prefix per task made by a scripted "
+                    "explorer in the task's repository, paired with the runner's demonstration "
+                    "(the paper's prefix is the start of a reference run of the same task); demo: "
+                    "only the proxy's own prefixes (the built-in demonstration for tasks without "
+                    "one) (docs/ablation.md)")
     ap.add_argument("--scaffold", default="mini", help="comma list: mini, openhands (default mini)")
     ap.add_argument("--out", type=Path, default=Path("ablation-runs"), help="output directory")
     ap.add_argument("--proxy-bin", type=Path, help="asap-proxy binary (default: target/release, "

@@ -45,7 +45,7 @@ def run_ablation(backend: str, out: Path, scaffold: str):
 
 @pytest.mark.parametrize("scaffold,finished", [("mini", "Submitted"), ("openhands", "finished")])
 def test_ablation_runner_runs_judges_and_resumes(tmp_path, scaffold, finished):
-    label = f"{scaffold}-markdown_xml-k3-nudges-on"
+    label = f"{scaffold}-markdown_xml-k3-nudges-on-explore"  # the default prefix source
     backend, url = start_fake_backend(tmp_path)
     try:
         out = tmp_path / "out"
