@@ -180,6 +180,13 @@ def explore_prefix(task: dict, work: Path) -> dict:
     }
 
 
+def explore_prefix_is_current(prefix: dict) -> bool:
+    """Whether a prefix file was made by this explorer: the same commands and demonstration."""
+    commands = [s["action"]["arguments"].get("command") for s in prefix.get("steps", [])]
+    return commands == [LISTING_CMD, SOURCES_CMD] and \
+        prefix.get("example") == json.loads(EXPLORE_DEMO.read_text())["instance_id"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Proxy and scaffold processes
 
@@ -455,7 +462,9 @@ def main(argv=None) -> int:
         shutil.copyfile(EXPLORE_DEMO, prefix_dir / EXPLORE_DEMO.name)
         for t in tasks:
             path = prefix_dir / f"{t['instance_id']}.json"
-            if not path.exists():
+            # Kept for a resumed grid (every run of a task sees the same prefix), remade when it
+            # was written by another version of the explorer.
+            if not path.exists() or not explore_prefix_is_current(json.loads(path.read_text())):
                 path.write_text(json.dumps(explore_prefix(t, out / ".explore" / t["instance_id"]), indent=1) + "\n")
         args.proxy_args = ["--prefixes", str(prefix_dir), *args.proxy_args]
         log(f"ablation: reference prefixes by the scripted explorer in {prefix_dir}")

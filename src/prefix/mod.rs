@@ -168,6 +168,11 @@ pub enum PrefixError {
     },
     #[error("{path}: {message}")]
     Parse { path: String, message: String },
+    #[error("prefix {instance_id}: its example {example:?} is not a demonstration (a prefix with a demo_task) in the built-in ones or --prefixes")]
+    UnknownExample {
+        instance_id: String,
+        example: String,
+    },
 }
 
 /// All prefixes, indexed.
@@ -210,7 +215,8 @@ pub fn parse_file(name: &str, text: &str) -> Result<Vec<Prefix>, PrefixError> {
 impl PrefixStore {
     /// The built-in demonstrations plus every `*.json`/`*.jsonl` file in `dirs`; steps are cut
     /// to `k` (0 disables prefixes). A file's prefix with a `demo_task` is a demonstration and
-    /// replaces the built-in one with its `instance_id`.
+    /// replaces the built-in one with its `instance_id`. Errors: unreadable or malformed files,
+    /// and a task prefix whose `example` names no demonstration.
     pub fn load(dirs: &[PathBuf], k: usize) -> Result<Self, PrefixError> {
         let mut store = Self {
             k,
@@ -236,6 +242,19 @@ impl PrefixStore {
                     } else {
                         store.insert(p);
                     }
+                }
+            }
+        }
+        // A misspelt `example` would silently drop the demonstration from every prompt.
+        let mut ids: Vec<&String> = store.by_id.keys().collect();
+        ids.sort();
+        for id in ids {
+            if let Some(example) = &store.by_id[id].example {
+                if !store.defaults.contains_key(example) {
+                    return Err(PrefixError::UnknownExample {
+                        instance_id: id.clone(),
+                        example: example.clone(),
+                    });
                 }
             }
         }
@@ -497,5 +516,30 @@ mod tests {
         assert_eq!(hit.demo_task.as_deref(), Some("my own example task"));
         assert_eq!(hit.steps.len(), 2);
         assert!(s.is_empty(), "a demonstration is not a task prefix");
+    }
+
+    #[test]
+    fn an_example_that_names_no_demonstration_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("asap-bad-example-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut task = prefix(
+            "t__t-1",
+            "a task text long enough to be matched by its fingerprint",
+            1,
+        );
+        task.example = Some("no-such-demo".into());
+        std::fs::write(dir.join("t.json"), serde_json::to_string(&task).unwrap()).unwrap();
+        let err = PrefixStore::load(std::slice::from_ref(&dir), 3)
+            .unwrap_err()
+            .to_string();
+        task.example = Some("shell-demo".into());
+        std::fs::write(dir.join("t.json"), serde_json::to_string(&task).unwrap()).unwrap();
+        let ok = PrefixStore::load(std::slice::from_ref(&dir), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            err.contains("t__t-1") && err.contains("no-such-demo"),
+            "{err}"
+        );
+        assert!(ok.is_ok(), "the built-in demonstration can be named");
     }
 }

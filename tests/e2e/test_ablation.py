@@ -117,6 +117,12 @@ def test_explore_prefixes_are_real_first_steps_of_the_task(tmp_path):
         example, live = first_prompt.split("\n# Trajectory\n")
         assert "# Example trajectory" in example and "./shop/cart.py:12:" in example
         assert "def slugify" in live and "shop/cart.py" not in live
+        # A prefix left by another version of the explorer is made again on the next invocation.
+        stale = dict(prefix, steps=prefix["steps"][:1], example=None)
+        (out / "prefixes" / "slugify.json").write_text(json.dumps(stale))
+        again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert json.loads((out / "prefixes" / "slugify.json").read_text()) == prefix
     finally:
         backend.terminate()
         backend.wait(5)
