@@ -451,7 +451,10 @@ def main(argv=None) -> int:
             f.write(" ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]) + "\n")
         if args.backend is None:
             model_port = free_port()
-            subprocess.run([str(REPO / "scripts" / "model-server.sh"), "start", "--port", str(model_port)],
+            # OpenHands' first prompt (~7,200 tokens) plus the prefix and demonstration do not fit
+            # the server's default 8,192-token context.
+            ctx = ["--ctx", "16384"] if "openhands" in scaffolds else []
+            subprocess.run([str(REPO / "scripts" / "model-server.sh"), "start", "--port", str(model_port), *ctx],
                            check=True, stdout=subprocess.DEVNULL)
             args.backend = f"http://127.0.0.1:{model_port}/v1"
         log(f"ablation: {len(configs)} configuration(s) x {len(tasks)} task(s) x {args.runs} run(s) "
