@@ -10,11 +10,11 @@ Without --backend the bundled model (scripts/model-server.sh) is started on a fr
 stopped at the end. For each configuration the proxy is started once (its own --log-dir and
 --label), and each (task, run) is run in a fresh git copy of the task's repository with the
 scaffold (`mini`: mini-swe-agent 2.x in tool-calling mode via scripts/run_mini.py;
-`openhands`: the OpenHands SDK agent via scripts/run_openhands.py). By default each task starts from a
-2-step reference prefix made by a scripted explorer in its repository, paired with the
-demonstration scripts/ablation-demo.json (--prefix-source explore; `demo`: only the proxy's
-built-in demonstration). Afterwards the task's test
-files are restored from the original and its test command decides `resolved`.
+`openhands`: the OpenHands SDK agent via scripts/run_openhands.py). By default each task
+starts from a 2-step reference prefix made by a scripted explorer in its repository, paired
+with the demonstration scripts/ablation-demo.json (--prefix-source explore; `demo`: only the
+proxy's built-in demonstration). Afterwards the task's test files are restored from the
+original and its test command decides `resolved`.
 
 Output directory (resumable: a (config, task, run) with a line in results.jsonl is skipped;
 traces of an interrupted run are deleted before it is run again):
@@ -50,6 +50,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 FORMAT_ALIASES = {"md_xml": "markdown_xml", "md": "markdown"}
 SCAFFOLDS = ("mini", "openhands")
+FORMATS = ("markdown_xml", "xml", "markdown", "json")
 
 
 def log(msg: str) -> None:
@@ -83,16 +84,24 @@ def load_tasks(root: Path, names: list[str] | None) -> list[dict]:
     tasks = []
     for meta in sorted(root.glob("*/task.toml")):
         with meta.open("rb") as f:
-            t = tomllib.load(f)
+            try:
+                t = tomllib.load(f)
+            except tomllib.TOMLDecodeError as e:
+                raise SystemExit(f"ablation: {meta}: {e}")
         t["dir"] = meta.parent
         t.setdefault("instance_id", meta.parent.name)
         t.setdefault("task_file", "TASK.md")
         t.setdefault("test_command", "python3 -m unittest -q")
         t.setdefault("fix_files", [])
         t.setdefault("test_files", [])
-        t["text"] = (meta.parent / t["task_file"]).read_text()
         if names and t["instance_id"] not in names and meta.parent.name not in names:
             continue
+        task_file = meta.parent / t["task_file"]
+        if not task_file.is_file():
+            raise SystemExit(f"ablation: {meta}: task_file {t['task_file']!r} not found in {meta.parent}")
+        t["text"] = task_file.read_text()
+        if not t["fix_files"]:
+            log(f"ablation: warning: {meta} lists no fix_files, so 'right file edited' cannot count for it")
         tasks.append(t)
     if not tasks:
         raise SystemExit(f"ablation: no task.toml under {root}" + (f" named {names}" if names else ""))
@@ -142,6 +151,15 @@ LISTING_CMD = 'find . -name "*.py" -not -path "./.git/*" | sort'
 SOURCES_CMD = 'grep -rn "" --include="*.py" --exclude-dir=tests .'
 
 
+def explore_demo() -> dict:
+    """The runner's demonstration, checked to open with the explorer's two commands (the
+    alignment the explorer relies on)."""
+    demo = json.loads(EXPLORE_DEMO.read_text())
+    opening = [s["action"]["arguments"]["command"] for s in demo["steps"][:2]]
+    assert opening == [LISTING_CMD, SOURCES_CMD], "the demonstration must open with the explorer's commands"
+    return demo
+
+
 def explore_prefix(task: dict, work: Path) -> dict:
     """The first two steps of a reference trajectory for `task`, made by running generic
     commands in a fresh copy of its repository (the paper's prefix is the start of a reference
@@ -164,10 +182,8 @@ def explore_prefix(task: dict, work: Path) -> dict:
         text = text.replace(str(repo) + "/", "")
         return text if len(text) <= 3000 else text[:1500] + "\n…\n" + text[-1500:]
 
-    demo = json.loads(EXPLORE_DEMO.read_text())
+    demo = explore_demo()
     steps = [(step["thought"], cmd, sh(cmd)) for step, cmd in zip(demo["steps"], (LISTING_CMD, SOURCES_CMD))]
-    assert [s["action"]["arguments"]["command"] for s in demo["steps"][:2]] == [LISTING_CMD, SOURCES_CMD], \
-        "the demonstration must open with the explorer's commands"
     shutil.rmtree(work, ignore_errors=True)
     return {
         "instance_id": task["instance_id"],
@@ -183,8 +199,7 @@ def explore_prefix(task: dict, work: Path) -> dict:
 def explore_prefix_is_current(prefix: dict) -> bool:
     """Whether a prefix file was made by this explorer: the same commands and demonstration."""
     commands = [s["action"]["arguments"].get("command") for s in prefix.get("steps", [])]
-    return commands == [LISTING_CMD, SOURCES_CMD] and \
-        prefix.get("example") == json.loads(EXPLORE_DEMO.read_text())["instance_id"]
+    return commands == [LISTING_CMD, SOURCES_CMD] and prefix.get("example") == explore_demo()["instance_id"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,8 +425,19 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 
     formats = [FORMAT_ALIASES.get(f.strip(), f.strip()) for f in args.formats.split(",") if f.strip()]
-    ks = [int(k) for k in args.k.split(",") if k.strip()]
-    nudges = [n.strip() in ("on", "true", "1", "yes") for n in args.nudges.split(",") if n.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        ap.error(f"--formats: unknown {bad}; a comma list of {', '.join(FORMATS)}")
+    try:
+        ks = [int(k) for k in args.k.split(",") if k.strip()]
+    except ValueError:
+        ks = []
+    if not ks or any(k < 0 for k in ks):
+        ap.error(f"--k: a comma list of prefix lengths >= 0, not {args.k!r}")
+    switches = [n.strip().lower() for n in args.nudges.split(",") if n.strip()]
+    if not switches or any(n not in ("on", "off", "true", "false", "1", "0", "yes", "no") for n in switches):
+        ap.error(f"--nudges: a comma list of on/off, not {args.nudges!r}")
+    nudges = [n in ("on", "true", "1", "yes") for n in switches]
     scaffolds = [s.strip() for s in args.scaffold.split(",") if s.strip()]
     bad = [s for s in scaffolds if s not in SCAFFOLDS]
     if bad:
@@ -519,6 +545,8 @@ def main(argv=None) -> int:
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     rows = summarize(args, configs)
+    if not rows:
+        log(f"ablation: warning: no finished runs of these configurations under {out}")
     text = table(rows)
     (out / "summary.md").write_text(text + "\n")
     (out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")

@@ -118,20 +118,17 @@ pub fn prepare(
         tools.default_prefix.as_deref(),
     );
     if let Some(selected) = &selected {
-        match &selected.demo_task {
-            Some(task) => {
-                base.example = Some(Example {
-                    task: task.clone(),
-                    steps: selected.steps.clone(),
-                })
-            }
-            None => {
-                base.prefix = selected.steps.clone();
-                base.example = selected.example.as_ref().map(|demo| Example {
-                    task: demo.demo_task.clone().unwrap_or_default(),
-                    steps: demo.steps.clone(),
-                });
-            }
+        // A demonstration is rendered as the example; a task prefix as the first steps, after
+        // the demonstration it names, if any.
+        let as_example = |s: &crate::prefix::Selected| Example {
+            task: s.demo_task.clone().unwrap_or_default(),
+            steps: s.steps.clone(),
+        };
+        if selected.demo_task.is_some() {
+            base.example = Some(as_example(selected));
+        } else {
+            base.prefix = selected.steps.clone();
+            base.example = selected.example.as_deref().map(as_example);
         }
     }
     let render = |c: &Conversation| {
