@@ -14,6 +14,7 @@
 //! mode"); the session's nudge state travels in the tool-call ids ([`crate::session`]).
 
 pub mod edit;
+pub mod observe;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -199,6 +200,13 @@ pub fn is_edit(action: &Action, tools: &ToolSet) -> bool {
         _ if tag == EDITOR_TAG => text("command").is_some_and(|c| c != "view"),
         _ => false,
     }
+}
+
+/// Whether an action is a *successful edit*: an edit ([`is_edit`]) whose observation is known
+/// and reports no error ([`observe::reports_error`]). An edit whose result the scaffold never
+/// sent back (`observation` `None`) is not known to have happened, so it is not one.
+pub fn is_successful_edit(action: &Action, observation: Option<&str>, tools: &ToolSet) -> bool {
+    is_edit(action, tools) && observation.is_some_and(|o| !observe::reports_error(o))
 }
 
 /// Identity for the repeated-action rule: same tag and the same arguments, strings compared
