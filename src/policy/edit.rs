@@ -8,6 +8,11 @@
 //! - Not writes: redirection to `/dev/null` or to another fd, `>` inside quotes, `[[ ]]`,
 //!   `(( ))`, `$(( ))`, `mkdir`, `chmod`, package installs, running scripts.
 
+use serde_json::Value;
+
+use crate::conversation::Action;
+use crate::profile::{ToolRole, ToolSet, EDITOR_TAG};
+
 /// Whether a shell command writes or modifies a file in the working tree.
 ///
 /// Writes: `>`, `>>`, `>|`, `1>`, `&>` to a path other than `/dev/null`, `/dev/stdout`,
@@ -27,6 +32,51 @@
 /// This is a heuristic over the text, not a shell parser: it honours quotes, backslash escapes,
 /// `#` comments, heredoc bodies (never read as commands), `[[ ]]` and arithmetic, nothing more.
 pub fn shell_writes_files(command: &str) -> bool {
+    !shell_write_targets(command).is_empty()
+}
+
+/// How a write treats its target, for telling an edit of the repository from a file the
+/// trajectory made itself (`report`'s "autonomous edit", docs/report.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    /// Makes a new file and fails on an existing one: the editor's `create` (SWE-agent's and
+    /// OpenHands' editors refuse to overwrite).
+    Create,
+    /// Writes the whole file, making it when missing: `>`, `>>`, `tee`, `touch`, the target
+    /// of `cp`/`mv`/`install`/`ln`, `dd of=`.
+    Overwrite,
+    /// Changes a file that must exist: `sed -i`, editor `str_replace`/`insert`, `rm`, the
+    /// source of `mv`; also every write whose target the text does not show (`patch`,
+    /// `git apply`, Python, `perl -i`).
+    InPlace,
+}
+
+/// One file a command writes: its path as written (`None` when the text does not show it)
+/// and the [`WriteKind`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteTarget {
+    pub path: Option<String>,
+    pub kind: WriteKind,
+}
+
+impl WriteTarget {
+    fn new(path: &str, kind: WriteKind) -> Self {
+        let path = (path != "{}" && !path.is_empty()).then(|| path.to_string());
+        Self { path, kind }
+    }
+
+    fn unknown() -> Self {
+        Self {
+            path: None,
+            kind: WriteKind::InPlace,
+        }
+    }
+}
+
+/// The files a shell command writes (see [`shell_writes_files`] for the rule), in order;
+/// empty when it writes none. A writing command whose targets the text does not show gives
+/// one target with path `None`.
+pub fn shell_write_targets(command: &str) -> Vec<WriteTarget> {
     let segments = Lexer {
         chars: command.chars().collect(),
         ..Lexer::default()
@@ -34,7 +84,47 @@ pub fn shell_writes_files(command: &str) -> bool {
     .run();
     segments
         .iter()
-        .any(|seg| seg.redirects_to_file || words_write(&seg.words, &seg.bodies))
+        .flat_map(|seg| {
+            let redirects = seg
+                .targets
+                .iter()
+                .map(|t| WriteTarget::new(t, WriteKind::Overwrite));
+            redirects
+                .chain(words_targets(&seg.words, &seg.bodies))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The files an action writes: a shell command's [`shell_write_targets`]; an editor command
+/// listed as modifying in the profile, its `path` ([`WriteKind::Create`] for `create`, else
+/// [`WriteKind::InPlace`]). Empty for an action that is not an edit ([`super::is_edit`]).
+pub fn edit_targets(action: &Action, tools: &ToolSet) -> Vec<WriteTarget> {
+    let Action::Call { tag, arguments } = action else {
+        return Vec::new();
+    };
+    let text = |key: &str| arguments.get(key).and_then(Value::as_str);
+    let editor = |modifies: bool| {
+        if !modifies {
+            return Vec::new();
+        }
+        let kind = if text("command") == Some("create") {
+            WriteKind::Create
+        } else {
+            WriteKind::InPlace
+        };
+        vec![WriteTarget::new(text("path").unwrap_or_default(), kind)]
+    };
+    match tools.get(tag).map(|t| &t.role) {
+        Some(ToolRole::Shell { command_parameter }) => {
+            text(command_parameter).map_or_else(Vec::new, shell_write_targets)
+        }
+        Some(ToolRole::Editor) => editor(
+            text("command").is_some_and(|c| tools.modifying_commands().iter().any(|m| m == c)),
+        ),
+        _ if tag == EDITOR_TAG => editor(text("command").is_some_and(|c| c != "view")),
+        _ => Vec::new(),
+    }
 }
 
 /// Redirection targets that are not files in the working tree.
@@ -51,7 +141,8 @@ struct Segment {
     words: Vec<String>,
     /// Bodies of the heredocs fed to this command.
     bodies: Vec<String>,
-    redirects_to_file: bool,
+    /// Files it redirects output to (`>`, `>>`, `&>`), sinks excluded.
+    targets: Vec<String>,
 }
 
 /// What the next completed word is.
@@ -195,7 +286,9 @@ impl Lexer {
         match std::mem::take(&mut self.next) {
             Next::OutTarget { dup } => {
                 let fd = dup && (w == "-" || w.chars().all(|c| c.is_ascii_digit()));
-                self.cur.redirects_to_file |= !fd && !is_sink(&w);
+                if !fd && !is_sink(&w) {
+                    self.cur.targets.push(w);
+                }
             }
             Next::HeredocDelim => self.heredocs.push((self.done.len(), w)),
             Next::Word => {
@@ -246,8 +339,8 @@ const VALUED: &[&str] = &[
     "-u", "-g", "-n", "-s", "-k", "-I", "-P", "-L", "-d", "-a", "-E",
 ];
 
-/// Whether the simple command `words` (fed heredoc `bodies`) writes files.
-fn words_write(words: &[String], bodies: &[String]) -> bool {
+/// The files the simple command `words` (fed heredoc `bodies`) writes; empty when none.
+fn words_targets(words: &[String], bodies: &[String]) -> Vec<WriteTarget> {
     let mut rest = words;
     while let Some((first, tail)) = rest.split_first() {
         if WRAPPERS.contains(&first.as_str()) {
@@ -262,42 +355,122 @@ fn words_write(words: &[String], bodies: &[String]) -> bool {
         }
     }
     let Some((first, args)) = rest.split_first() else {
-        return false;
+        return Vec::new();
     };
     let has = |flag: &str| args.iter().any(|a| a == flag);
-    match first.rsplit('/').next().unwrap_or(first) {
-        "tee" => args.iter().any(|a| !a.starts_with('-') && !is_sink(a)),
-        // Operands may come from stdin (`| xargs rm`), so these count even without any.
-        "cp" | "mv" | "rm" | "touch" | "ln" | "truncate" | "install" | "unlink" | "ed" | "ex" => {
-            true
+    let operands = || args.iter().filter(|a| !a.starts_with('-'));
+    // Operands may come from stdin (`| xargs rm`), so these write even without any.
+    let each = |kind| {
+        let mut targets: Vec<WriteTarget> = operands().map(|a| WriteTarget::new(a, kind)).collect();
+        if targets.is_empty() {
+            targets.push(WriteTarget::unknown());
         }
-        "sed" => args
-            .iter()
-            .any(|a| a.starts_with("--in-place") || short_flag(a, 'i', "efl")),
-        "perl" => args.iter().any(|a| short_flag(a, 'i', "eEMmIxdDFlC0")),
-        "awk" | "gawk" => has("inplace") || has("-iinplace") || has("--include=inplace"),
+        targets
+    };
+    let unknown = |writes: bool| {
+        if writes {
+            vec![WriteTarget::unknown()]
+        } else {
+            Vec::new()
+        }
+    };
+    match first.rsplit('/').next().unwrap_or(first) {
+        "tee" => operands()
+            .filter(|a| !is_sink(a))
+            .map(|a| WriteTarget::new(a, WriteKind::Overwrite))
+            .collect(),
+        "rm" | "unlink" | "truncate" | "ed" | "ex" => each(WriteKind::InPlace),
+        "touch" => each(WriteKind::Overwrite),
+        // `cp`, `install` and `ln` only read their sources; `mv` takes them away.
+        "cp" | "install" | "ln" => {
+            each(WriteKind::Overwrite).split_off(operands().count().max(1) - 1)
+        }
+        "mv" => {
+            let mut targets = each(WriteKind::InPlace);
+            if let Some(last) = targets.last_mut().filter(|t| t.path.is_some()) {
+                last.kind = WriteKind::Overwrite;
+            }
+            targets
+        }
+        "sed"
+            if args
+                .iter()
+                .any(|a| a.starts_with("--in-place") || short_flag(a, 'i', "efl")) =>
+        {
+            sed_files(args)
+        }
+        "sed" => Vec::new(),
+        "perl" => unknown(args.iter().any(|a| short_flag(a, 'i', "eEMmIxdDFlC0"))),
+        "awk" | "gawk" => unknown(has("inplace") || has("-iinplace") || has("--include=inplace")),
         "dd" => args
             .iter()
-            .any(|a| a.strip_prefix("of=").is_some_and(|p| !is_sink(p))),
-        "patch" => !has("--dry-run"),
-        "git" => git_writes(args),
+            .filter_map(|a| a.strip_prefix("of="))
+            .filter(|p| !is_sink(p))
+            .map(|p| WriteTarget::new(p, WriteKind::Overwrite))
+            .collect(),
+        "patch" => unknown(!has("--dry-run")),
+        "git" => unknown(git_writes(args)),
         "find" => {
             let exec = args
                 .iter()
                 .position(|a| a.starts_with("-exec") || a.starts_with("-ok"));
-            has("-delete") || exec.is_some_and(|i| words_write(&args[i + 1..], &[]))
+            let mut targets = exec.map_or_else(Vec::new, |i| {
+                let command = &args[i + 1..];
+                let end = command
+                    .iter()
+                    .position(|a| a == "+" || a == ";")
+                    .unwrap_or(command.len());
+                words_targets(&command[..end], &[])
+            });
+            if targets.is_empty() && has("-delete") {
+                targets.push(WriteTarget::unknown());
+            }
+            targets
         }
         "bash" | "sh" | "zsh" | "dash" => match args.iter().position(|a| short_flag(a, 'c', "")) {
             Some(i) => args
                 .get(i + 1)
-                .is_some_and(|script| shell_writes_files(script)),
-            None => bodies.iter().any(|script| shell_writes_files(script)),
+                .map_or_else(Vec::new, |script| shell_write_targets(script)),
+            None => bodies.iter().flat_map(|b| shell_write_targets(b)).collect(),
         },
         cmd if cmd.starts_with("python") || cmd.starts_with("pypy") => {
-            words.iter().chain(bodies).any(|code| python_writes(code))
+            unknown(words.iter().chain(bodies).any(|code| python_writes(code)))
         }
-        _ => false,
+        _ => Vec::new(),
     }
+}
+
+/// The files of `sed -i`: its operands after the script (the first operand unless `-e`,
+/// `-f` or `--expression` gives it). BSD's `sed -i '' …` suffix word is skipped.
+fn sed_files(args: &[String]) -> Vec<WriteTarget> {
+    let mut files = Vec::new();
+    let mut script_given = false;
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a == "-e" || a == "-f" || a == "--expression" || a == "--file" {
+            script_given = true;
+            i += 2;
+            continue;
+        }
+        if a.starts_with("--expression=") || a.starts_with("--file=") {
+            script_given = true;
+        } else if a.starts_with('-') {
+            // `-i ''` (BSD): the empty word is the backup suffix.
+            if a == "-i" && args.get(i + 1).is_some_and(String::is_empty) {
+                i += 1;
+            }
+        } else if !script_given {
+            script_given = true;
+        } else {
+            files.push(WriteTarget::new(a, WriteKind::InPlace));
+        }
+        i += 1;
+    }
+    if files.is_empty() {
+        files.push(WriteTarget::unknown());
+    }
+    files
 }
 
 /// Drops leading options; those listed in `valued` also take the following word.
@@ -504,6 +677,61 @@ mod tests {
         for (command, expected) in cases {
             assert_eq!(
                 shell_writes_files(command),
+                expected,
+                "command: {command:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn write_targets_name_the_files_and_how_they_are_written() {
+        use super::{shell_write_targets, WriteKind::*, WriteTarget};
+        let t = |p: Option<&str>, kind| WriteTarget {
+            path: p.map(str::to_string),
+            kind,
+        };
+        let cases = [
+            (
+                "cat > reproduce.py <<'EOF'\nprint(1)\nEOF",
+                vec![t(Some("reproduce.py"), Overwrite)],
+            ),
+            (
+                "echo x >> notes.md 2>/dev/null",
+                vec![t(Some("notes.md"), Overwrite)],
+            ),
+            (
+                "sed -i 's/a/b/' src/a.py src/b.py",
+                vec![t(Some("src/a.py"), InPlace), t(Some("src/b.py"), InPlace)],
+            ),
+            (
+                "sed -i -e 's/a/b/' -e 's/c/d/' f.py",
+                vec![t(Some("f.py"), InPlace)],
+            ),
+            ("sed -i '' 's/a/b/' f.py", vec![t(Some("f.py"), InPlace)]),
+            (
+                "echo x | tee -a log.txt /dev/null",
+                vec![t(Some("log.txt"), Overwrite)],
+            ),
+            ("cp a.py b.py", vec![t(Some("b.py"), Overwrite)]),
+            (
+                "mv a.py b.py",
+                vec![t(Some("a.py"), InPlace), t(Some("b.py"), Overwrite)],
+            ),
+            ("rm -f x.pyc", vec![t(Some("x.pyc"), InPlace)]),
+            ("find . -name '*.pyc' | xargs rm", vec![t(None, InPlace)]),
+            ("git apply fix.diff", vec![t(None, InPlace)]),
+            ("python3 -c \"open('a', 'w')\"", vec![t(None, InPlace)]),
+            ("find . -exec sed -i 's/a/b/' {} +", vec![t(None, InPlace)]),
+            (
+                "bash -c 'echo hi > out.txt'",
+                vec![t(Some("out.txt"), Overwrite)],
+            ),
+            ("cat f.py", vec![]),
+            ("sed -n 1,5p f.py", vec![]),
+        ];
+        for (command, expected) in cases {
+            assert_eq!(
+                shell_write_targets(command),
                 expected,
                 "command: {command:?}"
             );
