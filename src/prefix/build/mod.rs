@@ -61,7 +61,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::leak::{check, GoldPatches, LeakCheck};
+use super::leak::{check, GoldPatches, Leak, LeakCheck};
 use super::{Prefix, PrefixAction, PrefixError, PrefixStep, Source};
 use crate::conversation::Action;
 use crate::openai::chat::Tool;
@@ -158,7 +158,7 @@ pub enum Checked {
 
 impl Checked {
     /// Gold lines found; `None` when not checked.
-    pub fn leaks(&self) -> Option<&[super::leak::Leak]> {
+    pub fn leaks(&self) -> Option<&[Leak]> {
         match self {
             Self::Gold(c) => Some(&c.leaks),
             Self::Off | Self::NoGoldPatch => None,
