@@ -203,15 +203,26 @@ pub enum PrefixCommand {
     /// event logs (directory, JSON or JSONL), OpenHands V0 trajectory JSON, asap-proxy traces.
     ///
     /// Each trajectory becomes one prefix: its first K steps, tool names in the neutral
-    /// vocabulary (bash, str_replace_editor, submit, others unchanged). A per-task report
-    /// (`instance_id  steps  leaks  kept|rejected`) and a total line go to standard output.
+    /// vocabulary (bash, str_replace_editor, submit, others unchanged).
     ///
-    /// Leak rule (with --gold): a prefix leaks when an added line of its task's gold patch (a
-    /// `+` line, not `+++`), trimmed, at least 10 characters long and not only punctuation and
-    /// keywords (`}`, `return`, `pass`, `else:`, `return None` never count), appears
-    /// whitespace-normalised (runs of whitespace collapsed to one space) in a string of a
-    /// step's action arguments or in a step's observation. Leaking prefixes are rejected
-    /// unless --allow-leaks.
+    /// Every prefix is checked for gold-patch leaks: --gold FILE is required unless
+    /// --no-leak-check is given. A prefix whose task has no patch in the gold file is rejected
+    /// ("no gold patch: not checked") unless --no-leak-check.
+    ///
+    /// Leak rule: a prefix leaks when an added line of its task's gold patch (a `+` line, not
+    /// `+++`), trimmed, at least 10 characters long and not only punctuation and keywords
+    /// (`}`, `return`, `pass`, `else:`, `return None` never count), appears
+    /// whitespace-normalised (runs of whitespace collapsed to one space) in a step's thought,
+    /// in a string of a step's action arguments, or in a step's observation. Leaking prefixes
+    /// are rejected unless --allow-leaks.
+    ///
+    /// Standard output: a header, then one row per task with the columns
+    /// `instance_id  steps  gold_lines  leaks  status  checked` (gold_lines: gold lines
+    /// compared; leaks: how many of them were found; both `-` when not checked; status: kept
+    /// or rejected; checked: "thoughts, actions, observations of N steps", "not checked" or
+    /// "no gold patch: not checked"), then `total: N prefixes, N kept, N rejected, N with
+    /// leaks, N not checked`. Standard error: each leaked line (`ID: step N
+    /// thought|action|observation leaks gold line: LINE`) and notes (`ID: NOTE`).
     Build(PrefixBuildArgs),
 }
 
@@ -230,12 +241,16 @@ pub struct PrefixBuildArgs {
     pub out: PathBuf,
     /// SWE-bench style gold patches (JSON array or JSONL with `instance_id` and `patch`):
     /// reject prefixes that contain a non-trivial added line of their task's patch (see the
-    /// leak rule above).
-    #[arg(long)]
+    /// leak rule above). Required unless --no-leak-check.
+    #[arg(long, value_name = "FILE")]
     pub gold: Option<PathBuf>,
     /// Write leaking prefixes too, with the leaked lines in their `leaks` field.
     #[arg(long)]
     pub allow_leaks: bool,
+    /// Write prefixes that cannot be checked: every prefix without --gold, and with --gold
+    /// those of tasks missing from the gold file (tasks with a gold patch are still checked).
+    #[arg(long)]
+    pub no_leak_check: bool,
     /// Profile whose tool names the trajectories use (default: by input format: swe-agent,
     /// openhands-sdk, openhands-codeact for OpenHands V0).
     #[arg(long)]

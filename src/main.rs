@@ -99,6 +99,7 @@ fn run_prefix(args: &PrefixArgs) -> RunResult {
                 out: b.out.clone(),
                 gold: b.gold.clone(),
                 allow_leaks: b.allow_leaks,
+                no_leak_check: b.no_leak_check,
                 profile: b.profile.clone(),
             };
             let report =

@@ -34,15 +34,22 @@ fn all_inputs() -> Vec<PathBuf> {
     .collect()
 }
 
-fn build(inputs: &[PathBuf], out: &Path, extra: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["prefix", "build", "--from"])
+/// Runs `prefix build --from INPUTS --out OUT EXTRA…`, whatever its exit status.
+fn run(inputs: &[PathBuf], out: &Path, extra: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(["prefix", "build", "--from"])
         .args(inputs)
         .arg("--out")
         .arg(out)
         .args(extra)
-        .env_remove("RUST_LOG");
-    let output = cmd.output().unwrap();
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+/// [`run`], which must succeed.
+fn build(inputs: &[PathBuf], out: &Path, extra: &[&str]) -> Output {
+    let output = run(inputs, out, extra);
     assert!(
         output.status.success(),
         "prefix build failed: {}",
@@ -60,6 +67,17 @@ fn read_out(out: &Path) -> HashMap<String, Prefix> {
         .collect()
 }
 
+/// The report row of a task, split on whitespace.
+fn row(report: &str, id: &str) -> Vec<String> {
+    report
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(id))
+        .unwrap_or_else(|| panic!("no row for {id}: {report}"))
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
 fn tools(p: &Prefix) -> Vec<&str> {
     p.steps.iter().map(|s| s.action.tool.as_str()).collect()
 }
@@ -72,7 +90,7 @@ fn args(p: &Prefix, i: usize) -> Value {
 fn every_format_cut_to_k_with_neutral_tools() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("prefixes.jsonl");
-    let output = build(&all_inputs(), &out, &["--k", "3"]);
+    let output = build(&all_inputs(), &out, &["--k", "3", "--no-leak-check"]);
     let report = String::from_utf8(output.stdout).unwrap();
     assert!(
         report.contains("total: 6 prefixes, 6 kept, 0 rejected"),
@@ -267,29 +285,32 @@ fn leak_check_rejects_gold_lines_and_allow_leaks_marks_them() {
     let out = dir.path().join("checked.jsonl");
     let output = build(&inputs, &out, &["--k", "5", "--gold", gold]);
     let report = String::from_utf8(output.stdout).unwrap();
-    let row = |id: &str| {
-        report
-            .lines()
-            .find(|l| l.starts_with(id))
-            .unwrap_or_else(|| panic!("no row for {id}: {report}"))
-            .split_whitespace()
-            .collect::<Vec<_>>()
-    };
+    // The slugify patch has 3 non-trivial added lines, the leftpad one 5 (`}` and a bare
+    // `return` do not count).
     assert_eq!(
-        row("slugify__slugify-7"),
-        ["slugify__slugify-7", "5", "3", "rejected"]
+        row(&report, "slugify__slugify-7")[..5],
+        ["slugify__slugify-7", "5", "3", "3", "rejected"]
     );
     assert_eq!(
-        row("leftpad__leftpad-12"),
-        ["leftpad__leftpad-12", "4", "0", "kept"],
+        row(&report, "leftpad__leftpad-12")[..5],
+        ["leftpad__leftpad-12", "4", "5", "0", "kept"],
         "a prefix stops before the submit"
     );
     assert!(
-        report.contains("total: 2 prefixes, 1 kept, 1 rejected, 1 with leaks"),
+        report.contains("  kept      thoughts, actions, observations of 4 steps\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains("total: 2 prefixes, 1 kept, 1 rejected, 1 with leaks, 0 not checked"),
         "{report}"
     );
     let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(stderr.contains(SLUG_GOLD_LINE), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "slugify__slugify-7: step 5 action leaks gold line: {SLUG_GOLD_LINE}"
+        )),
+        "{stderr}"
+    );
     let kept = read_out(&out);
     assert_eq!(kept.keys().collect::<Vec<_>>(), ["leftpad__leftpad-12"]);
     assert!(kept["leftpad__leftpad-12"].leaks.is_empty());
@@ -319,7 +340,7 @@ fn leak_check_rejects_gold_lines_and_allow_leaks_marks_them() {
 fn output_round_trips_into_the_store_and_matches_by_fingerprint() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("refs.jsonl");
-    build(&all_inputs(), &out, &["--k", "3"]);
+    build(&all_inputs(), &out, &["--k", "3", "--no-leak-check"]);
     // What was written is exactly what parse_file reads back.
     let text = std::fs::read_to_string(&out).unwrap();
     for (line, prefix) in text.lines().zip(parse_file("refs.jsonl", &text).unwrap()) {
@@ -348,7 +369,7 @@ fn bad_inputs_are_errors() {
     let junk = dir.path().join("junk.json");
     std::fs::write(&junk, r#"{"hello": "world"}"#).unwrap();
     let output = Command::new(BIN)
-        .args(["prefix", "build", "--from"])
+        .args(["prefix", "build", "--no-leak-check", "--from"])
         .arg(&junk)
         .arg("--out")
         .arg(dir.path().join("o.jsonl"))
@@ -358,7 +379,7 @@ fn bad_inputs_are_errors() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("unknown trajectory format"), "{stderr}");
     let output = Command::new(BIN)
-        .args(["prefix", "build", "--k", "0", "--from"])
+        .args(["prefix", "build", "--no-leak-check", "--k", "0", "--from"])
         .arg(prefix_fixture("swe-agent/run-0042.traj"))
         .arg("--out")
         .arg(dir.path().join("o.jsonl"))
@@ -366,11 +387,170 @@ fn bad_inputs_are_errors() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let output = Command::new(BIN)
-        .args(["prefix", "build", "--profile", "nope", "--from"])
+        .args([
+            "prefix",
+            "build",
+            "--no-leak-check",
+            "--profile",
+            "nope",
+            "--from",
+        ])
         .arg(prefix_fixture("swe-agent/run-0042.traj"))
         .arg("--out")
         .arg(dir.path().join("o.jsonl"))
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn without_gold_the_build_is_refused_and_nothing_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sub").join("prefixes.jsonl");
+    let output = run(&all_inputs(), &out, &["--k", "3"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--gold FILE") && stderr.contains("--no-leak-check"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+    assert!(!out.parent().unwrap().exists(), "nothing may be written");
+    // --allow-leaks is not a way around it: there is nothing to allow without a check.
+    let output = run(&all_inputs(), &out, &["--allow-leaks"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(!out.parent().unwrap().exists());
+}
+
+#[test]
+fn a_task_missing_from_the_gold_file_is_rejected_unless_no_leak_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = [
+        prefix_fixture("swe-agent/run-0042.traj"),
+        prefix_fixture("openhands-sdk/leftpad__leftpad-12"),
+        prefix_fixture("openhands-v0/tally__tally-5.json"),
+    ];
+    let gold = prefix_fixture("gold.jsonl");
+    let gold = gold.to_str().unwrap();
+
+    let out = dir.path().join("checked.jsonl");
+    let output = build(&inputs, &out, &["--k", "3", "--gold", gold]);
+    let report = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(
+        row(&report, "tally__tally-5"),
+        [
+            "tally__tally-5",
+            "3",
+            "-",
+            "-",
+            "rejected",
+            "no",
+            "gold",
+            "patch:",
+            "not",
+            "checked"
+        ]
+    );
+    assert_eq!(
+        row(&report, "slugify__slugify-7")[..5],
+        ["slugify__slugify-7", "3", "3", "0", "kept"]
+    );
+    assert!(
+        report.contains("total: 3 prefixes, 2 kept, 1 rejected, 0 with leaks, 1 not checked"),
+        "{report}"
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("tally__tally-5: no gold patch: not checked"),
+        "{stderr}"
+    );
+    let mut written: Vec<String> = read_out(&out).into_keys().collect();
+    written.sort();
+    assert_eq!(written, ["leftpad__leftpad-12", "slugify__slugify-7"]);
+
+    // With --no-leak-check the unchecked task is written; the others are still checked.
+    let out = dir.path().join("some-unchecked.jsonl");
+    let output = build(
+        &inputs,
+        &out,
+        &["--k", "5", "--gold", gold, "--no-leak-check"],
+    );
+    let report = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(row(&report, "tally__tally-5")[4], "kept");
+    assert!(
+        report.contains("  kept      no gold patch: not checked\n"),
+        "{report}"
+    );
+    assert_eq!(
+        row(&report, "slugify__slugify-7")[..5],
+        ["slugify__slugify-7", "5", "3", "3", "rejected"]
+    );
+    let mut written: Vec<String> = read_out(&out).into_keys().collect();
+    written.sort();
+    assert_eq!(written, ["leftpad__leftpad-12", "tally__tally-5"]);
+}
+
+#[test]
+fn no_leak_check_writes_every_prefix_and_says_not_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("unchecked.jsonl");
+    // K=5 reaches the slugify fix: written all the same, since nothing is checked.
+    let output = build(&all_inputs(), &out, &["--k", "5", "--no-leak-check"]);
+    let report = String::from_utf8(output.stdout).unwrap();
+    let rows: Vec<&str> = report
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with("total:"))
+        .collect();
+    assert_eq!(rows.len(), 6, "{report}");
+    for r in rows {
+        let fields: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!(fields[2..], ["-", "-", "kept", "not", "checked"], "{r}");
+    }
+    assert!(
+        report.contains("total: 6 prefixes, 6 kept, 0 rejected, 0 with leaks, 6 not checked"),
+        "{report}"
+    );
+    assert_eq!(read_out(&out).len(), 6);
+    assert!(
+        output.stderr.is_empty(),
+        "no per-task notes without a check"
+    );
+}
+
+#[test]
+fn a_gold_line_in_a_thought_is_a_leak() {
+    let dir = tempfile::tempdir().unwrap();
+    // The fixture's K=3 prefix is clean (see above); here the reference model spells out the
+    // fix in its second thought, before any step writes it.
+    let mut traj: Value = serde_json::from_str(
+        &std::fs::read_to_string(prefix_fixture("swe-agent/run-0042.traj")).unwrap(),
+    )
+    .unwrap();
+    traj["trajectory"][1]["thought"] = json!(format!(
+        "Runs of dashes survive. The fix:\n    {SLUG_GOLD_LINE}\nFirst, the code."
+    ));
+    let input = dir.path().join("run-0042.traj");
+    std::fs::write(&input, traj.to_string()).unwrap();
+    let gold = prefix_fixture("gold.jsonl");
+
+    let out = dir.path().join("checked.jsonl");
+    let output = build(
+        &[input],
+        &out,
+        &["--k", "3", "--gold", gold.to_str().unwrap()],
+    );
+    let report = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(
+        row(&report, "slugify__slugify-7")[..5],
+        ["slugify__slugify-7", "3", "3", "1", "rejected"]
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "slugify__slugify-7: step 2 thought leaks gold line: {SLUG_GOLD_LINE}"
+        )),
+        "{stderr}"
+    );
+    assert!(read_out(&out).is_empty());
 }

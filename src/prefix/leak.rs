@@ -1,21 +1,24 @@
 //! Gold-patch leak check for reference prefixes (`prefix build --gold FILE`).
 //!
 //! The rule: a prefix **leaks** when a non-trivial added line of its task's gold patch appears
-//! in the arguments of one of its actions or in one of its observations.
+//! in the thought, the action arguments or the observation of one of its steps.
 //!
 //! - **Added line**: a line of the unified diff that starts with `+` but not with `+++` (the
 //!   file header); the leading `+` is removed and the rest trimmed of surrounding whitespace.
 //! - **Non-trivial**: the trimmed line is at least [`MIN_LINE_CHARS`] (10) characters long and
 //!   is not made only of punctuation and [`TRIVIAL_WORDS`] (keywords such as `return`, `pass`,
 //!   `else`, `None`, `self`): `}`, `return`, `pass`, `else:`, `)`, `*/`, `return None` and
-//!   `} else {` never count.
+//!   `} else {` never count. These are the lines **compared** ([`LeakCheck::compared`]).
 //! - **Appears**: whitespace-normalised (every run of whitespace collapsed to one space, ends
-//!   trimmed), the line is a substring of one whitespace-normalised text of a prefix step: a
-//!   string value anywhere in the action's arguments (each value on its own), or the
-//!   observation. Thoughts are not checked. Matching is case-sensitive.
+//!   trimmed), the line is a substring of one whitespace-normalised text of a prefix step: its
+//!   thought, a string value anywhere in its action's arguments (each value on its own), or its
+//!   observation. Matching is case-sensitive. Thoughts count because a reference model often
+//!   spells out the fix it is about to make before the step that makes it.
 //!
 //! The gold file is SWE-bench style: a JSON array (or one object) or JSONL, each record with
-//! `instance_id` and `patch` (a unified diff). A prefix whose task has no record is not checked.
+//! `instance_id` and `patch` (a unified diff). Whether a prefix whose task has no record is
+//! written is `prefix build`'s decision ([`super::build`]): it is rejected unless
+//! `--no-leak-check`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -192,23 +195,92 @@ pub fn is_trivial(line: &str) -> bool {
         .all(|w| TRIVIAL_WORDS.contains(&w))
 }
 
-/// The gold lines of `patch` found in the prefix's action arguments or observations
-/// (trimmed, in patch order).
-pub fn find_leaks(prefix: &Prefix, patch: &str) -> Vec<String> {
-    let mut texts: Vec<String> = Vec::new();
-    for step in &prefix.steps {
-        for value in step.action.arguments.values() {
-            collect_strings(value, &mut texts);
+/// Which text of a step a gold line was found in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Thought,
+    Action,
+    Observation,
+}
+
+impl Part {
+    /// `thought`, `action` or `observation`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Thought => "thought",
+            Self::Action => "action",
+            Self::Observation => "observation",
         }
-        texts.push(normalise(&step.observation));
     }
-    leak_candidates(patch)
-        .into_iter()
-        .filter(|line| {
+}
+
+/// One leaked gold line and the first place it was found (steps in order, and within a step
+/// thought, action, observation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leak {
+    /// The gold line, trimmed as in the patch (not normalised).
+    pub line: String,
+    /// The step it was found in, counted from 1.
+    pub step: usize,
+    pub part: Part,
+}
+
+/// What one prefix was compared with and what was found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeakCheck {
+    /// Gold lines compared: the non-trivial added lines of the patch ([`leak_candidates`]).
+    pub compared: usize,
+    /// Steps whose thought, action arguments and observation were searched (all of them).
+    pub steps: usize,
+    /// The compared lines found, in patch order.
+    pub leaks: Vec<Leak>,
+}
+
+impl LeakCheck {
+    /// The leaked gold lines, in patch order (the prefix's `leaks` field).
+    pub fn lines(&self) -> Vec<String> {
+        self.leaks.iter().map(|l| l.line.clone()).collect()
+    }
+}
+
+/// Checks every step of `prefix` (thought, action arguments, observation) for the
+/// non-trivial added lines of `patch`.
+pub fn check(prefix: &Prefix, patch: &str) -> LeakCheck {
+    let mut texts: Vec<(usize, Part, String)> = Vec::new();
+    for (i, step) in prefix.steps.iter().enumerate() {
+        texts.push((i + 1, Part::Thought, normalise(&step.thought)));
+        let mut args = Vec::new();
+        for value in step.action.arguments.values() {
+            collect_strings(value, &mut args);
+        }
+        texts.extend(args.into_iter().map(|a| (i + 1, Part::Action, a)));
+        texts.push((i + 1, Part::Observation, normalise(&step.observation)));
+    }
+    let candidates = leak_candidates(patch);
+    let leaks = candidates
+        .iter()
+        .filter_map(|line| {
             let needle = normalise(line);
-            texts.iter().any(|t| t.contains(&needle))
+            texts
+                .iter()
+                .find(|(_, _, t)| t.contains(&needle))
+                .map(|(step, part, _)| Leak {
+                    line: line.clone(),
+                    step: *step,
+                    part: *part,
+                })
         })
-        .collect()
+        .collect();
+    LeakCheck {
+        compared: candidates.len(),
+        steps: prefix.steps.len(),
+        leaks,
+    }
+}
+
+/// The gold lines of `patch` found in the prefix (see [`check`]), trimmed, in patch order.
+pub fn find_leaks(prefix: &Prefix, patch: &str) -> Vec<String> {
+    check(prefix, patch).lines()
 }
 
 fn collect_strings(value: &Value, out: &mut Vec<String>) {
@@ -228,14 +300,20 @@ mod tests {
 
     const PATCH: &str = "diff --git a/inv.py b/inv.py\n--- a/inv.py\n+++ b/inv.py\n@@ -1,5 +1,7 @@\n def total(self):\n-    return sum(l.qty for l in self.lines)\n+    return sum(l.qty * l.unit_price for l in self.lines)\n+    }\n+    return\n+        pass\n+else:\n+)\n+*/\n+    return None\n+} else {\n+x = 1\n";
 
+    const GOLD: &str = "return sum(l.qty * l.unit_price for l in self.lines)";
+
     fn prefix(args: Value, observation: &str) -> Prefix {
+        with_thought("Let me look at `total`.", args, observation)
+    }
+
+    fn with_thought(thought: &str, args: Value, observation: &str) -> Prefix {
         let arguments: Map<String, Value> = serde_json::from_value(args).unwrap();
         Prefix {
             instance_id: "a__a-1".into(),
             task_text: String::new(),
             source: Source::default(),
             steps: vec![PrefixStep {
-                thought: "return sum(l.qty * l.unit_price for l in self.lines)".into(),
+                thought: thought.into(),
                 action: PrefixAction {
                     tool: "str_replace_editor".into(),
                     arguments,
@@ -250,10 +328,7 @@ mod tests {
 
     #[test]
     fn only_non_trivial_added_lines_are_candidates() {
-        assert_eq!(
-            leak_candidates(PATCH),
-            vec!["return sum(l.qty * l.unit_price for l in self.lines)".to_string()]
-        );
+        assert_eq!(leak_candidates(PATCH), vec![GOLD.to_string()]);
         for trivial in [
             "}",
             "return",
@@ -279,29 +354,53 @@ mod tests {
                    "new_str": "    return sum(l.qty  *  l.unit_price\n        for l in self.lines)"}),
             "ok",
         );
-        assert_eq!(
-            find_leaks(&leak, PATCH),
-            vec!["return sum(l.qty * l.unit_price for l in self.lines)".to_string()]
-        );
+        assert_eq!(find_leaks(&leak, PATCH), vec![GOLD.to_string()]);
         let in_obs = prefix(
             json!({"command": "view", "path": "/testbed/inv.py"}),
             "     7\t    return sum(l.qty * l.unit_price for l in self.lines)\n",
         );
-        assert_eq!(find_leaks(&in_obs, PATCH).len(), 1);
-        let nested = prefix(
-            json!({"edits": [{"text": "return sum(l.qty * l.unit_price for l in self.lines)"}]}),
-            "",
-        );
-        assert_eq!(find_leaks(&nested, PATCH).len(), 1);
+        assert_eq!(check(&in_obs, PATCH).leaks[0].part, Part::Observation);
+        let nested = prefix(json!({"edits": [{"text": GOLD}]}), "");
+        assert_eq!(check(&nested, PATCH).leaks[0].part, Part::Action);
     }
 
     #[test]
-    fn trivial_overlap_and_thoughts_do_not_leak() {
+    fn trivial_overlap_does_not_leak() {
         let clean = prefix(
             json!({"command": "view", "path": "/testbed/inv.py"}),
             "1\tdef total(self):\n2\t    return sum(l.qty for l in self.lines)\n3\t}\n4\treturn\n5\t    return None\n6\t} else {\n",
         );
-        assert!(find_leaks(&clean, PATCH).is_empty());
+        let checked = check(&clean, PATCH);
+        assert!(checked.leaks.is_empty());
+        assert_eq!((checked.compared, checked.steps), (1, 1));
+    }
+
+    #[test]
+    fn found_in_thoughts_with_step_and_part() {
+        let p = with_thought(
+            "The fix:\n    return sum(l.qty  *  l.unit_price\n        for l in self.lines)",
+            json!({"command": "view", "path": "/testbed/inv.py"}),
+            "ok",
+        );
+        let checked = check(&p, PATCH);
+        assert_eq!(
+            checked.leaks,
+            vec![Leak {
+                line: GOLD.to_string(),
+                step: 1,
+                part: Part::Thought
+            }]
+        );
+        // The first place wins: the thought comes before the action of the same step.
+        let both = with_thought(GOLD, json!({"new_str": GOLD}), GOLD);
+        assert_eq!(check(&both, PATCH).leaks[0].part, Part::Thought);
+        let later = Prefix {
+            steps: [prefix(json!({}), "").steps, p.steps].concat(),
+            ..prefix(json!({}), "")
+        };
+        let checked = check(&later, PATCH);
+        assert_eq!((checked.steps, checked.leaks[0].step), (2, 2));
+        assert_eq!(checked.lines(), vec![GOLD.to_string()]);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! ```
 //!
 //! `tool` is a neutral tag (`bash`, `str_replace_editor`, `submit`, or another tool's name);
-//! `leaks` lists gold-patch lines found by `prefix build --allow-leaks` (empty when clean).
+//! `leaks` lists gold-patch lines found by `prefix build --allow-leaks` (empty when clean, or
+//! when written unchecked with `--no-leak-check`).
 //!
 //! Matching a request to its prefix ([`PrefixStore::select`]), first hit wins: an explicit task
 //! id (`X-ASAP-Task` header, or `metadata.instance_id` in the body); the task text found in the

@@ -2,6 +2,12 @@
 //! line), cut to the first K steps, tool names in the neutral vocabulary, checked for gold-patch
 //! leaks ([`super::leak`]).
 //!
+//! The leak check is on by default: without gold patches ([`BuildOptions::gold`]) the build
+//! is refused unless [`BuildOptions::no_leak_check`] says so explicitly, and a task missing from
+//! the gold file is rejected ("no gold patch: not checked") unless `no_leak_check` too. A
+//! prefix whose thoughts, actions or observations contain a gold line is rejected unless
+//! [`BuildOptions::allow_leaks`]. [`Report::render`] documents the printed table.
+//!
 //! Inputs, recognised from their content (not their name):
 //!
 //! Task text: the problem statement when the first user message tags it (`<pr_description>`,
@@ -55,7 +61,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::leak::{find_leaks, GoldPatches};
+use super::leak::{check, GoldPatches, Leak, LeakCheck};
 use super::{Prefix, PrefixAction, PrefixError, PrefixStep, Source};
 use crate::conversation::Action;
 use crate::openai::chat::Tool;
@@ -127,12 +133,37 @@ pub struct BuildOptions {
     pub k: usize,
     /// Output JSONL file.
     pub out: PathBuf,
-    /// SWE-bench style gold patches for the leak check.
+    /// SWE-bench style gold patches for the leak check. Required unless `no_leak_check`.
     pub gold: Option<PathBuf>,
     /// Write leaking prefixes too, with `leaks` filled.
     pub allow_leaks: bool,
+    /// Write prefixes that cannot be checked: all of them without `gold`, those of tasks
+    /// missing from `gold` with it (tasks that have a gold patch are still checked).
+    pub no_leak_check: bool,
     /// Profile that maps tool names, instead of the one of each input format.
     pub profile: Option<String>,
+}
+
+/// Whether and how one prefix was checked for leaks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Checked {
+    /// Compared with its task's gold patch.
+    Gold(LeakCheck),
+    /// No gold patches given (`no_leak_check`): written unchecked.
+    Off,
+    /// The gold file has no patch for the task: rejected, or written unchecked with
+    /// `no_leak_check`.
+    NoGoldPatch,
+}
+
+impl Checked {
+    /// Gold lines found; `None` when not checked.
+    pub fn leaks(&self) -> Option<&[Leak]> {
+        match self {
+            Self::Gold(c) => Some(&c.leaks),
+            Self::Off | Self::NoGoldPatch => None,
+        }
+    }
 }
 
 /// One row of the report.
@@ -140,10 +171,9 @@ pub struct BuildOptions {
 pub struct ReportLine {
     pub instance_id: String,
     pub steps: usize,
-    /// Gold lines found; `None` when not checked (no `--gold`, or no gold patch for the task).
-    pub leaks: Option<Vec<String>>,
+    pub checked: Checked,
     pub kept: bool,
-    /// Why a prefix without leaks was rejected, or why it was not checked.
+    /// Why a prefix was rejected other than for leaks, or why it was not checked.
     pub note: Option<String>,
 }
 
@@ -164,7 +194,22 @@ impl Report {
         self.lines.len() - self.kept()
     }
 
-    /// The table: `instance_id  steps  leaks  kept|rejected` per task, then a total line.
+    /// The table, one row per task, columns separated by at least two spaces:
+    ///
+    /// ```text
+    /// instance_id          steps  gold_lines  leaks  status    checked
+    /// slugify__slugify-7       5           3      3  rejected  thoughts, actions, observations of 5 steps
+    /// leftpad__leftpad-12      4           5      0  kept      thoughts, actions, observations of 4 steps
+    /// tally__tally-5           4           -      -  rejected  no gold patch: not checked
+    /// total: 3 prefixes, 1 kept, 2 rejected, 1 with leaks, 1 not checked
+    /// ```
+    ///
+    /// `gold_lines`: the non-trivial added lines of the task's gold patch that were compared;
+    /// `leaks`: how many of them were found (the lines themselves are in [`Self::details`]);
+    /// both `-` when not checked. `status`: `kept` (written) or `rejected`. `checked`: the
+    /// parts of every step searched, or why nothing was: `not checked` for every row without
+    /// gold patches (`--no-leak-check`), `no gold patch: not checked` for a task missing from
+    /// the gold file. Every column but the last is one word, so rows split on whitespace.
     pub fn render(&self) -> String {
         let width = self
             .lines
@@ -173,44 +218,67 @@ impl Report {
             .chain(std::iter::once("instance_id".len()))
             .max()
             .unwrap_or(0);
-        let mut out = format!("{:<width$}  steps  leaks  status\n", "instance_id");
+        let mut out = format!(
+            "{:<width$}  steps  gold_lines  leaks  status    checked\n",
+            "instance_id"
+        );
         for l in &self.lines {
-            let leaks = l
-                .leaks
-                .as_ref()
-                .map_or_else(|| "-".to_string(), |v| v.len().to_string());
+            let (gold, leaks, checked) = match &l.checked {
+                Checked::Gold(c) => (
+                    c.compared.to_string(),
+                    c.leaks.len().to_string(),
+                    format!("thoughts, actions, observations of {} steps", c.steps),
+                ),
+                Checked::Off => ("-".into(), "-".into(), "not checked".into()),
+                Checked::NoGoldPatch => {
+                    ("-".into(), "-".into(), "no gold patch: not checked".into())
+                }
+            };
             let status = if l.kept { "kept" } else { "rejected" };
             let _ = writeln!(
                 out,
-                "{:<width$}  {:>5}  {:>5}  {status}",
-                l.instance_id, l.steps, leaks
+                "{:<width$}  {:>5}  {gold:>10}  {leaks:>5}  {status:<8}  {checked}",
+                l.instance_id, l.steps
             );
         }
         let leaking = self
             .lines
             .iter()
-            .filter(|l| l.leaks.as_ref().is_some_and(|v| !v.is_empty()))
+            .filter(|l| l.checked.leaks().is_some_and(|v| !v.is_empty()))
+            .count();
+        let unchecked = self
+            .lines
+            .iter()
+            .filter(|l| l.checked.leaks().is_none())
             .count();
         let _ = writeln!(
             out,
-            "total: {} prefixes, {} kept, {} rejected, {} with leaks",
+            "total: {} prefixes, {} kept, {} rejected, {leaking} with leaks, {unchecked} not checked",
             self.lines.len(),
             self.kept(),
             self.rejected(),
-            leaking
         );
         out
     }
 
-    /// The leaked gold lines and notes, per task (for standard error).
+    /// Per task, for standard error: its note (`id: note`), then each leaked gold line with
+    /// the first place it was found (`id: step N thought|action|observation leaks gold line:
+    /// LINE`).
     pub fn details(&self) -> String {
         let mut out = String::new();
         for l in &self.lines {
             if let Some(note) = &l.note {
                 let _ = writeln!(out, "{}: {note}", l.instance_id);
             }
-            for line in l.leaks.iter().flatten() {
-                let _ = writeln!(out, "{}: leaks gold line: {line}", l.instance_id);
+            for leak in l.checked.leaks().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "{}: step {} {} leaks gold line: {}",
+                    l.instance_id,
+                    leak.step,
+                    leak.part.name(),
+                    leak.line
+                );
             }
         }
         out
@@ -219,12 +287,24 @@ impl Report {
 
 /// Runs `prefix build`: reads every input, cuts to K, checks leaks, writes the kept prefixes
 /// to `out` (JSONL) and returns the report.
+///
+/// Errors: [`BuildError::Usage`] (nothing read or written) for K = 0, no input, or neither
+/// `gold` nor `no_leak_check`; unreadable inputs or gold file; an unwritable `out`.
 pub fn build(opts: &BuildOptions) -> Result<Report, BuildError> {
     if opts.k == 0 {
         return Err(BuildError::Usage("--k must be at least 1".to_string()));
     }
     if opts.from.is_empty() {
         return Err(BuildError::Usage("no --from input given".to_string()));
+    }
+    // Unchecked prefixes must be a choice: a prefix that holds the fix silently inflates every
+    // score measured with it.
+    if opts.gold.is_none() && !opts.no_leak_check {
+        return Err(BuildError::Usage(
+            "no gold patches to check the prefixes against: pass --gold FILE (SWE-bench style \
+             JSON/JSONL with instance_id and patch), or --no-leak-check to write them unchecked"
+                .to_string(),
+        ));
     }
     let profiles = Profiles::builtin()?;
     if let Some(name) = &opts.profile {
@@ -238,21 +318,29 @@ pub fn build(opts: &BuildOptions) -> Result<Report, BuildError> {
     let mut report = Report::default();
     let mut out = String::new();
     for mut prefix in prefixes {
-        let (leaks, mut note) = match &gold {
-            None => (None, None),
+        let checked = match &gold {
+            None => Checked::Off,
             Some(g) => match g.get(&prefix.instance_id) {
-                Some(patch) => (Some(find_leaks(&prefix, patch)), None),
-                None => (None, Some("no gold patch: not checked".to_string())),
+                Some(patch) => Checked::Gold(check(&prefix, patch)),
+                None => Checked::NoGoldPatch,
             },
         };
-        let leaking = leaks.as_ref().is_some_and(|l| !l.is_empty());
-        let mut kept = !leaking || opts.allow_leaks;
+        let (mut kept, mut note) = match &checked {
+            Checked::Gold(c) => (c.leaks.is_empty() || opts.allow_leaks, None),
+            Checked::Off => (true, None),
+            Checked::NoGoldPatch => (
+                opts.no_leak_check,
+                Some("no gold patch: not checked".to_string()),
+            ),
+        };
         if prefix.steps.is_empty() {
             kept = false;
             note = Some("no steps".to_string());
         }
         if kept {
-            prefix.leaks = leaks.clone().unwrap_or_default();
+            if let Checked::Gold(c) = &checked {
+                prefix.leaks = c.lines();
+            }
             let line = serde_json::to_string(&prefix).map_err(|e| BuildError::Write {
                 path: opts.out.clone(),
                 source: e.into(),
@@ -263,7 +351,7 @@ pub fn build(opts: &BuildOptions) -> Result<Report, BuildError> {
         report.lines.push(ReportLine {
             instance_id: prefix.instance_id,
             steps: prefix.steps.len(),
-            leaks,
+            checked,
             kept,
             note,
         });
