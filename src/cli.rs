@@ -343,6 +343,21 @@ pub struct ReportArgs {
     /// Paired comparison of two labels, aligned by task and run index.
     #[arg(long, num_args = 2, value_names = ["A", "B"])]
     pub pair: Option<Vec<String>>,
+    /// The task set every label is scored over: instance ids, one a line (blank lines and
+    /// `#` comments skipped). Default: every instance id seen in the trajectories and results.
+    /// A task a label lacks counts as resolved in none of its runs (with a warning).
+    #[arg(long, value_name = "FILE")]
+    pub tasks: Option<PathBuf>,
+    /// The scaffold's own step limit (model calls per run, e.g. mini-swe-agent's
+    /// `step_limit`): a run that stopped without submitting after this many requests ended at
+    /// the step cap, not "stopped without submitting".
+    #[arg(long, value_name = "N")]
+    pub step_limit: Option<usize>,
+    /// Compare labels whose protocols differ (format, prefix K, prefix coverage, rules,
+    /// proxy version); the differences are printed above the tables. Without it, such a
+    /// comparison is an error (exit 2).
+    #[arg(long)]
+    pub allow_protocol_mismatch: bool,
 }
 
 /// `asap-proxy view`.

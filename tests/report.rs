@@ -8,6 +8,7 @@ use serde_json::{json, Map};
 
 use asap_proxy::cli::ReportFormat;
 use asap_proxy::conversation::Action;
+use asap_proxy::report::behaviour::Ending;
 use asap_proxy::report::results::{self, Entry, Parsed, Spec};
 use asap_proxy::report::{
     compare, intersection, mean_pass_at_k, number_runs, output, pass_at_k, plots, Behaviour,
@@ -105,7 +106,7 @@ fn one(turns: Vec<Turn>) -> Trajectory {
 }
 
 fn behaviour(turns: Vec<Turn>) -> Behaviour {
-    Behaviour::of(&one(turns))
+    Behaviour::of(&one(turns), None)
 }
 
 fn resolved_entry(label: Option<&str>, id: &str, run: Option<usize>, resolved: bool) -> Entry {
@@ -232,7 +233,7 @@ fn without_results_there_is_no_pass_at_k() {
     assert!(!report.has_results);
     assert!(m.pass_at_k.is_empty());
     assert!(m.intersection.is_none());
-    assert_eq!(m.behaviour.rates(false).len(), 11);
+    assert_eq!(m.behaviour.rates(false).len(), 14);
     assert_eq!(m.behaviour.no_result, 0);
 }
 
@@ -289,20 +290,23 @@ fn active_testing() {
 #[test]
 fn failed_test_and_valid_re_edit() {
     let failing = "===== 1 failed, 2 passed in 0.1s =====";
-    let b = behaviour(vec![shell("pytest -q", failing), edit(), submit()]);
+    let b = behaviour(vec![edit(), shell("pytest -q", failing), edit(), submit()]);
     assert!(b.failed_test && b.re_edit_after_failed_test);
 
-    // Edit before the failure, passing tests, a failure with no later accepted edit.
+    // The paper's meaning: an edit, then a failing test, then another edit, all successful.
     for turns in [
+        // The first fix after a failing reproduction is not a re-edit.
+        vec![shell("pytest -q", failing), edit(), submit()],
         vec![edit(), shell("pytest -q", failing), submit()],
         vec![shell("pytest -q", "3 passed in 0.1s"), edit()],
         vec![
+            edit(),
             shell("pytest -q", failing),
             nudged(edit(), NudgeKind::RepeatedAction),
             unparsable("no_action"),
         ],
         // Failure text from a command that is not a test run.
-        vec![shell("cat log.txt", failing), edit()],
+        vec![edit(), shell("cat log.txt", failing), edit()],
     ] {
         let b = behaviour(turns);
         assert!(!b.re_edit_after_failed_test, "{b:?}");
@@ -315,7 +319,7 @@ fn failed_test_and_valid_re_edit() {
 fn explicit_submission() {
     let b = behaviour(vec![edit(), submit()]);
     assert!(b.explicit_submission);
-    assert_eq!(b.abnormal, None);
+    assert!(!b.abnormal);
     for turns in [
         vec![
             nudged(submit(), NudgeKind::SubmitBeforeEdit),
@@ -330,59 +334,74 @@ fn explicit_submission() {
 
 #[test]
 fn repetitive_command_loop() {
+    // One nudged repeat is a nudge, not a loop.
     let b = behaviour(vec![
         shell("ls", ""),
         nudged(shell("ls", ""), NudgeKind::RepeatedAction),
         edit(),
         submit(),
     ]);
-    assert!(b.repetitive_loop);
+    assert!(!b.repetitive_loop);
     assert_eq!(b.nudges_repeated_action, 1);
-    for reason in ["same_action_thrice", "alternation", "repeated_action_again"] {
+    for reason in ["degenerate_loop", "same_action_thrice", "alternation"] {
         let mut t = one(vec![shell("ls", ""), terminated(submit())]);
         t.termination = Some(reason.into());
-        assert!(Behaviour::of(&t).repetitive_loop, "{reason}");
+        assert!(Behaviour::of(&t, None).repetitive_loop, "{reason}");
     }
-    let mut t = one(vec![shell("ls", ""), terminated(submit())]);
-    t.termination = Some("step_cap".into());
-    assert!(!Behaviour::of(&t).repetitive_loop);
+    for reason in ["step_cap", "repeated_action_again"] {
+        let mut t = one(vec![shell("ls", ""), terminated(submit())]);
+        t.termination = Some(reason.into());
+        assert!(!Behaviour::of(&t, None).repetitive_loop, "{reason}");
+    }
     assert!(!behaviour(vec![shell("ls", ""), shell("pwd", "")]).repetitive_loop);
 }
 
 #[test]
-fn abnormal_termination_by_reason() {
+fn endings_one_per_trajectory() {
     let mut t = one(vec![shell("ls", ""), terminated(submit())]);
     t.termination = Some("step_cap".into());
-    let b = Behaviour::of(&t);
-    assert_eq!(b.abnormal.as_deref(), Some("step_cap"));
-    assert!(!b.no_submission);
+    let b = Behaviour::of(&t, None);
+    assert_eq!(b.ending, Ending::StepCap);
+    assert!(
+        !b.abnormal,
+        "a step cap is reported beside abnormal termination"
+    );
 
     let mut t = one(vec![shell("ls", "")]);
     t.error = Some("backend: connection refused".into());
-    assert_eq!(Behaviour::of(&t).abnormal.as_deref(), Some("error"));
+    assert_eq!(Behaviour::of(&t, None).ending, Ending::Error);
+    assert!(Behaviour::of(&t, None).abnormal);
 
     let b = behaviour(vec![shell("ls", "")]);
-    assert!(b.no_submission);
-    assert_eq!(b.abnormal.as_deref(), Some("no_submission"));
+    assert_eq!(b.ending, Ending::StoppedWithoutSubmission);
+    assert!(!b.abnormal);
+    // With the scaffold's step limit given, a run that used it up ended at the step cap.
+    let t = one(vec![shell("ls", ""), shell("pwd", "")]);
+    assert_eq!(Behaviour::of(&t, Some(2)).ending, Ending::StepCap);
+    assert_eq!(
+        Behaviour::of(&t, Some(3)).ending,
+        Ending::StoppedWithoutSubmission
+    );
 
     let b = behaviour(vec![edit(), submit()]);
-    assert!(!b.no_submission && b.abnormal.is_none());
+    assert_eq!(b.ending, Ending::Submitted);
+    assert!(!b.abnormal);
 
     let mut trajs = vec![one(vec![edit(), submit()]), one(vec![shell("ls", "")])];
     trajs[1].session = "other".into();
     let mut t = traj("m", "u", None, 0, vec![terminated(submit())]);
     t.termination = Some("unparsable".into());
     trajs.push(t);
+    let mut t = traj("m", "v", None, 0, vec![terminated(submit())]);
+    t.termination = Some("repeated_action_again".into());
+    trajs.push(t);
     let report = Report::build(&trajs, None, &[1]);
     let agg = &report.label("m").unwrap().behaviour;
     assert_eq!(agg.abnormal_termination, 2);
-    assert_eq!(
-        agg.abnormal_by_reason
-            .iter()
-            .map(|(k, v)| (k.as_str(), *v))
-            .collect::<Vec<_>>(),
-        vec![("no_submission", 1), ("unparsable", 1)]
-    );
+    assert_eq!(agg.ending(Ending::StoppedWithoutSubmission), 1);
+    assert_eq!(agg.ending(Ending::UnparsableStreak), 1);
+    assert_eq!(agg.ending(Ending::NudgeRuleViolatedTwice), 1);
+    assert_eq!(agg.ending(Ending::Submitted), 1);
 }
 
 #[test]
@@ -440,6 +459,16 @@ fn patch_outcomes_with_results() {
         ),
         (1, 2, 1, 1)
     );
+    // The run without a result: its patch is unknown, never assumed.
+    assert_eq!(
+        (agg.empty_patch_unknown, agg.applicable_patch_unknown),
+        (1, 1)
+    );
+    let rates = agg.rates(true);
+    let rate = |key: &str| rates.iter().find(|r| r.key == key).unwrap().clone();
+    assert_eq!(rate("applicable_patch").value(), None, "unknown, not 2/5");
+    assert_eq!(rate("applicable_patch").unknown, 1);
+    assert_eq!(rate("resolved").value(), Some(0.2));
     let row = |id: &str| {
         report
             .trajectories
@@ -448,10 +477,11 @@ fn patch_outcomes_with_results() {
             .unwrap()
             .outcome
     };
-    assert!(row("resolved").unwrap().applicable());
-    assert!(row("unresolved").unwrap().applicable());
-    assert!(!row("empty").unwrap().applicable());
-    assert!(!row("error").unwrap().applicable());
+    assert_eq!(row("resolved").unwrap().applicable(), Some(true));
+    assert_eq!(row("unresolved").unwrap().applicable(), Some(true));
+    assert_eq!(row("empty").unwrap().applicable(), Some(false));
+    assert_eq!(row("error").unwrap().applicable(), Some(false));
+    assert_eq!(row("error").unwrap().empty(), Some(false));
     assert_eq!(row("missing"), None);
 }
 
@@ -526,9 +556,10 @@ fn results_per_instance_report() {
         panic!("not a report")
     };
     let get = |id: &str| outcomes.iter().find(|(i, _)| i == id).unwrap().1;
-    assert!(get("t1").resolved && get("t1").applicable());
-    assert!(get("t2").empty_patch);
-    assert!(get("t3").error && !get("t3").applicable());
+    assert!(get("t1").resolved && get("t1").applicable() == Some(true));
+    assert_eq!(get("t2").empty(), Some(true));
+    assert_eq!(get("t3").applicable(), Some(false));
+    assert_eq!(get("t3").empty(), Some(false));
     assert!(results::parse("{\"x\": 1}", Path::new("bad.json")).is_err());
 }
 
@@ -559,7 +590,10 @@ fn results_jsonl_and_csv() {
     assert!(get("any", "t2", 7).unwrap().resolved, "no run: every run");
     assert!(get("b", "t3", 0).unwrap().resolved);
     let t4 = get("b", "t,4", 2).unwrap();
-    assert!(!t4.resolved && t4.empty_patch);
+    assert!(!t4.resolved && t4.empty() == Some(true));
+    // Columns left out or empty: not said, so unknown.
+    assert_eq!(get("b", "t3", 0).unwrap().empty_patch, None);
+    assert_eq!(get("b", "t5", 3).unwrap().applicable(), None);
     assert!(!get("b", "t5", 3).unwrap().resolved, "label from `b=`");
     assert_eq!(get("c", "t5", 3), None);
 
@@ -833,9 +867,15 @@ async fn report_subcommand_on_recorded_traces() {
     let rate = |key: &str| label["behaviour"][key]["count"].as_u64().unwrap();
     assert_eq!(rate("active_testing"), 1);
     assert_eq!(rate("failed_test"), 1);
-    assert_eq!(rate("re_edit_after_failed_test"), 1);
+    assert_eq!(
+        rate("re_edit_after_failed_test"),
+        0,
+        "no edit before the failed test"
+    );
     assert_eq!(rate("explicit_submission"), 1);
-    assert_eq!(label["abnormal_by_reason"], json!({"no_submission": 1}));
+    assert_eq!(label["endings"]["stopped_without_submission"], 1);
+    assert_eq!(label["endings"]["submitted"], 1);
+    assert_eq!(rate("abnormal_termination"), 0);
     assert!(plots.join("pass_at_k.svg").is_file() && plots.join("behaviour.svg").is_file());
     assert!(
         !stderr.contains('\u{1b}'),
@@ -977,12 +1017,14 @@ async fn observations_are_read_where_the_scaffold_first_sent_them() {
         Some(outputs[0]),
         "the test run's result as first sent"
     );
-    let b = Behaviour::of(&trajectory);
+    let b = Behaviour::of(&trajectory, None);
     assert!(
-        b.active_testing && b.failed_test && b.re_edit_after_failed_test,
+        b.active_testing && b.failed_test && b.autonomous_edit,
         "{b:?}"
     );
-    assert!(b.explicit_submission && b.abnormal.is_none(), "{b:?}");
+    // The first fix after a failing test is not a re-edit: no edit came before the failure.
+    assert!(!b.re_edit_after_failed_test, "{b:?}");
+    assert!(b.explicit_submission && !b.abnormal, "{b:?}");
 }
 
 #[tokio::test]
@@ -1016,9 +1058,9 @@ async fn mini_completion_command_counts_as_an_explicit_submission() {
     let file = &proxy.trace_files()[0];
     let trajectory = load::trajectory(file).unwrap().unwrap();
     assert!(trajectory.turns[1].is_submit);
-    let b = Behaviour::of(&trajectory);
+    let b = Behaviour::of(&trajectory, None);
     assert!(b.autonomous_edit && b.explicit_submission, "{b:?}");
-    assert_eq!(b.abnormal, None);
+    assert!(!b.abnormal);
 }
 
 #[test]

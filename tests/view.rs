@@ -309,7 +309,10 @@ fn committed_fixture_shows_all_steps() {
     assert_eq!(s.behaviour.turns, 7);
     assert_eq!(s.behaviour.edits, 1);
     assert_eq!(s.behaviour.test_runs, 2);
-    assert!(s.behaviour.failed_test && s.behaviour.re_edit_after_failed_test);
+    // One edit after the failing test: a first fix, not a re-edit (that needs an edit before
+    // the failure too).
+    assert!(s.behaviour.failed_test && s.behaviour.autonomous_edit);
+    assert!(!s.behaviour.re_edit_after_failed_test);
     let page = viewer.session(&s.session).unwrap();
     assert!(page.steps.error.is_none());
     assert_eq!(page.steps.steps.len(), 7);

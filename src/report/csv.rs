@@ -60,7 +60,16 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
     csv_row(
         out,
-        &["label", "behaviour", "unit", "count", "total", "rate"].map(String::from),
+        &[
+            "label",
+            "behaviour",
+            "unit",
+            "count",
+            "total",
+            "unknown",
+            "rate",
+        ]
+        .map(String::from),
     )?;
     for l in &report.labels {
         for r in l.behaviour.rates(report.has_results) {
@@ -72,30 +81,77 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                     r.unit.as_str().into(),
                     r.count.to_string(),
                     r.total.to_string(),
+                    r.unknown.to_string(),
                     num(r.value()),
                 ],
             )?;
         }
         let t = l.behaviour.trajectories;
-        for (reason, count) in &l.behaviour.abnormal_by_reason {
+        for (ending, count) in &l.behaviour.endings {
             let rate = (t > 0).then(|| *count as f64 / t as f64);
             csv_row(
                 out,
                 &[
                     l.label.clone(),
-                    format!("abnormal:{reason}"),
+                    format!("ending:{}", ending.as_str()),
                     "trajectories".into(),
                     count.to_string(),
                     t.to_string(),
+                    "0".into(),
                     num(rate),
                 ],
             )?;
+        }
+        let median = l.behaviour.median_steps_before_first_edit();
+        csv_row(
+            out,
+            &[
+                l.label.clone(),
+                "median_steps_before_first_edit".into(),
+                "steps".into(),
+                l.behaviour.steps_before_first_edit.len().to_string(),
+                t.to_string(),
+                "0".into(),
+                num(median),
+            ],
+        )?;
+    }
+
+    writeln!(out)?;
+    csv_row(
+        out,
+        &["label", "setting", "value", "trajectories"].map(String::from),
+    )?;
+    for l in &report.labels {
+        let p = &l.protocol;
+        let mut settings: Vec<(&str, String, usize)> = Vec::new();
+        for (name, m) in [
+            ("format", &p.format),
+            ("prefix_k", &p.prefix_k),
+            ("rules", &p.rules),
+            ("backend_model", &p.backend_model),
+            ("proxy_version", &p.proxy_version),
+        ] {
+            settings.extend(m.iter().map(|(v, n)| (name, v.clone(), *n)));
+        }
+        settings.extend(p.prefix_coverage.iter().map(|(source, n)| {
+            let source = serde_json::to_value(source)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            ("prefix_source", source, *n)
+        }));
+        for (name, value, n) in settings {
+            csv_row(out, &[l.label.clone(), name.into(), value, n.to_string()])?;
         }
     }
 
     if report.has_results {
         writeln!(out)?;
-        csv_row(out, &["label", "instance_id", "n", "c"].map(String::from))?;
+        csv_row(
+            out,
+            &["label", "instance_id", "n", "c", "missing"].map(String::from),
+        )?;
         for l in &report.labels {
             for t in &l.task_counts {
                 csv_row(
@@ -105,6 +161,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                         t.instance_id.clone(),
                         t.n.to_string(),
                         t.c.to_string(),
+                        l.missing_tasks.contains(&t.instance_id).to_string(),
                     ],
                 )?;
             }
@@ -179,7 +236,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-const TRAJECTORY_COLUMNS: [&str; 21] = [
+const TRAJECTORY_COLUMNS: [&str; 24] = [
     "label",
     "instance_id",
     "run",
@@ -188,6 +245,7 @@ const TRAJECTORY_COLUMNS: [&str; 21] = [
     "parsable_turns",
     "valid_tool_calls",
     "edits",
+    "repo_edits",
     "autonomous_edit",
     "test_runs",
     "active_testing",
@@ -195,11 +253,13 @@ const TRAJECTORY_COLUMNS: [&str; 21] = [
     "re_edit_after_failed_test",
     "explicit_submission",
     "repetitive_loop",
+    "exploration_only",
+    "steps_before_first_edit",
     "nudges_submit_before_edit",
     "nudges_repeated_action",
     "termination",
     "error",
-    "no_submission",
+    "ending",
     "abnormal",
 ];
 
@@ -214,6 +274,7 @@ fn trajectory_cells(row: &TrajectoryRow, has_results: bool) -> Vec<String> {
         b.parsable_turns.to_string(),
         b.valid_tool_calls.to_string(),
         b.edits.to_string(),
+        b.repo_edits.to_string(),
         b.autonomous_edit.to_string(),
         b.test_runs.to_string(),
         b.active_testing.to_string(),
@@ -221,18 +282,23 @@ fn trajectory_cells(row: &TrajectoryRow, has_results: bool) -> Vec<String> {
         b.re_edit_after_failed_test.to_string(),
         b.explicit_submission.to_string(),
         b.repetitive_loop.to_string(),
+        b.exploration_only.to_string(),
+        b.steps_before_first_edit
+            .map(|n| n.to_string())
+            .unwrap_or_default(),
         b.nudges_submit_before_edit.to_string(),
         b.nudges_repeated_action.to_string(),
         opt(&b.termination),
         b.error.to_string(),
-        b.no_submission.to_string(),
-        opt(&b.abnormal),
+        b.ending.as_str().into(),
+        b.abnormal.to_string(),
     ];
     if has_results {
         let o = row.outcome;
         cells.push(o.is_some().to_string());
-        cells.push(o.is_some_and(|o| o.empty_patch).to_string());
-        cells.push(o.is_some_and(|o| o.applicable()).to_string());
+        let known = |v: Option<bool>| v.map_or_else(|| "unknown".to_string(), |v| v.to_string());
+        cells.push(known(o.and_then(|o| o.empty())));
+        cells.push(known(o.and_then(|o| o.applicable())));
         cells.push(o.is_some_and(|o| o.resolved).to_string());
     }
     cells

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use super::protocol::{PrefixSource, SessionProtocol};
 use super::{Trajectory, Turn};
 use crate::conversation::{Action, Conversation};
 use crate::openai::chat::{ChatCompletionRequest, ChatMessage};
@@ -147,6 +148,24 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
                 p.get("k")?.as_u64()? as usize,
             ))
         }),
+        task_text: text("task_text").unwrap_or_default(),
+        protocol: SessionProtocol {
+            prefix_k: data
+                .get("prefix_k")
+                .and_then(Value::as_u64)
+                .map(|k| k as usize),
+            prefix_source: PrefixSource::from_record(
+                text("prefix_source").as_deref(),
+                data.get("prefix")
+                    .and_then(|p| p.get("matched_by"))
+                    .and_then(Value::as_str),
+            ),
+            rules: data
+                .get("rules")
+                .and_then(|r| serde_json::from_value(r.clone()).ok()),
+            backend_model: None,
+            proxy_version: text("proxy_version"),
+        },
         ..Trajectory::default()
     };
     let mut first_results = FirstResults::default();
@@ -157,6 +176,14 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
                 first_results.read(&record, reader.request());
                 trajectory.error = record.str("error").map(str::to_string);
                 if let Some(turn) = turn(&record) {
+                    if trajectory.protocol.backend_model.is_none() {
+                        trajectory.protocol.backend_model = record
+                            .data
+                            .get("completion")
+                            .and_then(|c| c.get("model"))
+                            .and_then(Value::as_str)
+                            .map(str::to_string);
+                    }
                     trajectory.turns.push(turn);
                 }
             }
@@ -316,6 +343,7 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstRe
             continue;
         };
         turn.is_edit = policy::is_edit(action, &tools);
+        turn.edit_targets = policy::edit::edit_targets(action, &tools);
         turn.is_submit = reads_as_submit(action, &tools);
         if let Action::Call { tag, arguments } = action {
             if let Some(ToolRole::Shell { command_parameter }) = tools.get(tag).map(|t| &t.role) {

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod output;
 pub mod pair;
 pub mod plots;
+pub mod protocol;
 pub mod results;
 mod rows;
 mod shell;
@@ -51,6 +52,11 @@ pub struct Trajectory {
     pub format: String,
     /// Prefix id and K, when a prefix was rendered.
     pub prefix: Option<(String, usize)>,
+    /// The first user message of the session (the task statement), for telling files the
+    /// task names (existing files) from files the trajectory made.
+    pub task_text: String,
+    /// The protocol the session ran under (session record; see [`protocol`]).
+    pub protocol: protocol::SessionProtocol,
     /// One entry per completion call of the model, in order (side calls excluded).
     pub turns: Vec<Turn>,
     /// Why the proxy ended the trajectory (`Termination`'s snake_case `reason`), if it did.
@@ -78,6 +84,9 @@ pub struct Turn {
     /// The action modifies a file (the policy's edit rule: an editor command that writes, or
     /// a shell command that writes files).
     pub is_edit: bool,
+    /// The files the action writes ([`crate::policy::edit::edit_targets`]); empty for an edit
+    /// built without them (then it counts as one in-place write of an unknown file).
+    pub edit_targets: Vec<crate::policy::edit::WriteTarget>,
     /// The action is the finish action (`<submit/>`).
     pub is_submit: bool,
     /// The output was rejected with this nudge (not sent to the scaffold).
@@ -145,11 +154,55 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
         labels.dedup();
         Some(results::load(&result_files, &labels).map_err(|e| (2, e.to_string()))?)
     };
-    let mut report = Report::build(&trajectories, results.as_ref(), &args.k);
+    let tasks = args.tasks.as_deref().map(read_task_set).transpose()?;
+    let options = summary::Options {
+        ks: args.k.clone(),
+        tasks,
+        step_limit: args.step_limit,
+    };
+    let mut report = Report::build_with(&trajectories, results.as_ref(), &options);
     if let Some(pair) = &args.pair {
         if let [a, b] = pair.as_slice() {
-            report.pair = Some(compare(&report, a, b).map_err(|e| (2, e))?);
+            let compared = compare(&report, a, b).map_err(|e| (2, e))?;
+            // Only the pair is compared: the other labels' protocols do not matter.
+            report.protocol_differences = protocol::differences(
+                (
+                    a,
+                    &report
+                        .label(a)
+                        .map(|l| l.protocol.clone())
+                        .unwrap_or_default(),
+                ),
+                (
+                    b,
+                    &report
+                        .label(b)
+                        .map(|l| l.protocol.clone())
+                        .unwrap_or_default(),
+                ),
+            );
+            report.pair = Some(compared);
         }
+    }
+    for line in &report.warnings {
+        let _ = writeln!(stderr, "warning: {line}");
+    }
+    if !report.protocol_differences.is_empty() {
+        let lines = report.protocol_differences.join("\n  ");
+        if !args.allow_protocol_mismatch {
+            return Err((
+                2,
+                format!(
+                    "the labels compared ran under different protocols:\n  {lines}\n\
+                     compare them anyway with --allow-protocol-mismatch (the differences are \
+                     then printed above the tables)"
+                ),
+            ));
+        }
+        let _ = writeln!(
+            stderr,
+            "warning: comparing labels with different protocols:\n  {lines}"
+        );
     }
     if let Some(results) = &results {
         for line in result_warnings(&report, results) {
@@ -171,6 +224,24 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
         }
     }
     Ok(())
+}
+
+/// Reads `--tasks FILE`: instance ids one a line; blank lines and `#` comments skipped.
+///
+/// Errors: the file cannot be read, or holds no id (exit 2).
+fn read_task_set(path: &std::path::Path) -> Result<Vec<String>, (u8, String)> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| (2, format!("reading --tasks {}: {e}", path.display())))?;
+    let ids: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    if ids.is_empty() {
+        return Err((2, format!("--tasks {}: no instance ids", path.display())));
+    }
+    Ok(ids)
 }
 
 /// Trajectories of all files (in file order), and what to warn about, with the file: files
@@ -244,7 +315,7 @@ fn load_all(files: &[PathBuf]) -> Result<Loaded, (u8, String)> {
     Ok((trajectories, skipped))
 }
 
-/// Warnings about the results: runs without a result, result ids that match no trajectory.
+/// Warnings about the results: runs without a result, result ids outside the task set.
 fn result_warnings(report: &Report, results: &Results) -> Vec<String> {
     let mut lines = Vec::new();
     for l in &report.labels {
@@ -255,19 +326,14 @@ fn result_warnings(report: &Report, results: &Results) -> Vec<String> {
             ));
         }
     }
-    let known: std::collections::BTreeSet<&str> = report
-        .trajectories
-        .iter()
-        .map(|t| t.instance_id.as_str())
-        .collect();
-    let unknown = results
+    let outside = results
         .instance_ids()
         .into_iter()
-        .filter(|id| !known.contains(id))
+        .filter(|id| report.task_set.binary_search(&id.to_string()).is_err())
         .count();
-    if unknown > 0 {
+    if outside > 0 {
         lines.push(format!(
-            "{unknown} instance id(s) in the results match no trajectory"
+            "{outside} instance id(s) in the results are outside --tasks: ignored"
         ));
     }
     lines

@@ -4,6 +4,7 @@ use std::io::{self, Write};
 
 use serde_json::{json, Map, Value};
 
+use super::behaviour::{Ending, Rate};
 use super::summary::{LabelSummary, Report};
 use crate::cli::ReportFormat;
 
@@ -63,13 +64,64 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             "No `--results`: resolution unknown, so no Pass@k or Intersection@n. Rates in %."
         }
     )?;
+    writeln!(
+        out,
+        "Task set: {} tasks ({}). Every label is scored over all of them: a task a label \
+         lacks counts as resolved in none of its runs.\n",
+        report.task_set.len(),
+        if report.task_set_source == "tasks_file" {
+            "from --tasks"
+        } else {
+            "every instance id seen in the trajectories and results"
+        }
+    )?;
+    if !report.protocol_differences.is_empty() {
+        writeln!(
+            out,
+            "## Protocol differences\n\nThe labels compared below ran under different \
+             protocols (allowed by --allow-protocol-mismatch):\n"
+        )?;
+        for line in &report.protocol_differences {
+            writeln!(out, "- {}", cell(line))?;
+        }
+        writeln!(out)?;
+    }
+    if !report.warnings.is_empty() {
+        writeln!(out, "## Warnings\n")?;
+        for line in &report.warnings {
+            writeln!(out, "- {}", cell(line))?;
+        }
+        writeln!(out)?;
+    }
+    writeln!(out, "## Protocol\n")?;
+    table_head(out, &head_with("setting", report))?;
+    type Setting = fn(&LabelSummary) -> String;
+    let settings: [(&str, Setting); 6] = [
+        ("format", |l| counts(&l.protocol.format)),
+        ("prefix K", |l| counts(&l.protocol.prefix_k)),
+        ("prefix coverage", |l| l.protocol.coverage()),
+        ("rules", |l| counts(&l.protocol.rules)),
+        ("backend model", |l| counts(&l.protocol.backend_model)),
+        ("proxy version", |l| counts(&l.protocol.proxy_version)),
+    ];
+    for (name, get) in settings {
+        let mut cells = vec![name.to_string()];
+        cells.extend(report.labels.iter().map(|l| cell(&get(l))));
+        table_row(out, &cells)?;
+    }
+    writeln!(out)?;
     writeln!(out, "## Summary\n")?;
     let mut head: Vec<String> = ["label", "tasks", "runs", "runs/task"]
         .map(String::from)
         .to_vec();
     if report.has_results {
         head.extend(report.ks.iter().map(|k| format!("Pass@{k}")));
-        head.extend(["Intersection@n".into(), "no result".into()]);
+        head.extend([
+            "Intersection@n".into(),
+            "no result".into(),
+            "missing tasks".into(),
+            "result-only runs".into(),
+        ]);
     }
     table_head(out, &head)?;
     for l in &report.labels {
@@ -95,13 +147,16 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                 ));
             }
             cells.push(l.behaviour.no_result.to_string());
+            cells.push(l.missing_tasks.len().to_string());
+            cells.push(l.result_only_runs.len().to_string());
         }
         table_row(out, &cells)?;
     }
 
     writeln!(
         out,
-        "\n## Behaviour\n\n% of trajectories unless the row says otherwise; (count/total).\n"
+        "\n## Behaviour\n\n% of trajectories unless the row says otherwise; (count/total). \
+         \"unknown\": the results do not say for some runs.\n"
     )?;
     let mut head = vec!["behaviour".to_string()];
     head.extend(report.labels.iter().map(|l| cell(&l.label)));
@@ -114,37 +169,39 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     if let Some(first) = rates.first() {
         for (i, rate) in first.iter().enumerate() {
             let mut cells = vec![rate.title.to_string()];
-            cells.extend(rates.iter().map(|r| {
-                let r = &r[i];
-                format!("{} ({}/{})", percent(r.value()), r.count, r.total)
-            }));
+            cells.extend(rates.iter().map(|r| rate_cell(&r[i])));
             table_row(out, &cells)?;
         }
     }
 
-    let reasons: std::collections::BTreeSet<&String> = report
-        .labels
-        .iter()
-        .flat_map(|l| l.behaviour.abnormal_by_reason.keys())
-        .collect();
-    writeln!(out, "\n## Abnormal termination by reason (trajectories)\n")?;
-    if reasons.is_empty() {
-        writeln!(
-            out,
-            "None: every trajectory ended with an explicit submission."
-        )?;
-    } else {
-        table_head(out, &head_with("reason", report))?;
-    }
-    for reason in reasons {
-        let mut cells = vec![cell(reason)];
+    let mut cells = vec!["median steps before the first edit".to_string()];
+    cells.extend(report.labels.iter().map(|l| {
+        let b = &l.behaviour;
+        b.median_steps_before_first_edit().map_or_else(
+            || "– (no edit)".to_string(),
+            |m| format!("{m} ({} editing)", b.steps_before_first_edit.len()),
+        )
+    }));
+    table_row(out, &cells)?;
+
+    writeln!(
+        out,
+        "\n## How the runs ended (trajectories)\n\nOne ending per trajectory; abnormal \
+         termination is the sum of the rows marked abnormal.\n"
+    )?;
+    table_head(out, &head_with("ending", report))?;
+    for ending in Ending::ALL {
+        let name = if ending.is_abnormal() {
+            format!("{} (abnormal)", ending.as_str())
+        } else {
+            ending.as_str().to_string()
+        };
+        let mut cells = vec![name];
         cells.extend(report.labels.iter().map(|l| {
-            l.behaviour
-                .abnormal_by_reason
-                .get(reason)
-                .copied()
-                .unwrap_or(0)
-                .to_string()
+            let n = l.behaviour.ending(ending);
+            let t = l.behaviour.trajectories;
+            let rate = (t > 0).then(|| n as f64 / t as f64);
+            format!("{} ({n}/{t})", percent(rate))
         }));
         table_row(out, &cells)?;
     }
@@ -218,6 +275,33 @@ fn head_with(first: &str, report: &Report) -> Vec<String> {
     head
 }
 
+/// `rate (count/total)`; with unknown cases `unknown (count of known known, u unknown)`.
+fn rate_cell(r: &Rate) -> String {
+    if r.unknown == 0 {
+        return format!("{} ({}/{})", percent(r.value()), r.count, r.total);
+    }
+    if r.unknown == r.total {
+        return format!("unknown ({} runs)", r.total);
+    }
+    format!(
+        "unknown ({} of {} known, {} unknown)",
+        r.count,
+        r.total - r.unknown,
+        r.unknown
+    )
+}
+
+/// `value` alone, or `value n, value n` when several.
+fn counts(m: &std::collections::BTreeMap<String, usize>) -> String {
+    if m.len() == 1 {
+        return m.keys().next().cloned().unwrap_or_default();
+    }
+    m.iter()
+        .map(|(k, n)| format!("{k} ({n})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn signed(v: Option<f64>) -> String {
     v.map_or_else(|| "–".into(), |v| format!("{:+.1}", v * 100.0))
 }
@@ -232,7 +316,8 @@ pub fn to_json(report: &Report) -> Value {
             for r in l.behaviour.rates(report.has_results) {
                 behaviour.insert(
                     r.key.into(),
-                    json!({"unit": r.unit, "count": r.count, "total": r.total, "rate": r.value()}),
+                    json!({"unit": r.unit, "count": r.count, "total": r.total,
+                           "unknown": r.unknown, "rate": r.value()}),
                 );
             }
             let pass: Map<String, Value> = l
@@ -250,7 +335,13 @@ pub fn to_json(report: &Report) -> Value {
                 "intersection": l.intersection,
                 "no_result": report.has_results.then_some(l.behaviour.no_result),
                 "behaviour": behaviour,
-                "abnormal_by_reason": l.behaviour.abnormal_by_reason,
+                "endings": l.behaviour.endings.iter()
+                    .map(|(e, n)| (e.as_str(), *n))
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+                "median_steps_before_first_edit": l.behaviour.median_steps_before_first_edit(),
+                "missing_tasks": l.missing_tasks,
+                "result_only_runs": l.result_only_runs,
+                "protocol": l.protocol,
                 "nudges_fired": {
                     "submit_before_edit": l.behaviour.nudges_submit_before_edit,
                     "repeated_action": l.behaviour.nudges_repeated_action,
@@ -275,7 +366,7 @@ pub fn to_json(report: &Report) -> Value {
                     m.insert("outcome".into(), json!(row.outcome));
                     m.insert(
                         "applicable_patch".into(),
-                        json!(row.outcome.is_some_and(|o| o.applicable())),
+                        json!(row.outcome.and_then(|o| o.applicable())),
                     );
                 }
             }
@@ -285,6 +376,11 @@ pub fn to_json(report: &Report) -> Value {
     json!({
         "ks": report.ks,
         "has_results": report.has_results,
+        "task_set": report.task_set,
+        "task_set_source": report.task_set_source,
+        "step_limit": report.step_limit,
+        "protocol_differences": report.protocol_differences,
+        "warnings": report.warnings,
         "labels": labels,
         "trajectories": trajectories,
         "pair": report.pair,

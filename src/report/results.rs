@@ -21,21 +21,45 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-/// How one run ended in the evaluation harness.
+/// How one run ended in the evaluation harness. `None`: the results do not say.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Outcome {
     /// The task's tests passed.
     pub resolved: bool,
-    /// The run produced no patch (`empty_patch_ids`).
-    pub empty_patch: bool,
-    /// The harness failed on the run (`error_ids`: e.g. the patch did not apply).
-    pub error: bool,
+    /// The run produced no patch (`empty_patch_ids`, `patch_is_None`, `patch_exists: false`,
+    /// an `empty_patch` column).
+    pub empty_patch: Option<bool>,
+    /// The patch applied (`resolved_ids`/`unresolved_ids` of a harness report,
+    /// `patch_successfully_applied`, an `applied` column).
+    pub applied: Option<bool>,
+    /// The harness failed on the run (`error_ids`, an `error` column).
+    pub error: Option<bool>,
 }
 
 impl Outcome {
-    /// Applicable patch: a result exists, and it is neither an empty patch nor an error.
-    pub fn applicable(&self) -> bool {
-        !self.empty_patch && !self.error
+    /// Empty patch: what the results say; a resolved run had a patch.
+    pub fn empty(&self) -> Option<bool> {
+        if self.resolved {
+            Some(false)
+        } else {
+            self.empty_patch
+        }
+    }
+
+    /// Applicable patch: a resolved run's patch applied; an empty patch or a harness error
+    /// is not applicable; else what the results say of the patch applying; else unknown.
+    pub fn applicable(&self) -> Option<bool> {
+        if self.resolved {
+            Some(true)
+        } else if self.empty_patch == Some(true) {
+            Some(false)
+        } else if self.applied.is_some() {
+            self.applied
+        } else if self.error == Some(true) {
+            Some(false)
+        } else {
+            None
+        }
     }
 }
 
@@ -89,6 +113,15 @@ impl Results {
         .into_iter()
         .find_map(|(label, run)| self.map.get(&(label, instance_id.to_string(), run)))
         .copied()
+    }
+
+    /// The run indexes that entries name for (`label` or any label, `instance_id`), sorted.
+    pub fn runs(&self, label: &str, instance_id: &str) -> BTreeSet<usize> {
+        self.map
+            .keys()
+            .filter(|(l, id, _)| id == instance_id && l.as_deref().is_none_or(|l| l == label))
+            .filter_map(|(_, _, run)| *run)
+            .collect()
     }
 
     /// Instance ids that have any entry.
@@ -282,10 +315,17 @@ fn report(object: &serde_json::Map<String, Value>) -> Result<Vec<(String, Outcom
                     .as_str()
                     .ok_or_else(|| format!("`{key}` holds a non-string id"))?;
                 let o = outcomes.entry(id.to_string()).or_default();
+                // The harness lists every id it evaluated in these sets, so what it does not
+                // say of an id is known: no empty patch unless listed as one.
+                o.empty_patch.get_or_insert(false);
                 match key {
-                    "resolved_ids" => o.resolved = true,
-                    "empty_patch_ids" => o.empty_patch = true,
-                    "error_ids" => o.error = true,
+                    "resolved_ids" => {
+                        o.resolved = true;
+                        o.applied = Some(true);
+                    }
+                    "unresolved_ids" => o.applied = Some(true),
+                    "empty_patch_ids" => o.empty_patch = Some(true),
+                    "error_ids" => o.error = Some(true),
                     _ => {}
                 }
             }
@@ -303,16 +343,19 @@ fn report(object: &serde_json::Map<String, Value>) -> Result<Vec<(String, Outcom
                     HARNESS_KEYS.join(", ")
                 )
             })?;
-        let flag = |k: &str| value.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let flag = |k: &str| value.get(k).and_then(Value::as_bool);
+        let empty = [
+            flag("empty_patch"),
+            flag("patch_is_None"),
+            flag("patch_exists").map(|e| !e),
+        ];
         outcomes.insert(
             id.clone(),
             Outcome {
                 resolved,
-                empty_patch: flag("empty_patch")
-                    || flag("patch_is_None")
-                    || value.get("patch_exists") == Some(&Value::Bool(false)),
-                error: flag("error")
-                    || value.get("patch_successfully_applied") == Some(&Value::Bool(false)),
+                empty_patch: empty.iter().flatten().copied().reduce(|a, b| a || b),
+                applied: flag("patch_successfully_applied"),
+                error: flag("error"),
             },
         );
     }

@@ -1,5 +1,6 @@
 //! Result rows (JSONL and CSV): `instance_id`, `resolved`, and optional `run`, `label`,
-//! `empty_patch`, `error`.
+//! `empty_patch`, `error`, `applied` (or `patch_applied`, `patch_successfully_applied`,
+//! `applicable_patch`); an optional column left out or empty means "not said".
 
 use serde_json::Value;
 
@@ -36,6 +37,11 @@ pub fn jsonl(text: &str) -> Result<Vec<Entry>, String> {
             label: get("label")?,
             empty_patch: get("empty_patch")?,
             error: get("error")?,
+            applied: APPLIED
+                .iter()
+                .map(|k| get(k))
+                .find(|v| !matches!(v, Ok(None)))
+                .unwrap_or(Ok(None))?,
         };
         out.push(row.entry().map_err(at)?);
     }
@@ -67,6 +73,7 @@ pub fn csv(text: &str) -> Result<Vec<Entry>, String> {
         column("label"),
         column("empty_patch"),
         column("error"),
+        APPLIED.iter().find_map(|name| column(name)),
     ];
     let mut out = Vec::new();
     for (line, record) in rows {
@@ -82,6 +89,7 @@ pub fn csv(text: &str) -> Result<Vec<Entry>, String> {
             label: field(cols[1]),
             empty_patch: field(cols[2]),
             error: field(cols[3]),
+            applied: field(cols[4]),
         };
         out.push(row.entry().map_err(|m| format!("line {line}: {m}"))?);
     }
@@ -150,7 +158,16 @@ struct Row {
     label: Option<String>,
     empty_patch: Option<String>,
     error: Option<String>,
+    applied: Option<String>,
 }
+
+/// Column names for "the patch applied", first found wins.
+const APPLIED: [&str; 4] = [
+    "applied",
+    "patch_applied",
+    "patch_successfully_applied",
+    "applicable_patch",
+];
 
 impl Row {
     fn entry(self) -> Result<Entry, String> {
@@ -169,7 +186,7 @@ impl Row {
                     .map_err(|_| format!("`run` is not a non-negative integer: {r:?}"))?,
             ),
         };
-        let optional = |v: Option<&str>, name| v.map_or(Ok(false), |v| boolean(v, name));
+        let optional = |v: Option<&str>, name| v.map(|v| boolean(v, name)).transpose();
         Ok(Entry {
             label: self.label.filter(|s| !s.is_empty()),
             instance_id,
@@ -178,6 +195,7 @@ impl Row {
                 resolved,
                 empty_patch: optional(self.empty_patch.as_deref(), "empty_patch")?,
                 error: optional(self.error.as_deref(), "error")?,
+                applied: optional(self.applied.as_deref(), "applied")?,
             },
         })
     }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::behaviour::{Aggregate, Behaviour};
 use super::metrics::{intersection, mean_pass_at_k, Intersection, TaskCount};
 use super::pair::PairReport;
+use super::protocol::{differences, LabelProtocol};
 use super::results::{Outcome, Results};
 use super::Trajectory;
 
@@ -68,21 +69,44 @@ pub struct TrajectoryRow {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LabelSummary {
     pub label: String,
-    /// Distinct instance ids.
+    /// Tasks of the comparison's task set ([`Report::task_set`]): the denominator of Pass@k
+    /// and Intersection@n.
     pub tasks: usize,
-    /// Trajectories.
+    /// Trajectories (the denominator of the trajectory behaviours).
     pub runs: usize,
-    /// Fewest and most runs of a task.
+    /// Fewest and most runs of a task (trajectories and result-only runs).
     pub min_runs: usize,
     pub max_runs: usize,
-    /// Runs and resolved runs per task, sorted by instance id (`c` is 0 without results).
+    /// Runs and resolved runs per task of the task set, sorted by instance id (`c` is 0
+    /// without results). A task the label lacks has `c = 0` and `n =` the label's most runs
+    /// of a task (at least 1).
     pub task_counts: Vec<TaskCount>,
+    /// Tasks of the task set with no trajectory and no result for this label (counted as
+    /// resolved in none of their runs).
+    pub missing_tasks: Vec<String>,
+    /// Runs `(instance id, run)` that have a result but no trajectory: counted for Pass@k and
+    /// Intersection@n, not in the behaviours.
+    pub result_only_runs: Vec<(String, usize)>,
     /// Pass@k (a probability in `[0, 1]`) for each requested `k ≤ min_runs`; empty without
     /// results.
     pub pass_at_k: BTreeMap<usize, f64>,
     /// Intersection@n; `None` without results.
     pub intersection: Option<Intersection>,
     pub behaviour: Aggregate,
+    /// The protocol its trajectories ran under.
+    pub protocol: LabelProtocol,
+}
+
+/// What the report is asked for besides the traces and results.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Options {
+    /// The k of Pass@k.
+    pub ks: Vec<usize>,
+    /// The task set (`--tasks FILE`); `None`: every instance id seen (trajectories and
+    /// results, any label).
+    pub tasks: Option<Vec<String>>,
+    /// The scaffold's own step limit (`--step-limit`), for the `step_cap` ending.
+    pub step_limit: Option<usize>,
 }
 
 /// The whole report: what every output format prints.
@@ -92,34 +116,91 @@ pub struct Report {
     pub ks: Vec<usize>,
     /// Whether `--results` were given (Pass@k, Intersection@n and the patch rates exist).
     pub has_results: bool,
+    /// The task set every label is scored over, sorted.
+    pub task_set: Vec<String>,
+    /// Where the task set came from: `tasks_file` or `seen` (every instance id of the
+    /// trajectories and results).
+    pub task_set_source: &'static str,
+    /// The scaffold step limit given (`--step-limit`).
+    pub step_limit: Option<usize>,
     /// Sorted by label.
     pub labels: Vec<LabelSummary>,
     /// Sorted by (label, instance id, run).
     pub trajectories: Vec<TrajectoryRow>,
     /// The paired comparison, when asked for.
     pub pair: Option<PairReport>,
+    /// What the protocols of different labels differ in (one line each); empty when they
+    /// match or there is one label.
+    pub protocol_differences: Vec<String>,
+    /// Warnings about denominators and protocols, also printed on standard error.
+    pub warnings: Vec<String>,
 }
 
 impl Report {
+    /// Computes the report with the task set of every instance id seen. See
+    /// [`Report::build_with`].
+    pub fn build(trajectories: &[Trajectory], results: Option<&Results>, ks: &[usize]) -> Self {
+        Self::build_with(
+            trajectories,
+            results,
+            &Options {
+                ks: ks.to_vec(),
+                ..Options::default()
+            },
+        )
+    }
+
     /// Computes the report. `results: None` means resolution is unknown (no Pass@k); with
     /// results, a trajectory without a matching entry counts as unresolved ("no result").
-    pub fn build(trajectories: &[Trajectory], results: Option<&Results>, ks: &[usize]) -> Self {
-        let mut ks: Vec<usize> = ks.iter().copied().filter(|&k| k > 0).collect();
+    /// With a task set from `options.tasks`, trajectories of other tasks are left out (a
+    /// warning says how many).
+    pub fn build_with(
+        trajectories: &[Trajectory],
+        results: Option<&Results>,
+        options: &Options,
+    ) -> Self {
+        let mut ks: Vec<usize> = options.ks.iter().copied().filter(|&k| k > 0).collect();
         ks.sort_unstable();
         ks.dedup();
+        let mut warnings = Vec::new();
+        let (task_set, task_set_source): (BTreeSet<String>, _) = match &options.tasks {
+            Some(tasks) => (tasks.iter().cloned().collect(), "tasks_file"),
+            None => {
+                let mut seen: BTreeSet<String> =
+                    trajectories.iter().map(|t| t.instance_id.clone()).collect();
+                if let Some(r) = results {
+                    seen.extend(r.instance_ids().into_iter().map(str::to_string));
+                }
+                (seen, "seen")
+            }
+        };
         let runs = number_runs(trajectories);
-        let mut rows: Vec<TrajectoryRow> = trajectories
-            .iter()
-            .zip(runs)
-            .map(|(t, run)| TrajectoryRow {
+        let mut outside = 0;
+        let mut rows: Vec<TrajectoryRow> = Vec::new();
+        let mut protocols: BTreeMap<String, LabelProtocol> = BTreeMap::new();
+        for (t, run) in trajectories.iter().zip(runs) {
+            if !task_set.contains(&t.instance_id) {
+                outside += 1;
+                continue;
+            }
+            protocols
+                .entry(t.label.clone())
+                .or_default()
+                .add(&t.format, &t.protocol);
+            rows.push(TrajectoryRow {
                 label: t.label.clone(),
                 instance_id: t.instance_id.clone(),
                 run,
                 session: t.session.clone(),
-                behaviour: Behaviour::of(t),
+                behaviour: Behaviour::of(t, options.step_limit),
                 outcome: results.and_then(|r| r.lookup(&t.label, &t.instance_id, run)),
-            })
-            .collect();
+            });
+        }
+        if outside > 0 {
+            warnings.push(format!(
+                "{outside} trajectories are of tasks outside --tasks: left out of every number"
+            ));
+        }
         rows.sort_by(|a, b| {
             (&a.label, &a.instance_id, a.run, &a.session).cmp(&(
                 &b.label,
@@ -128,16 +209,35 @@ impl Report {
                 &b.session,
             ))
         });
+        let task_set: Vec<String> = task_set.into_iter().collect();
         let mut labels = Vec::new();
         for group in rows.chunk_by(|a, b| a.label == b.label) {
-            labels.push(summarise(group, results.is_some(), &ks));
+            let protocol = protocols.remove(&group[0].label).unwrap_or_default();
+            labels.push(summarise(group, results, &task_set, &ks, protocol));
+        }
+        for l in &labels {
+            warnings.extend(label_warnings(l, results.is_some()));
+        }
+        let mut protocol_differences = Vec::new();
+        if let Some((first, rest)) = labels.split_first() {
+            for other in rest {
+                protocol_differences.extend(differences(
+                    (&first.label, &first.protocol),
+                    (&other.label, &other.protocol),
+                ));
+            }
         }
         Report {
             ks,
             has_results: results.is_some(),
+            task_set,
+            task_set_source,
+            step_limit: options.step_limit,
             labels,
             trajectories: rows,
             pair: None,
+            protocol_differences,
+            warnings,
         }
     }
 
@@ -147,23 +247,109 @@ impl Report {
     }
 }
 
-/// Sums one label's rows (sorted by instance id).
-fn summarise(rows: &[TrajectoryRow], has_results: bool, ks: &[usize]) -> LabelSummary {
+/// The warnings of one label: tasks it lacks, results without a trajectory, a protocol that
+/// is mixed inside it.
+fn label_warnings(l: &LabelSummary, has_results: bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    let list = |items: Vec<String>| {
+        let shown: Vec<String> = items.iter().take(10).cloned().collect();
+        let more = items.len().saturating_sub(shown.len());
+        let mut text = shown.join(", ");
+        if more > 0 {
+            text.push_str(&format!(", … ({more} more)"));
+        }
+        text
+    };
+    if !l.missing_tasks.is_empty() {
+        lines.push(format!(
+            "{}: {} task(s) of the task set have no trajectory{}: counted as resolved in none \
+             of their runs: {}",
+            l.label,
+            l.missing_tasks.len(),
+            if has_results { " and no result" } else { "" },
+            list(l.missing_tasks.clone())
+        ));
+    }
+    if !l.result_only_runs.is_empty() {
+        lines.push(format!(
+            "{}: {} run(s) have a result but no trajectory: counted for Pass@k and \
+             Intersection@n, missing from the behaviours: {}",
+            l.label,
+            l.result_only_runs.len(),
+            list(
+                l.result_only_runs
+                    .iter()
+                    .map(|(id, run)| format!("{id} run {run}"))
+                    .collect()
+            )
+        ));
+    }
+    for mixed in l.protocol.mixed() {
+        lines.push(format!(
+            "{}: mixed protocol inside the label: {mixed}",
+            l.label
+        ));
+    }
+    lines
+}
+
+/// Sums one label's rows (sorted by instance id) over the task set.
+fn summarise(
+    rows: &[TrajectoryRow],
+    results: Option<&Results>,
+    task_set: &[String],
+    ks: &[usize],
+    protocol: LabelProtocol,
+) -> LabelSummary {
+    let has_results = results.is_some();
+    let label = rows.first().map(|r| r.label.clone()).unwrap_or_default();
     let mut behaviour = Aggregate::default();
     for row in rows {
         behaviour.add(&row.behaviour, has_results.then_some(row.outcome.as_ref()));
     }
-    let task_counts: Vec<TaskCount> = rows
+    let by_task: BTreeMap<&str, &[TrajectoryRow]> = rows
         .chunk_by(|a, b| a.instance_id == b.instance_id)
-        .map(|task| TaskCount {
-            instance_id: task[0].instance_id.clone(),
-            n: task.len(),
-            c: task
-                .iter()
-                .filter(|r| r.outcome.is_some_and(|o| o.resolved))
-                .count(),
-        })
+        .map(|task| (task[0].instance_id.as_str(), task))
         .collect();
+    let mut task_counts = Vec::new();
+    let mut missing_tasks = Vec::new();
+    let mut result_only_runs = Vec::new();
+    for id in task_set {
+        let traced = by_task.get(id.as_str()).copied().unwrap_or_default();
+        let mut n = traced.len();
+        let mut c = traced
+            .iter()
+            .filter(|r| r.outcome.is_some_and(|o| o.resolved))
+            .count();
+        if let Some(results) = results {
+            let mut extra: Vec<usize> = results
+                .runs(&label, id)
+                .into_iter()
+                .filter(|run| !traced.iter().any(|r| r.run == *run))
+                .collect();
+            // A result with no run index for a task with no trajectory stands for one run.
+            if traced.is_empty() && extra.is_empty() && results.lookup(&label, id, 0).is_some() {
+                extra.push(0);
+            }
+            for run in extra {
+                n += 1;
+                c += usize::from(results.lookup(&label, id, run).is_some_and(|o| o.resolved));
+                result_only_runs.push((id.clone(), run));
+            }
+        }
+        if n == 0 {
+            missing_tasks.push(id.clone());
+        }
+        task_counts.push(TaskCount {
+            instance_id: id.clone(),
+            n,
+            c,
+        });
+    }
+    let most = task_counts.iter().map(|t| t.n).max().unwrap_or(0).max(1);
+    for t in task_counts.iter_mut().filter(|t| t.n == 0) {
+        t.n = most;
+    }
     let pass_at_k = if has_results {
         ks.iter()
             .filter_map(|&k| mean_pass_at_k(&task_counts, k).map(|p| (k, p)))
@@ -172,14 +358,17 @@ fn summarise(rows: &[TrajectoryRow], has_results: bool, ks: &[usize]) -> LabelSu
         BTreeMap::new()
     };
     LabelSummary {
-        label: rows.first().map(|r| r.label.clone()).unwrap_or_default(),
+        label,
         tasks: task_counts.len(),
         runs: rows.len(),
         min_runs: task_counts.iter().map(|t| t.n).min().unwrap_or(0),
         max_runs: task_counts.iter().map(|t| t.n).max().unwrap_or(0),
         intersection: has_results.then(|| intersection(&task_counts)),
         task_counts,
+        missing_tasks,
+        result_only_runs,
         pass_at_k,
         behaviour,
+        protocol,
     }
 }

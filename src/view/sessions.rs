@@ -187,7 +187,7 @@ pub(super) fn session_record(path: &Path) -> Option<Value> {
 /// The summary of one trajectory; `record` is its session record's `data`.
 pub(super) fn summarize(path: &Path, trajectory: &Trajectory, record: &Value) -> SessionSummary {
     let text = |key: &str| record.get(key).and_then(Value::as_str).map(str::to_string);
-    let behaviour = Behaviour::of(trajectory);
+    let behaviour = Behaviour::of(trajectory, None);
     let mut steps: Vec<usize> = trajectory.turns.iter().map(|t| t.step).collect();
     steps.sort_unstable();
     steps.dedup();
@@ -217,24 +217,21 @@ pub(super) fn summarize(path: &Path, trajectory: &Trajectory, record: &Value) ->
     }
 }
 
-/// The ending shown for a behaviour: the report's abnormal-termination reason, or submitted.
+/// The ending shown for a behaviour: the report's ending, with the proxy's termination
+/// reason when it ended the run.
 fn ending(b: &Behaviour) -> Ending {
-    match b.abnormal.as_deref() {
-        None => Ending {
-            text: "submitted".into(),
-            class: "ok",
-        },
-        Some("no_submission") => Ending {
-            text: "no submission".into(),
-            class: "warn",
-        },
-        Some("error") => Ending {
-            text: "error".into(),
-            class: "bad",
-        },
-        Some(reason) => Ending {
-            text: format!("terminated: {reason}"),
-            class: "bad",
-        },
-    }
+    use crate::report::behaviour::Ending as E;
+    let class = match b.ending {
+        E::Submitted => "ok",
+        E::StepCap | E::StoppedWithoutSubmission => "warn",
+        _ => "bad",
+    };
+    let text = match (&b.termination, b.ending) {
+        (_, E::Submitted) => "submitted".to_string(),
+        (_, E::StoppedWithoutSubmission) => "no submission".to_string(),
+        (_, E::Error) => "error".to_string(),
+        (Some(reason), _) => format!("terminated: {reason}"),
+        (None, ending) => ending.as_str().replace('_', " "),
+    };
+    Ending { text, class }
 }

@@ -1,0 +1,215 @@
+//! The protocol each label ran under (issue 17, "protocol in view"): interaction format,
+//! prefix K, prefix coverage (same-task prefix, built-in demonstration, none), nudge and
+//! termination rules, backend model and proxy version, read from each session record.
+//!
+//! Two labels are comparable only when their protocols match on everything but the backend
+//! model (which is what is being compared): [`differences`] lists what differs, and `report`
+//! refuses a comparison with differences unless `--allow-protocol-mismatch` is given.
+//! Everything here is defined in `docs/report.md` ("Protocol").
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The termination rules of a session (session record `rules`, written since issue 17).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Rules {
+    /// The paper's two one-shot nudges (submit before edit, repeated action).
+    pub nudges: bool,
+    /// The proxy's step cap (actions per trajectory).
+    pub max_steps: usize,
+    /// `degenerate` (the paper's degenerate loop, our operational rule) or `off`.
+    pub loop_rule: String,
+    /// Recent actions the loop rule looks at.
+    pub loop_window: usize,
+    /// Consecutive unparsable outputs that end a run; 0: the rule is off.
+    pub max_unparsable: usize,
+}
+
+impl Rules {
+    /// One line: `nudges on, step cap 100, loop degenerate/10, unparsable streak 5`.
+    pub fn describe(&self) -> String {
+        let loop_rule = if self.loop_rule == "off" {
+            "off".to_string()
+        } else {
+            format!("{}/{}", self.loop_rule, self.loop_window)
+        };
+        let streak = if self.max_unparsable == 0 {
+            "off".to_string()
+        } else {
+            self.max_unparsable.to_string()
+        };
+        format!(
+            "nudges {}, step cap {}, loop {loop_rule}, unparsable streak {streak}",
+            if self.nudges { "on" } else { "off" },
+            self.max_steps
+        )
+    }
+}
+
+/// Where a session's reference prefix came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefixSource {
+    /// A prefix of the same task (matched by id or task text): the paper's protocol.
+    Task,
+    /// The built-in (or `--prefixes`) demonstration on another task, used when no prefix of
+    /// the task was found.
+    Demonstration,
+    /// No prefix (K = 0, or none found and no demonstration).
+    #[default]
+    None,
+}
+
+impl PrefixSource {
+    /// From the session record: `prefix_source` when recorded, else derived from the rendered
+    /// prefix's `matched_by` (`default` → demonstration; `header`, `metadata`, `fingerprint`
+    /// → task; no prefix → none).
+    pub fn from_record(recorded: Option<&str>, matched_by: Option<&str>) -> Self {
+        match recorded {
+            Some("task") => Self::Task,
+            Some("demonstration") => Self::Demonstration,
+            Some(_) => Self::None,
+            None => match matched_by {
+                None => Self::None,
+                Some("default") => Self::Demonstration,
+                Some(_) => Self::Task,
+            },
+        }
+    }
+}
+
+/// What one session record says of its protocol besides its format
+/// ([`super::Trajectory::format`]); `None` fields were not recorded (traces
+/// older than the field).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionProtocol {
+    /// Configured K (`serve --prefix-k`).
+    pub prefix_k: Option<usize>,
+    pub prefix_source: PrefixSource,
+    pub rules: Option<Rules>,
+    /// The model name the backend was asked for (first completion of the session).
+    pub backend_model: Option<String>,
+    pub proxy_version: Option<String>,
+}
+
+/// Written where a session record lacks a field (traces from before it was recorded).
+pub const UNKNOWN: &str = "unknown";
+
+/// One label's protocol: each setting with the number of trajectories that ran with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LabelProtocol {
+    pub format: BTreeMap<String, usize>,
+    pub prefix_k: BTreeMap<String, usize>,
+    /// Trajectories by prefix source (`task`, `demonstration`, `none`).
+    pub prefix_coverage: BTreeMap<PrefixSource, usize>,
+    /// Rules as [`Rules::describe`] lines (or `unknown`).
+    pub rules: BTreeMap<String, usize>,
+    pub backend_model: BTreeMap<String, usize>,
+    pub proxy_version: BTreeMap<String, usize>,
+}
+
+impl LabelProtocol {
+    /// Adds one trajectory's protocol; `format` is its interaction format.
+    pub fn add(&mut self, format: &str, p: &SessionProtocol) {
+        let or_unknown = |v: Option<String>| v.unwrap_or_else(|| UNKNOWN.into());
+        *self.format.entry(format.to_string()).or_default() += 1;
+        *self
+            .prefix_k
+            .entry(or_unknown(p.prefix_k.map(|k| k.to_string())))
+            .or_default() += 1;
+        *self.prefix_coverage.entry(p.prefix_source).or_default() += 1;
+        *self
+            .rules
+            .entry(or_unknown(p.rules.as_ref().map(Rules::describe)))
+            .or_default() += 1;
+        *self
+            .backend_model
+            .entry(or_unknown(p.backend_model.clone()))
+            .or_default() += 1;
+        *self
+            .proxy_version
+            .entry(or_unknown(p.proxy_version.clone()))
+            .or_default() += 1;
+    }
+
+    fn trajectories(&self) -> usize {
+        self.format.values().sum()
+    }
+
+    /// Prefix coverage as `task 80.0%, demonstration 20.0%, none 0.0%`.
+    pub fn coverage(&self) -> String {
+        let total = self.trajectories().max(1) as f64;
+        [
+            PrefixSource::Task,
+            PrefixSource::Demonstration,
+            PrefixSource::None,
+        ]
+        .iter()
+        .map(|s| {
+            let n = self.prefix_coverage.get(s).copied().unwrap_or(0);
+            format!(
+                "{} {:.1}%",
+                serde_json::to_value(s)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                n as f64 * 100.0 / total
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+
+    /// The settings compared between labels, each as one line of text: (name, value).
+    /// The backend model is left out: it is what a comparison of checkpoints varies.
+    pub fn compared(&self) -> Vec<(&'static str, String)> {
+        let keys = |m: &BTreeMap<String, usize>| m.keys().cloned().collect::<Vec<_>>().join(" + ");
+        vec![
+            ("format", keys(&self.format)),
+            ("prefix K", keys(&self.prefix_k)),
+            ("prefix coverage", self.coverage()),
+            ("rules", keys(&self.rules)),
+            ("proxy version", keys(&self.proxy_version)),
+        ]
+    }
+
+    /// What is mixed inside the label: each compared setting with more than one value, with
+    /// the counts (`format: markdown_xml 8, xml 2`), and a coverage that is not all one
+    /// source.
+    pub fn mixed(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let counts = |m: &BTreeMap<String, usize>| {
+            m.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for (name, m) in [
+            ("format", &self.format),
+            ("prefix K", &self.prefix_k),
+            ("rules", &self.rules),
+            ("proxy version", &self.proxy_version),
+            ("backend model", &self.backend_model),
+        ] {
+            if m.len() > 1 {
+                lines.push(format!("{name}: {}", counts(m)));
+            }
+        }
+        if self.prefix_coverage.len() > 1 {
+            lines.push(format!("prefix coverage: {}", self.coverage()));
+        }
+        lines
+    }
+}
+
+/// The compared settings on which two labels differ, one line each:
+/// `format: ckpt-a markdown_xml, ckpt-b xml`.
+pub fn differences(a: (&str, &LabelProtocol), b: (&str, &LabelProtocol)) -> Vec<String> {
+    a.1.compared()
+        .into_iter()
+        .zip(b.1.compared())
+        .filter(|((_, va), (_, vb))| va != vb)
+        .map(|((name, va), (_, vb))| format!("{name}: {} {va}; {} {vb}", a.0, b.0))
+        .collect()
+}
