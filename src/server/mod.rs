@@ -93,7 +93,7 @@ impl AppState {
             tracing::warn!(
                 prefix_dirs = ?config.prompt.prefixes,
                 k = config.prompt.prefix_k,
-                "no same-task prefixes loaded (no task prefix files in the prefix directories): \
+                "no same-task prefixes loaded (no --prefixes directory, or no task prefix files in it): \
                  every request will be rendered with the built-in demonstration instead of a \
                  prefix of its own task (session records say prefix_source \"demonstration\"); \
                  pass --prefixes DIR with reference prefixes for the paper's setting"
