@@ -32,7 +32,7 @@ use asap_proxy::config::{ProfileChoice, PromptConfig, DEFAULT_PREFIX_K};
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_for;
 use asap_proxy::pipeline::{OnTerminate, Prepared, StepContext};
-use asap_proxy::policy::{self, Limits};
+use asap_proxy::policy::{self, Limits, LoopRule};
 use asap_proxy::prefix::PrefixStore;
 use asap_proxy::profile::Profiles;
 use asap_proxy::render::{Format, Renderer};
@@ -48,6 +48,7 @@ const TURNS: [usize; 4] = [2, 20, 100, 1000];
 const LIMITS: Limits = Limits {
     max_steps: 100_000,
     max_unparsable: 5,
+    loop_rule: LoopRule::Degenerate,
     loop_window: 10,
     nudges: true,
 };

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::logging::LogFormat;
 use crate::pipeline::{Mode, OnTerminate};
+use crate::policy::LoopRule;
 use crate::render::Format;
 
 /// asap-proxy: drive pretrained base models from unmodified agent scaffolds.
@@ -151,15 +152,23 @@ pub struct ServeArgs {
     /// Actions per trajectory before the proxy ends it [default: 100].
     #[arg(long, env = "ASAP_MAX_STEPS")]
     pub max_steps: Option<usize>,
-    /// Consecutive unparsable outputs that end a trajectory [default: 5].
+    /// Consecutive unparsable outputs that end a trajectory; 0: never. Our rule, not the
+    /// paper's: a model that never writes the format does not run to the step cap at full
+    /// cost [default: 5].
     #[arg(long, env = "ASAP_MAX_UNPARSABLE")]
     pub max_unparsable: Option<usize>,
-    /// Recent actions among which the same action three times ends a trajectory [default: 10].
+    /// The paper's degenerate-loop termination: `degenerate` ends a trajectory when an action
+    /// comes a third time within `--loop-window` actions with the same result as before and
+    /// no successful edit since; `off` never [default: degenerate].
+    #[arg(long, env = "ASAP_LOOP_RULE", value_enum)]
+    pub loop_rule: Option<LoopRule>,
+    /// Recent actions, the current one included, in which the loop rule looks for repeats
+    /// (at least 3) [default: 10].
     #[arg(long, env = "ASAP_LOOP_WINDOW")]
     pub loop_window: Option<usize>,
     /// The paper's failure recovery: `on` rejects a submit before any edit and an identical
     /// repeated action once each with a hint; `off` accepts them (the ablation without
-    /// nudges; loops and the other limits still end a trajectory) [default: on].
+    /// nudges; the loop rule and the other limits still end a trajectory) [default: on].
     #[arg(long, env = "ASAP_NUDGES", value_name = "on|off",
           value_parser = clap::builder::BoolishValueParser::new())]
     pub nudges: Option<bool>,

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::cli::{PromptArgs, ServeArgs};
 use crate::logging::LogFormat;
 use crate::pipeline::{Mode, OnTerminate};
-use crate::policy::Limits;
+use crate::policy::{Limits, LoopRule};
 use crate::render::Format;
 
 /// Default listen address: loopback only (DESIGN.md "Commands").
@@ -131,6 +131,7 @@ pub struct FileConfig {
     pub prefix_k: Option<usize>,
     pub max_steps: Option<usize>,
     pub max_unparsable: Option<usize>,
+    pub loop_rule: Option<LoopRule>,
     pub loop_window: Option<usize>,
     pub nudges: Option<bool>,
     pub on_terminate: Option<OnTerminate>,
@@ -321,15 +322,20 @@ impl Config {
                 .max_unparsable
                 .or(file.max_unparsable)
                 .unwrap_or(defaults.max_unparsable),
+            loop_rule: args
+                .loop_rule
+                .or(file.loop_rule)
+                .unwrap_or(defaults.loop_rule),
             loop_window: args
                 .loop_window
                 .or(file.loop_window)
                 .unwrap_or(defaults.loop_window),
             nudges: args.nudges.or(file.nudges).unwrap_or(defaults.nudges),
         };
+        // `max_unparsable` 0 turns that rule off; a loop window under 3 could never hold
+        // three occurrences.
         for (field, value, min) in [
             ("max_steps", limits.max_steps, 1),
-            ("max_unparsable", limits.max_unparsable, 1),
             ("loop_window", limits.loop_window, 3),
         ] {
             if value < min {
@@ -462,9 +468,10 @@ fn server_limits(args: &ServeArgs, file: &FileConfig) -> Result<ServerLimits, Co
 
 impl Config {
     /// Hex SHA-256 of the settings that shape prompts and decisions (profile, format, prefix
-    /// directories and K, max_tokens, termination limits, on_terminate, mode, and the template
-    /// override directory when one is set), so sessions run under different settings can be
-    /// told apart in traces.
+    /// directories and K, max_tokens, the termination rules and their switches (all of
+    /// [`Limits`]: nudges, step cap, loop rule and window, unparsable streak), on_terminate,
+    /// mode, and the template override directory when one is set), so sessions run under
+    /// different settings can be told apart in traces.
     pub fn digest(&self) -> String {
         let mut canonical = format!(
             "profile={:?}\nformat={}\nprefixes={:?}\nprefix_k={}\nmax_tokens={}\nlimits={:?}\non_terminate={:?}\nmode={:?}\n",
@@ -554,6 +561,46 @@ mod tests {
         args.api_key = vec!["bad key".into()];
         let err = Config::resolve(&args).unwrap_err().to_string();
         assert!(!err.contains("bad key"), "{err}");
+    }
+
+    #[test]
+    fn termination_rules_merge_zero_turns_the_unparsable_rule_off_and_all_enter_the_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "loop_rule = \"off\"\nmax_unparsable = 0\nloop_window = 4\n",
+        )
+        .unwrap();
+        let mut args = ServeArgs::default();
+        let defaults = Config::resolve(&args).unwrap();
+        assert_eq!(defaults.limits, Limits::default());
+        assert_eq!(defaults.limits.loop_rule, LoopRule::Degenerate);
+        args.prompt.config = Some(path.clone());
+        let c = Config::resolve(&args).unwrap();
+        assert_eq!(c.limits.loop_rule, LoopRule::Off);
+        assert_eq!(c.limits.max_unparsable, 0, "0 is accepted: the rule is off");
+        assert_eq!(c.limits.loop_window, 4);
+        assert_ne!(c.digest(), defaults.digest());
+        args.loop_rule = Some(LoopRule::Degenerate);
+        let flagged = Config::resolve(&args).unwrap();
+        assert_eq!(
+            flagged.limits.loop_rule,
+            LoopRule::Degenerate,
+            "the flag wins"
+        );
+        assert_ne!(
+            flagged.digest(),
+            c.digest(),
+            "the loop rule is in the digest"
+        );
+        std::fs::write(&path, "loop_window = 2\n").unwrap();
+        assert!(
+            Config::resolve(&args).is_err(),
+            "a window under 3 never loops"
+        );
+        std::fs::write(&path, "loop_rule = \"alternation\"\n").unwrap();
+        assert!(Config::resolve(&args).is_err());
     }
 
     #[test]

@@ -389,8 +389,7 @@ fn termination_label(termination: &Termination) -> &'static str {
         Termination::RepeatedActionAgain => "repeated_action_again",
         Termination::StepCap { .. } => "step_cap",
         Termination::Unparsable { .. } => "unparsable",
-        Termination::SameActionThrice { .. } => "same_action_thrice",
-        Termination::Alternation => "alternation",
+        Termination::DegenerateLoop { .. } => "degenerate_loop",
     }
 }
 
@@ -409,8 +408,10 @@ mod tests {
             Termination::RepeatedActionAgain,
             Termination::StepCap { max_steps: 3 },
             Termination::Unparsable { consecutive: 5 },
-            Termination::SameActionThrice { window: 10 },
-            Termination::Alternation,
+            Termination::DegenerateLoop {
+                window: 10,
+                repeats: 3,
+            },
         ] {
             assert_eq!(
                 serde_json::to_value(t).unwrap()["reason"],

@@ -10,6 +10,7 @@ mod cli;
 mod context;
 mod dialects;
 mod formats;
+mod loops;
 mod metrics;
 mod nudges;
 mod parse;

@@ -20,8 +20,13 @@ fn trajectory(prompt: &str) -> &str {
 }
 
 fn session_prefix(proxy: &Proxy) -> Value {
+    session_field(proxy, "prefix")
+}
+
+/// A field of the session record of the proxy's last trace file.
+fn session_field(proxy: &Proxy, field: &str) -> Value {
     let files = proxy.trace_files();
-    read_trace(files.last().unwrap())[0]["data"]["prefix"].clone()
+    read_trace(files.last().unwrap())[0]["data"][field].clone()
 }
 
 #[tokio::test]
@@ -62,6 +67,7 @@ async fn fingerprint_match_renders_k_reference_steps_before_the_live_ones() {
         session_prefix(&proxy),
         json!({"id": "inventory__inventory-1", "matched_by": "fingerprint", "k": 3})
     );
+    assert_eq!(session_field(&proxy, "prefix_source"), "task");
 }
 
 #[tokio::test]
@@ -80,6 +86,7 @@ async fn header_and_metadata_name_the_task_explicitly() {
     assert_eq!(resp.status(), 200);
     assert!(trajectory(&backend.prompts()[0]).contains("<bash>ls /other</bash>"));
     assert_eq!(session_prefix(&proxy)["matched_by"], "header");
+    assert_eq!(session_field(&proxy, "prefix_source"), "task");
 
     let backend = FakeBackend::start(vec![Scripted::text("a")]).await;
     let proxy = proxy_with(3, &backend).await;
@@ -118,6 +125,7 @@ async fn unmatched_tasks_get_the_profile_demonstration_and_k0_renders_none() {
         session_prefix(&proxy),
         json!({"id": "shell-demo", "matched_by": "default", "k": 3})
     );
+    assert_eq!(session_field(&proxy, "prefix_source"), "demonstration");
     // generic (no default demonstration)
     proxy
         .post(&fixture_json("requests/browsecomp-plus-1.json"))
@@ -130,6 +138,7 @@ async fn unmatched_tasks_get_the_profile_demonstration_and_k0_renders_none() {
     let prompt = &backend.prompts()[0];
     assert!(!prompt.contains("Reference step") && !prompt.contains("# Example trajectory"));
     assert_eq!(session_prefix(&proxy), Value::Null);
+    assert_eq!(session_field(&proxy, "prefix_source"), "none");
 }
 
 #[tokio::test]

@@ -233,6 +233,13 @@ async fn ui_on_the_proxy_lists_the_session_and_shows_every_step() {
     // and inline, escaped, in the page
     let page = text(&html);
     assert!(page.contains(prompts[6].as_str()), "last prompt inline");
+    // the session record's rules and prefix source (issue 17)
+    for expected in [
+        "<dt>prefix_source</dt><dd class=\"mono\">",
+        "<dt>rules</dt><dd class=\"mono\">nudges: true, max_steps: 100, loop_rule: degenerate, loop_window: 10, max_unparsable: 5</dd>",
+    ] {
+        assert!(page.contains(expected), "session page lacks {expected:?}");
+    }
 
     let (status, _, _) = get(&client, &format!("{base}/ui/session/{id}/step/7/prompt")).await;
     assert_eq!(status, 404);
@@ -316,6 +323,19 @@ fn committed_fixture_shows_all_steps() {
     let page = viewer.session(&s.session).unwrap();
     assert!(page.steps.error.is_none());
     assert_eq!(page.steps.steps.len(), 7);
+    // Recorded before the session record had `prefix_source` and `rules`: still readable,
+    // those rows are left out.
+    let keys: Vec<&str> = page.record.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "backend",
+            "mode",
+            "prefix_k",
+            "config_sha256",
+            "proxy_version"
+        ]
+    );
     let decisions: Vec<&str> = page
         .steps
         .steps

@@ -1,17 +1,32 @@
 //! The paper's failure recovery and termination rules (ASAP, "minimal failure recovery"):
 //! a pure function from the trajectory so far and the parsed action to a decision.
 //!
-//! - **Submit before edit**: a submit when no file edit has happened is rejected once with the
-//!   profile's hint (only where the tools can edit: a shell or an editor).
-//! - **Repeated action**: an action identical to the previous one (same tool, same arguments,
-//!   strings compared without surrounding whitespace) is rejected once with a hint.
-//! - **Termination**: the second violation of either rule; the step cap; `max_unparsable`
-//!   consecutive unparsable outputs; the same action three times within the last
-//!   `loop_window` actions; an A/B/A/B alternation. The trajectory then ends with the
-//!   profile's finish action (or an error, `--on-terminate error`).
+//! The paper ends a run on the model's submit, the step cap, the second violation of a nudged
+//! rule, or a degenerate loop. Here:
 //!
-//! A nudge is used at most once per kind per session (the paper's "one nudge per failure
-//! mode"); the session's nudge state travels in the tool-call ids ([`crate::session`]).
+//! - **Submit before edit** (paper): a submit when no file edit has happened is rejected once
+//!   with the profile's hint (only where the tools can edit: a shell or an editor).
+//! - **Repeated action** (paper): an action identical to the previous one (same tool, same
+//!   arguments, strings compared without surrounding whitespace) is rejected once with a hint.
+//!   The second violation of either rule ends the trajectory. Switch: `--nudges on|off`.
+//! - **Step cap** (paper): the action at index `max_steps` ends it (`--max-steps`).
+//! - **Degenerate loop** (paper, "degenerate loop"; this definition is ours, issue 17): the
+//!   current action is at least the third occurrence of one action within the last
+//!   `loop_window` actions, the two latest earlier occurrences got the same observation, and
+//!   nothing since the first of those two may have changed a file (no successful edit, no edit
+//!   whose result is unknown). The model keeps asking the same question of an unchanged
+//!   environment and gets the same answer. An edit → test → edit → test cycle is therefore
+//!   never a loop (the paper's "valid re-edit after a failed test"), nor is a repeated
+//!   successful edit. This covers A/B alternation (A B A B A). Switch: `--loop-rule
+//!   degenerate|off`, window `--loop-window`.
+//! - **Unparsable streak** (ours, not the paper's): `max_unparsable` consecutive outputs
+//!   without a parsable action end it, so a model that never writes the format does not run
+//!   to the step cap at full cost. Switch: `--max-unparsable N`, 0 off.
+//!
+//! A terminated trajectory ends with the profile's finish action (or an error,
+//! `--on-terminate error`). A nudge is used at most once per kind per session (the paper's
+//! "one nudge per failure mode"); the session's nudge state travels in the tool-call ids
+//! ([`crate::session`]).
 
 pub mod edit;
 pub mod observe;
@@ -24,14 +39,20 @@ use crate::parse::ParseFailure;
 use crate::profile::{SubmitTarget, ToolRole, ToolSet, EDITOR_TAG};
 use crate::session::{NudgeKind, NudgeState};
 
-/// Thresholds of the termination rules. Defaults: [`Limits::default`].
+/// Thresholds and switches of the termination rules. Defaults: [`Limits::default`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Actions per trajectory; the action at this index ends it (default 100).
+    /// Actions per trajectory; the action at this index ends it (default 100; the paper's
+    /// step cap).
     pub max_steps: usize,
-    /// Consecutive unparsable outputs that end it, counting the current one (default 5).
+    /// Consecutive unparsable outputs that end it, counting the current one; 0: never
+    /// (default 5). Ours, not the paper's: a model that never writes the format would
+    /// otherwise run to the step cap at full cost.
     pub max_unparsable: usize,
-    /// Recent actions in which the same action three times ends it (default 10).
+    /// Whether the degenerate-loop rule runs (default [`LoopRule::Degenerate`]).
+    pub loop_rule: LoopRule,
+    /// Recent actions, the current one included, in which the degenerate-loop rule looks for
+    /// repeats (default 10, at least 3).
     pub loop_window: usize,
     /// Whether the two nudges run (default true). Off, a premature submit and a repeated
     /// action are accepted as they are (the ablation without failure recovery); the other
@@ -44,28 +65,56 @@ impl Default for Limits {
         Self {
             max_steps: 100,
             max_unparsable: 5,
+            loop_rule: LoopRule::Degenerate,
             loop_window: 10,
             nudges: true,
         }
     }
 }
 
-/// Why a trajectory was ended by the proxy.
+/// Which loop rule ends a trajectory (`--loop-rule`, env `ASAP_LOOP_RULE`, TOML `loop_rule`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopRule {
+    /// The paper's "degenerate loop", as defined in the module docs: the same action a third
+    /// time within the window, the same observation for the earlier two, no successful edit
+    /// since.
+    #[default]
+    Degenerate,
+    /// No loop rule: only the nudges, the step cap and the unparsable streak end a run.
+    Off,
+}
+
+impl LoopRule {
+    /// The name used by the flag, the TOML file and the session record (`degenerate`, `off`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Degenerate => "degenerate",
+            Self::Off => "off",
+        }
+    }
+}
+
+/// Why a trajectory was ended by the proxy. Serialised with its snake_case name as `reason`
+/// and its parameters beside it (`{"reason": "degenerate_loop", "window": 10, "repeats": 3}`).
+/// Traces written before issue 17 may also hold `same_action_thrice` and `alternation`,
+/// rules that no longer exist; those names are not reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "reason")]
 pub enum Termination {
-    /// A second submit before any edit, after the nudge.
+    /// A second submit before any edit, after the nudge (paper).
     SubmitBeforeEditAgain,
-    /// A second repeated action, after the nudge.
+    /// A second repeated action, after the nudge (paper).
     RepeatedActionAgain,
-    /// The step cap was reached.
+    /// The step cap was reached (paper).
     StepCap { max_steps: usize },
-    /// Too many unparsable outputs in a row.
+    /// Too many unparsable outputs in a row (ours: `--max-unparsable`).
     Unparsable { consecutive: usize },
-    /// The same action three times within the window.
-    SameActionThrice { window: usize },
-    /// Two actions alternating: A, B, A, B.
-    Alternation,
+    /// A degenerate loop (paper; definition in the module docs): the action occurred
+    /// `repeats` times within the last `window` actions, the current one included.
+    DegenerateLoop { window: usize, repeats: usize },
 }
 
 impl Termination {
@@ -78,10 +127,10 @@ impl Termination {
             Self::Unparsable { consecutive } => {
                 format!("{consecutive} unparsable outputs in a row")
             }
-            Self::SameActionThrice { window } => {
-                format!("the same action three times within {window} steps")
-            }
-            Self::Alternation => "alternated between two actions".into(),
+            Self::DegenerateLoop { window, repeats } => format!(
+                "a degenerate loop: the same action {repeats} times within {window} steps, \
+                 with the same result and no successful edit in between"
+            ),
         }
     }
 }
@@ -110,7 +159,7 @@ pub fn decide(
     let action = match outcome {
         Err(_) => {
             let consecutive = 1 + trailing_unparsable(&conversation.steps);
-            return if consecutive >= limits.max_unparsable {
+            return if limits.max_unparsable > 0 && consecutive >= limits.max_unparsable {
                 Decision::Terminate(Termination::Unparsable { consecutive })
             } else {
                 Decision::Accept
@@ -140,18 +189,53 @@ pub fn decide(
             Decision::Nudge(NudgeKind::RepeatedAction)
         };
     }
-    let window = &history[history.len().saturating_sub(limits.loop_window - 1)..];
-    if window.iter().filter(|a| same_action(a, action)).count() >= 2 {
-        return Decision::Terminate(Termination::SameActionThrice {
-            window: limits.loop_window,
-        });
-    }
-    if let [.., a, b, c] = history.as_slice() {
-        if same_action(a, c) && same_action(b, action) && !same_action(a, b) {
-            return Decision::Terminate(Termination::Alternation);
+    if limits.loop_rule == LoopRule::Degenerate {
+        if let Some(repeats) = degenerate_loop(conversation, action, tools, limits.loop_window) {
+            return Decision::Terminate(Termination::DegenerateLoop {
+                window: limits.loop_window,
+                repeats,
+            });
         }
     }
     Decision::Accept
+}
+
+/// The degenerate-loop rule (module docs): `Some(occurrences of action within the window,
+/// the current one included)` when `action` closes a loop, else `None`.
+///
+/// Why each condition: a repeat alone is not a loop (a test run after each edit repeats the
+/// same command on purpose); a repeat whose earlier runs answered differently is exploring
+/// a changing environment; an edit that may have landed (successful, or its result unknown,
+/// which counts as landed since this rule cuts a run) may change what the repeat will show.
+fn degenerate_loop(
+    conversation: &Conversation,
+    action: &Action,
+    tools: &ToolSet,
+    loop_window: usize,
+) -> Option<usize> {
+    // Actions the scaffold ran with their observations; nudged steps are never actions.
+    let ran: Vec<(&Action, Option<&str>)> = conversation
+        .steps
+        .iter()
+        .filter(|s| s.nudge.is_none())
+        .filter_map(|s| Some((s.action.as_ref()?, s.observation.as_deref())))
+        .collect();
+    // The window holds the current action too.
+    let start = ran.len().saturating_sub(loop_window.saturating_sub(1));
+    let earlier: Vec<usize> = (start..ran.len())
+        .filter(|&i| same_action(ran[i].0, action))
+        .collect();
+    let &[.., first, second] = earlier.as_slice() else {
+        return None;
+    };
+    let same_result = match (ran[first].1, ran[second].1) {
+        (Some(a), Some(b)) => a.trim() == b.trim(),
+        _ => false,
+    };
+    let may_have_changed = ran[first..].iter().any(|(a, observation)| {
+        is_successful_edit(a, *observation, tools) || (observation.is_none() && is_edit(a, tools))
+    });
+    (same_result && !may_have_changed).then_some(earlier.len() + 1)
 }
 
 /// Unparsable outputs at the end of the history: steps without an action. A failed turn the
@@ -449,12 +533,202 @@ mod tests {
         assert_eq!(decide_off(&[bash("ls")], bash("ls")), Decision::Accept);
         assert_eq!(
             decide_off(&[bash("ls"), bash("ls")], bash("ls")),
-            Decision::Terminate(Termination::SameActionThrice { window: 10 })
+            Decision::Terminate(Termination::DegenerateLoop {
+                window: 10,
+                repeats: 3
+            })
+        );
+    }
+
+    fn str_replace(old: &str, new: &str) -> Action {
+        Action::Call {
+            tag: "str_replace_editor".into(),
+            arguments: Map::from_iter([
+                ("command".to_string(), json!("str_replace")),
+                ("path".to_string(), json!("/testbed/x.py")),
+                ("old_str".to_string(), json!(old)),
+                ("new_str".to_string(), json!(new)),
+            ]),
+        }
+    }
+
+    /// A conversation of actions with their observations (`None`: never sent back).
+    fn conv_seen(steps: &[(Action, Option<&str>)]) -> Conversation {
+        Conversation {
+            steps: steps
+                .iter()
+                .enumerate()
+                .map(|(i, (a, o))| Step {
+                    action: Some(a.clone()),
+                    observation: o.map(str::to_string),
+                    turn: i,
+                    ..Step::default()
+                })
+                .collect(),
+            ..Conversation::default()
+        }
+    }
+
+    /// The decision for each step of `steps` given the ones before it.
+    fn decisions(steps: &[(Action, Option<&str>)], limits: &Limits) -> Vec<Decision> {
+        let swe = tools("swe-agent-1.json");
+        (0..steps.len())
+            .map(|i| {
+                decide(
+                    &conv_seen(&steps[..i]),
+                    &Ok(steps[i].0.clone()),
+                    &NudgeState::default(),
+                    &swe,
+                    limits,
+                )
+            })
+            .collect()
+    }
+
+    const EDITED: &str = "The file /testbed/x.py has been edited. Here's the result of running \
+                          `cat -n` on a snippet of /testbed/x.py:\n     1\tx = 2\n";
+    const FAILED: &str = "F\n=== FAILURES ===\nassert 1 == 2\n1 failed in 0.02s\n";
+    const NOT_REPLACED: &str = "No replacement was performed, old_str `y = 1` did not appear \
+                                verbatim in /testbed/x.py.";
+
+    const LOOP3: Decision = Decision::Terminate(Termination::DegenerateLoop {
+        window: 10,
+        repeats: 3,
+    });
+
+    #[test]
+    fn re_editing_after_a_failed_test_is_never_a_loop() {
+        // The paper's "valid re-edit after a failed test": the same test three times with
+        // the same failure, a successful edit before each run.
+        let test = bash("python -m pytest tests/test_x.py");
+        let run = [
+            (str_replace("x = 1", "x = 2"), Some(EDITED)),
+            (test.clone(), Some(FAILED)),
+            (str_replace("x = 2", "x = 3"), Some(EDITED)),
+            (test.clone(), Some(FAILED)),
+            (str_replace("x = 3", "x = 4"), Some(EDITED)),
+            (test.clone(), Some(FAILED)),
+            (SUBMIT, None),
+        ];
+        assert_eq!(
+            decisions(&run, &Limits::default()),
+            vec![Decision::Accept; run.len()]
+        );
+        // Nor is the same successful edit repeated (it changed the file each time it ran).
+        let edit = str_replace("x = 1", "x = 2");
+        let run = [
+            (edit.clone(), Some(EDITED)),
+            (test.clone(), Some(FAILED)),
+            (edit.clone(), Some(EDITED)),
+            (test.clone(), Some(FAILED)),
+            (edit, Some(EDITED)),
+        ];
+        assert_eq!(
+            decisions(&run, &Limits::default()),
+            vec![Decision::Accept; run.len()]
         );
     }
 
     #[test]
-    fn loops_end_the_trajectory() {
+    fn the_same_result_thrice_with_only_failed_edits_between_is_a_degenerate_loop() {
+        let test = bash("python -m pytest tests/test_x.py");
+        let run = [
+            (str_replace("y = 1", "y = 2"), Some(NOT_REPLACED)),
+            (test.clone(), Some(FAILED)),
+            (str_replace("y = 1", "y = 3"), Some(NOT_REPLACED)),
+            (test.clone(), Some(FAILED)),
+            (str_replace("y = 1", "y = 4"), Some(NOT_REPLACED)),
+            (
+                test.clone(),
+                Some("ignored: the current action has no result yet"),
+            ),
+        ];
+        let mut expected = vec![Decision::Accept; run.len() - 1];
+        expected.push(LOOP3);
+        assert_eq!(decisions(&run, &Limits::default()), expected);
+        // Observations compare without surrounding whitespace.
+        let padded = format!("\n{FAILED}  \n");
+        let mut run = run.to_vec();
+        run[3].1 = Some(&padded);
+        assert_eq!(decisions(&run, &Limits::default())[5], LOOP3);
+        // Off, nothing ends it.
+        let off = Limits {
+            loop_rule: LoopRule::Off,
+            ..Limits::default()
+        };
+        assert_eq!(decisions(&run, &off), vec![Decision::Accept; run.len()]);
+    }
+
+    #[test]
+    fn the_same_action_with_different_results_is_not_a_loop() {
+        let cat = bash("cat x.py");
+        let run = [
+            (cat.clone(), Some("x = 1")),
+            (bash("ls"), Some("x.py")),
+            (cat.clone(), Some("x = 2")),
+            (bash("pwd"), Some("/testbed")),
+            (cat.clone(), Some("x = 2")),
+        ];
+        assert_eq!(
+            decisions(&run, &Limits::default()),
+            vec![Decision::Accept; run.len()]
+        );
+        // A fourth time: the two latest earlier results agree now.
+        let mut four = run.to_vec();
+        four.push((bash("id"), Some("uid=0")));
+        four.push((cat, Some("x = 2")));
+        assert_eq!(
+            decisions(&four, &Limits::default())[6],
+            Decision::Terminate(Termination::DegenerateLoop {
+                window: 10,
+                repeats: 4
+            })
+        );
+    }
+
+    #[test]
+    fn an_edit_whose_result_is_unknown_breaks_a_loop() {
+        let cat = bash("cat x.py");
+        let with = |edit_result: Option<&'static str>| {
+            [
+                (cat.clone(), Some("x = 1")),
+                (str_replace("x = 1", "x = 2"), edit_result),
+                (cat.clone(), Some("x = 1")),
+                (bash("ls"), Some("x.py")),
+                (cat.clone(), None),
+            ]
+        };
+        assert_eq!(
+            decisions(&with(None), &Limits::default())[4],
+            Decision::Accept
+        );
+        assert_eq!(
+            decisions(&with(Some(NOT_REPLACED)), &Limits::default())[4],
+            LOOP3
+        );
+        // An earlier occurrence whose result is unknown is not known to repeat.
+        let mut unknown = with(Some(NOT_REPLACED));
+        unknown[2].1 = None;
+        assert_eq!(decisions(&unknown, &Limits::default())[4], Decision::Accept);
+    }
+
+    #[test]
+    fn alternation_with_the_same_results_is_a_degenerate_loop() {
+        let (a, b) = (bash("cat x.py"), bash("cat y.py"));
+        let run = [
+            (a.clone(), Some("x")),
+            (b.clone(), Some("y")),
+            (a.clone(), Some("x")),
+            (b.clone(), Some("y")),
+            (a, Some("x")),
+        ];
+        let mut expected = vec![Decision::Accept; 4];
+        expected.push(LOOP3);
+        assert_eq!(decisions(&run, &Limits::default()), expected);
+    }
+
+    #[test]
+    fn loops_end_the_trajectory_within_the_window_only() {
         let none = NudgeState::default();
         let (a, b, c) = (bash("a"), bash("b"), bash("c"));
         assert_eq!(
@@ -463,20 +737,30 @@ mod tests {
                 a.clone(),
                 &none
             ),
-            Decision::Terminate(Termination::SameActionThrice { window: 10 })
+            LOOP3
         );
+        // Two occurrences of b before: not yet a loop (A B A B used to end as an alternation).
         assert_eq!(
             decide_swe(
                 &[c.clone(), a.clone(), b.clone(), a.clone()],
                 b.clone(),
                 &none
             ),
-            Decision::Terminate(Termination::Alternation)
+            Decision::Accept
         );
         // Outside the window, an old action may come back.
         let mut long = vec![a.clone(), a.clone()];
         long.extend((0..9).map(|i| bash(&format!("x{i}"))));
-        assert_eq!(decide_swe(&long, a, &none), Decision::Accept);
+        assert_eq!(decide_swe(&long, a.clone(), &none), Decision::Accept);
+        long.drain(2..4);
+        assert_eq!(
+            decide_swe(&long, a, &none),
+            Decision::Terminate(Termination::DegenerateLoop {
+                window: 10,
+                repeats: 3
+            }),
+            "the first occurrence is the 9th action back: within 10, the current one counted"
+        );
     }
 
     #[test]
@@ -485,8 +769,7 @@ mod tests {
         let limits = Limits {
             max_steps: 3,
             max_unparsable: 3,
-            loop_window: 10,
-            nudges: true,
+            ..Limits::default()
         };
         let failure = Err(ParseFailure {
             class: FailureClass::NoAction,
@@ -509,6 +792,21 @@ mod tests {
         assert_eq!(
             decide(&c, &failure, &none, &tools, &limits),
             Decision::Terminate(Termination::Unparsable { consecutive: 3 })
+        );
+        // 0 turns the rule off: no streak ends the trajectory.
+        let never = Limits {
+            max_unparsable: 0,
+            ..limits
+        };
+        for _ in 0..20 {
+            c.steps.push(Step {
+                observation: Some("format error".into()),
+                ..Step::default()
+            });
+        }
+        assert_eq!(
+            decide(&c, &failure, &none, &tools, &never),
+            Decision::Accept
         );
         let three = conv(&[bash("a"), bash("b"), bash("c")]);
         assert_eq!(

@@ -87,6 +87,31 @@ impl AppState {
             k = config.prompt.prefix_k,
             "reference prefixes loaded (tasks without one get their profile's built-in demonstration)"
         );
+        if config.mode == Mode::Proxy && config.prompt.prefix_k > 0 && prefixes.is_empty() {
+            // The paper's prefix is a same-task reference trajectory; the demonstration is a
+            // fallback on a made-up task, so a run like this is not the paper's setting.
+            tracing::warn!(
+                prefix_dirs = ?config.prompt.prefixes,
+                k = config.prompt.prefix_k,
+                "no same-task prefixes loaded (no --prefixes directory, or no task prefix files in it): \
+                 every request will be rendered with the built-in demonstration instead of a \
+                 prefix of its own task (session records say prefix_source \"demonstration\"); \
+                 pass --prefixes DIR with reference prefixes for the paper's setting"
+            );
+        }
+        if config.mode == Mode::Proxy {
+            let rules = &config.limits;
+            tracing::info!(
+                nudges = rules.nudges,
+                max_steps = rules.max_steps,
+                loop_rule = rules.loop_rule.name(),
+                loop_window = rules.loop_window,
+                max_unparsable = rules.max_unparsable,
+                "termination rules: the paper's nudges (--nudges), step cap (--max-steps) and \
+                 degenerate loop (--loop-rule, --loop-window); ours: unparsable streak \
+                 (--max-unparsable, 0 off)"
+            );
+        }
         let backend = match config.backend.strip_prefix(REPLAY_BACKEND) {
             Some(path) => {
                 if config.mode == Mode::Passthrough {
@@ -125,6 +150,7 @@ impl AppState {
                     Mode::Passthrough => "passthrough",
                 },
                 prefix_k: config.prompt.prefix_k,
+                limits: config.limits,
                 config_sha256: config.digest(),
             })
             .with_metrics(metrics.clone()),

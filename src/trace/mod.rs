@@ -4,7 +4,7 @@
 //! Every line is one [`Envelope`]: `{"v": 1, "type": …, "session": …, "time_ms": …, "data":
 //! {…}}`. Types, in the order they appear:
 //! - `session` ([`SessionRecord`]): first line of a file: task, run index, label, profile,
-//!   format, prefix, backend, config digest.
+//!   format, prefix and its source, termination rules, backend, config digest.
 //! - `step` ([`StepRecord`]): one completion call: the request as a delta, the prompt as a
 //!   delta, the raw completion, the parse, the decision, the response, timings.
 //! - `nudge` ([`NudgeRecord`]): follows the `step` whose output a nudge rejected.
@@ -36,7 +36,7 @@ use crate::conversation::Action;
 use crate::openai::response::ToolCallOut;
 use crate::parse::{ParseFailure, Parsed};
 use crate::pipeline::{PrefixInfo, Prepared};
-use crate::policy::Termination;
+use crate::policy::{Limits, LoopRule, Termination};
 use crate::respond::Reply;
 use crate::session::{NudgeKind, SessionId};
 
@@ -103,11 +103,72 @@ pub struct SessionRecord {
     pub prefix: Option<PrefixInfo>,
     /// Configured K (`--prefix-k`).
     pub prefix_k: usize,
+    /// What kind of prefix the session's prompts start from: a same-task prefix (the paper's
+    /// setting), the built-in demonstration (a fallback), or none.
+    pub prefix_source: PrefixSource,
+    /// The termination rules the session ran under (issue 17: every rule beyond the paper's
+    /// is named, switchable and recorded).
+    pub rules: Rules,
     /// Backend URL without credentials.
     pub backend: String,
     /// SHA-256 of the settings that shape prompts and decisions (see `docs/trace-format.md`).
     pub config_sha256: String,
     pub proxy_version: &'static str,
+}
+
+/// `prefix_source` of the session record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefixSource {
+    /// A reference prefix of this task, matched by `header`, `metadata` or `fingerprint`
+    /// (ASAP's prefix: the first K steps of a reference trajectory for the same task).
+    Task,
+    /// The profile's built-in demonstration on a made-up task (matched by `default`): what a
+    /// task without a prefix of its own gets; not the paper's setting.
+    Demonstration,
+    /// No prefix rendered: none matched, or `--prefix-k 0`.
+    None,
+}
+
+impl PrefixSource {
+    /// The source of a rendered prefix (`None`: nothing rendered).
+    pub fn of(prefix: Option<&PrefixInfo>) -> Self {
+        match prefix {
+            Option::None => Self::None,
+            Some(p) if p.k == 0 => Self::None,
+            Some(p) if p.matched_by == "default" => Self::Demonstration,
+            Some(_) => Self::Task,
+        }
+    }
+}
+
+/// `rules` of the session record: the termination rules in force, e.g. `{"nudges": true,
+/// "max_steps": 100, "loop_rule": "degenerate", "loop_window": 10, "max_unparsable": 5}`
+/// (`max_unparsable` 0: that rule is off). See [`crate::policy`] for each rule's source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Rules {
+    /// The paper's two nudges (`--nudges`).
+    pub nudges: bool,
+    /// The paper's step cap (`--max-steps`).
+    pub max_steps: usize,
+    /// The paper's degenerate-loop rule, `degenerate` or `off` (`--loop-rule`).
+    pub loop_rule: LoopRule,
+    /// Actions the loop rule looks at (`--loop-window`).
+    pub loop_window: usize,
+    /// Our unparsable-streak rule (`--max-unparsable`); 0: off.
+    pub max_unparsable: usize,
+}
+
+impl From<Limits> for Rules {
+    fn from(limits: Limits) -> Self {
+        Self {
+            nudges: limits.nudges,
+            max_steps: limits.max_steps,
+            loop_rule: limits.loop_rule,
+            loop_window: limits.loop_window,
+            max_unparsable: limits.max_unparsable,
+        }
+    }
 }
 
 /// The prompt of a step, as a delta against the previous step's (see [`delta`]).
@@ -377,6 +438,8 @@ pub struct TraceSettings {
     pub label: Option<String>,
     pub mode: &'static str,
     pub prefix_k: usize,
+    /// The termination rules in force (recorded as [`SessionRecord::rules`]).
+    pub limits: Limits,
     /// See [`SessionRecord::config_sha256`].
     pub config_sha256: String,
 }
@@ -566,6 +629,12 @@ impl TraceWriter {
             mode: self.settings.mode,
             prefix: record.prefix.clone(),
             prefix_k: self.settings.prefix_k,
+            prefix_source: if self.settings.prefix_k == 0 {
+                PrefixSource::None
+            } else {
+                PrefixSource::of(record.prefix.as_ref())
+            },
+            rules: self.settings.limits.into(),
             backend: self.settings.backend.clone(),
             config_sha256: self.settings.config_sha256.clone(),
             proxy_version: env!("CARGO_PKG_VERSION"),

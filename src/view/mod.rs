@@ -49,7 +49,7 @@ pub enum ViewError {
 pub struct SessionPage {
     pub summary: SessionSummary,
     /// Fields of the session record not in the summary: `backend`, `mode`, `prefix_k`,
-    /// `config_sha256`, `proxy_version`.
+    /// `prefix_source`, `rules`, `config_sha256`, `proxy_version` (those the record has).
     pub record: Vec<(String, String)>,
     /// Other trace files with the same session id (copies, or split log directories).
     pub duplicates: Vec<String>,
@@ -134,19 +134,18 @@ impl Viewer {
             .find(|s| Path::new(&s.path) == path.as_path())
             .ok_or_else(|| ViewError::NotFound(format!("{}: not a trace", path.display())))?;
         let record = sessions::session_record(path).unwrap_or_default();
+        // Fields older traces lack (`prefix_source`, `rules`) are left out.
         let shown = [
             "backend",
             "mode",
             "prefix_k",
+            "prefix_source",
+            "rules",
             "config_sha256",
             "proxy_version",
         ]
         .into_iter()
-        .filter_map(|k| {
-            let v = record.get(k)?;
-            let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-            Some((k.to_string(), text))
-        })
+        .filter_map(|k| Some((k.to_string(), field_text(record.get(k)?))))
         .collect();
         let steps = steps::read(path).map_err(|e| ViewError::Read(e.to_string()))?;
         Ok(SessionPage {
@@ -262,4 +261,23 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = tokio::signal::ctrl_c().await;
+}
+
+/// A session-record value as one line: a string as it is, an object as `key: value` pairs
+/// (`rules`: `nudges: true, max_steps: 100, …`), anything else as JSON.
+fn field_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{k}: {}",
+                    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
 }

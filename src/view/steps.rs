@@ -54,7 +54,8 @@ pub struct NudgeView {
 #[derive(Debug, Clone, Serialize)]
 pub struct TerminationView {
     /// `submit_before_edit_again`, `repeated_action_again`, `step_cap`, `unparsable`,
-    /// `same_action_thrice`, `alternation`.
+    /// `degenerate_loop`; traces written before issue 17 may also hold `same_action_thrice`
+    /// and `alternation` (rules since replaced by `degenerate_loop`).
     pub reason: String,
     /// One-line explanation.
     pub description: String,
