@@ -360,7 +360,9 @@ def summarize(args, configs: list[dict]) -> list[dict]:
             "autonomous_edit": rate("autonomous_edit"), "active_testing": rate("active_testing"),
             "explicit_submission": rate("explicit_submission"),
             "nudges": sum((label.get("nudges_fired") or {}).values()),
-            "terminations": label.get("abnormal_by_reason") or {},
+            # How the runs that did not submit ended (report's `endings`, issue 17).
+            "terminations": {k: v for k, v in (label.get("endings") or {}).items()
+                             if v and k != "submitted"},
             "s_per_step": wall / calls if calls else None,
             "backend_s_per_call": figures["backend_s_per_call"],
             "cache_hit_rate": figures["cache_hit_rate"], "length_stops": figures["length_stops"],
