@@ -119,9 +119,22 @@ fn behaviour(report: &Report, path: &Path) -> Result<(), String> {
         .iter()
         .map(|l| l.behaviour.rates(report.has_results))
         .collect();
-    let titles: Vec<&str> = rates
+    // A rate that is unknown for a label (patch rates the results do not give) gets no bar,
+    // never a zero one, and its title says so.
+    let titles: Vec<String> = rates
         .first()
-        .map(|r| r.iter().map(|r| r.title).collect())
+        .map(|r| {
+            r.iter()
+                .enumerate()
+                .map(|(i, rate)| {
+                    if rates.iter().any(|l| l[i].value().is_none()) {
+                        format!("{} (no bar: unknown)", rate.title)
+                    } else {
+                        rate.title.to_string()
+                    }
+                })
+                .collect()
+        })
         .unwrap_or_default();
     let groups = titles.len().max(1);
     let labels = report.labels.len().max(1);
@@ -149,11 +162,14 @@ fn behaviour(report: &Report, path: &Path) -> Result<(), String> {
     let width = 0.8 / labels as f64;
     for (j, label) in report.labels.iter().enumerate() {
         let color = Palette99::pick(j).to_rgba();
-        let bars = rates[j].iter().enumerate().map(move |(i, r)| {
+        let bars = rates[j].iter().enumerate().filter_map(move |(i, r)| {
             // Group i from the top; bar j from the top of its group.
             let top = (groups - i) as f64 - 0.1 - j as f64 * width;
-            let value = r.value().unwrap_or(0.0) * 100.0;
-            Rectangle::new([(0.0, top - width), (value, top)], color.filled())
+            let value = r.value()? * 100.0;
+            Some(Rectangle::new(
+                [(0.0, top - width), (value, top)],
+                color.filled(),
+            ))
         });
         chart
             .draw_series(bars)
@@ -165,7 +181,7 @@ fn behaviour(report: &Report, path: &Path) -> Result<(), String> {
         TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
     for (i, title) in titles.iter().enumerate() {
         let (x, y) = chart.backend_coord(&(0.0, (groups - i) as f64 - 0.5));
-        root.draw(&Text::new(*title, (x - 8, y), style.clone()))
+        root.draw(&Text::new(title.as_str(), (x - 8, y), style.clone()))
             .map_err(err)?;
     }
     chart

@@ -174,9 +174,9 @@ impl LabelProtocol {
         ]
     }
 
-    /// What is mixed inside the label: each compared setting with more than one value, with
-    /// the counts (`format: markdown_xml 8, xml 2`), and a coverage that is not all one
-    /// source.
+    /// What is mixed inside the label, or off the paper's protocol: each setting with more
+    /// than one value, with the counts (`format: markdown_xml 8, xml 2`), and a prefix
+    /// coverage that is not all one source or that used the demonstration at all.
     pub fn mixed(&self) -> Vec<String> {
         let mut lines = Vec::new();
         let counts = |m: &BTreeMap<String, usize>| {
@@ -193,11 +193,29 @@ impl LabelProtocol {
             ("backend model", &self.backend_model),
         ] {
             if m.len() > 1 {
-                lines.push(format!("{name}: {}", counts(m)));
+                lines.push(format!(
+                    "mixed protocol inside the label: {name}: {}",
+                    counts(m)
+                ));
             }
         }
-        if self.prefix_coverage.len() > 1 {
-            lines.push(format!("prefix coverage: {}", self.coverage()));
+        let demonstration = self
+            .prefix_coverage
+            .get(&PrefixSource::Demonstration)
+            .copied()
+            .unwrap_or(0);
+        if self.prefix_coverage.len() > 1 || demonstration > 0 {
+            let mixed = if self.prefix_coverage.len() > 1 {
+                "mixed protocol inside the label: "
+            } else {
+                ""
+            };
+            lines.push(format!(
+                "{mixed}prefix coverage: {} ({demonstration} of {} trajectories ran with the \
+                 demonstration of another task instead of a same-task prefix)",
+                self.coverage(),
+                self.trajectories()
+            ));
         }
         lines
     }

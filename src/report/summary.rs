@@ -285,10 +285,7 @@ fn label_warnings(l: &LabelSummary, has_results: bool) -> Vec<String> {
         ));
     }
     for mixed in l.protocol.mixed() {
-        lines.push(format!(
-            "{}: mixed protocol inside the label: {mixed}",
-            l.label
-        ));
+        lines.push(format!("{}: {mixed}", l.label));
     }
     lines
 }
