@@ -524,6 +524,25 @@ fn an_edit_and_a_failing_test_in_one_command_is_not_a_successful_edit() {
         (b.repo_edits, b.autonomous_edit, b.failed_test),
         (1, true, false)
     );
+
+    // A consequence of the rule (a definition question, reported, not changed here): with
+    // `&&` pytest only ran because the sed succeeded, yet the combined command is not the
+    // first edit of a re-edit: `sed -i fix && pytest` (fails), then a successful str_replace
+    // → the first successful repository edit comes after the failure → no re-edit.
+    let b = of(vec![
+        bash(
+            "cd /testbed && sed -i 's/a - b/a + b/' src/calc.py && python -m pytest tests -q",
+            PYTEST_FAILED,
+        ),
+        str_replace(
+            SRC,
+            "return a + b",
+            "return int(a) + int(b)",
+            &edited(SRC, "return int(a) + int(b)"),
+        ),
+    ]);
+    assert_eq!((b.repo_edits, b.failed_test), (1, true));
+    assert!(!b.re_edit_after_failed_test, "{b:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1749,4 +1768,31 @@ discussion/command tags.";
     assert!(b.autonomous_edit && b.explicit_submission, "{b:?}");
     assert_eq!(b.steps_before_first_edit, Some(1));
     assert_eq!(b.ending, Ending::Submitted);
+}
+
+#[tokio::test]
+async fn recorded_backend_failure_ends_in_error() {
+    // ls, then the backend fails on the next request (HTTP 400, context window exceeded):
+    // the last request returned an error to the scaffold → ending error, abnormal. The
+    // failed call is no turn: 1 turn.
+    let backend = FakeBackend::start(vec![
+        Scripted::text(&swe_bash("Look.", "ls /testbed")),
+        Scripted::Error {
+            status: 400,
+            message: "This model's maximum context length is 32768 tokens.".into(),
+        },
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (status, resp) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{resp}");
+    continue_with(&mut body, &resp, "README.md\ninventory.py\ntests");
+    let (status, resp) = proxy.post(&body).await;
+    assert_ne!(status, 200, "{resp}");
+    let t = load::trajectory(&proxy.trace_files()[0]).unwrap().unwrap();
+    assert!(t.error.is_some(), "{t:?}");
+    let b = Behaviour::of(&t, None);
+    assert_eq!(b.turns, 1);
+    assert_eq!((b.ending, b.abnormal), (Ending::Error, true), "{b:?}");
 }
