@@ -6,6 +6,7 @@
     clippy::print_stdout
 )]
 
+mod behaviours;
 mod cli;
 mod context;
 mod dialects;

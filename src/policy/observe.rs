@@ -65,8 +65,10 @@ const EXIT_MARKERS: &[&str] = &[
 /// between marker and number).
 ///
 /// The whole observation counts: a command that edits and then runs a failing test
-/// (`sed -i … && pytest`) reports an error too, since its output cannot tell which part
-/// failed.
+/// (`sed -i … && pytest`) reports an error too when its output shows a non-zero exit status
+/// (mini-swe-agent, OpenHands) or a traceback. A test report alone (SWE-agent's bash output:
+/// `1 failed, 2 passed`) is not an error here; `report` treats an edit whose own test run
+/// failed as unsuccessful itself (`report::behaviour`).
 pub fn reports_error(observation: &str) -> bool {
     let first = observation.lines().next().unwrap_or_default();
     if EDITOR_SUCCESS.iter().any(|p| first.contains(p)) {

@@ -258,12 +258,17 @@ impl Behaviour {
                 Some(NudgeKind::RepeatedAction) => b.nudges_repeated_action += 1,
                 None => {}
             }
+            let observation = turn.observation.as_deref();
+            let test_run = turn.shell_command.as_deref().is_some_and(is_test_command);
+            let test_failed = test_run && observation.is_some_and(shows_test_failure);
+            // The whole observation counts (docs/report.md "Successful edit"): an edit and a
+            // test run in one command (`sed -i … && pytest`) whose tests fail is not a
+            // successful edit, whether or not the scaffold shows the exit status
+            // (`reports_error` sees a non-zero one; SWE-agent's bash output has none).
             let successful = accepted(turn)
                 && turn.is_edit
-                && turn
-                    .observation
-                    .as_deref()
-                    .is_some_and(|o| !reports_error(o));
+                && observation.is_some_and(|o| !reports_error(o))
+                && !test_failed;
             if let Some(action) = &turn.action {
                 if turn.parse_error.is_none() {
                     issued.push((action, successful));
@@ -287,9 +292,9 @@ impl Behaviour {
             if turn.is_submit {
                 b.explicit_submission = true;
             }
-            if turn.shell_command.as_deref().is_some_and(is_test_command) {
+            if test_run {
                 b.test_runs += 1;
-                if turn.observation.as_deref().is_some_and(shows_test_failure) {
+                if test_failed {
                     b.failed_test = true;
                     if re_edit == 1 {
                         re_edit = 2;
