@@ -504,31 +504,34 @@ fn autonomous_edit_is_a_successful_edit_of_a_file_the_run_did_not_create() {
 }
 
 #[test]
-fn an_edit_and_a_failing_test_in_one_command_is_not_a_successful_edit() {
-    // docs/report.md, "Successful edit": "The whole observation counts: `sed -i … && pytest`
-    // whose tests fail is not a successful edit, since its output cannot say which part
-    // failed." SWE-agent's bash output carries no exit status, only pytest's report.
+fn an_edit_then_a_failing_test_in_one_command_is_a_successful_edit() {
+    // docs/report.md, "Successful edit": only the write's own failure counts, not the exit
+    // status or the tests that ran after it. With `&&` pytest only ran because sed succeeded.
     let b = of(vec![bash(
         "cd /testbed && sed -i 's/a - b/a + b/' src/calc.py && python -m pytest tests -q",
         PYTEST_FAILED,
     )]);
-    // 1 edit, 1 test run that failed, 0 successful edits → no autonomous edit.
+    // 1 edit (successful, of the repository), 1 test run that failed.
     assert_eq!((b.edits, b.test_runs, b.failed_test), (1, 1, true));
-    assert_eq!((b.repo_edits, b.autonomous_edit), (0, false), "{b:?}");
-    // The same command with the tests passing is a successful edit of the repository.
+    assert_eq!((b.repo_edits, b.autonomous_edit), (1, true), "{b:?}");
+    // The same with mini-swe-agent's JSON output and its non-zero return code.
     let b = of(vec![bash(
         "cd /testbed && sed -i 's/a - b/a + b/' src/calc.py && python -m pytest tests -q",
-        PYTEST_PASSED,
+        &format!(
+            "{{\"returncode\": 1, \"output\": {}}}",
+            serde_json::to_string(PYTEST_FAILED).unwrap()
+        ),
     )]);
-    assert_eq!(
-        (b.repo_edits, b.autonomous_edit, b.failed_test),
-        (1, true, false)
-    );
+    assert_eq!((b.repo_edits, b.autonomous_edit), (1, true), "{b:?}");
+    // The write itself failed: no edit, whatever ran after it.
+    let b = of(vec![bash(
+        "cd /testbed && sed -i 's/a - b/a + b/' src/calcs.py; python -m pytest tests -q",
+        &format!("sed: can't read src/calcs.py: No such file or directory\n{PYTEST_FAILED}"),
+    )]);
+    assert_eq!((b.edits, b.repo_edits, b.autonomous_edit), (1, 0, false), "{b:?}");
 
-    // A consequence of the rule (a definition question, reported, not changed here): with
-    // `&&` pytest only ran because the sed succeeded, yet the combined command is not the
-    // first edit of a re-edit: `sed -i fix && pytest` (fails), then a successful str_replace
-    // → the first successful repository edit comes after the failure → no re-edit.
+    // Edit and test in one command, then another successful edit: edit → failed test → edit,
+    // in that order, so a re-edit.
     let b = of(vec![
         bash(
             "cd /testbed && sed -i 's/a - b/a + b/' src/calc.py && python -m pytest tests -q",
@@ -541,8 +544,8 @@ fn an_edit_and_a_failing_test_in_one_command_is_not_a_successful_edit() {
             &edited(SRC, "return int(a) + int(b)"),
         ),
     ]);
-    assert_eq!((b.repo_edits, b.failed_test), (1, true));
-    assert!(!b.re_edit_after_failed_test, "{b:?}");
+    assert_eq!((b.repo_edits, b.failed_test), (2, true));
+    assert!(b.re_edit_after_failed_test, "{b:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -287,10 +287,11 @@ pub fn is_edit(action: &Action, tools: &ToolSet) -> bool {
 }
 
 /// Whether an action is a *successful edit*: an edit ([`is_edit`]) whose observation is known
-/// and reports no error ([`observe::reports_error`]). An edit whose result the scaffold never
-/// sent back (`observation` `None`) is not known to have happened, so it is not one.
+/// and does not say the write failed ([`observe::edit_failed`]). An edit whose result the
+/// scaffold never sent back (`observation` `None`) is not known to have happened, so it is not
+/// one.
 pub fn is_successful_edit(action: &Action, observation: Option<&str>, tools: &ToolSet) -> bool {
-    is_edit(action, tools) && observation.is_some_and(|o| !observe::reports_error(o))
+    is_edit(action, tools) && observation.is_some_and(|o| !observe::edit_failed(o))
 }
 
 /// Identity for the repeated-action rule: same tag and the same arguments, strings compared

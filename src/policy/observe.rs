@@ -1,7 +1,7 @@
-//! Reading an action's observation for one fact: did the environment report an error? Used
-//! for "successful edit" (issue 17): an edit whose observation reports an error changed
-//! nothing we can count on, so it neither ends a degenerate loop nor counts as an autonomous
-//! edit in `report`. The rule is documented in `docs/report.md` ("Successful edit").
+//! Reading an action's observation for two facts (issue 17; docs/report.md "Successful
+//! edit"): did an edit fail ([`edit_failed`]), and did the command report any error at all
+//! ([`reports_error`])? An edit that failed changed nothing we can count on, so it neither
+//! ends a degenerate loop nor counts as an autonomous edit in `report`.
 
 /// Phrases that open an editor tool's success message (SWE-agent's and OpenHands'
 /// `str_replace_editor`/`file_editor`, which share Anthropic's reference wording). When the
@@ -14,10 +14,10 @@ pub const EDITOR_SUCCESS: &[&str] = &[
     "Last edit to",
 ];
 
-/// Phrases that report a failed command or a rejected edit, anywhere in the observation
-/// (case-sensitive): editor refusals (SWE-agent, OpenHands), shell and `sed` errors, a Python
-/// traceback.
-pub const ERROR_PHRASES: &[&str] = &[
+/// Phrases by which an editor tool or the shell says that a write did not happen, anywhere in
+/// the observation (case-sensitive): editor refusals (SWE-agent, OpenHands), the shell's and
+/// `sed`'s file errors, `patch` and `git apply` failures.
+pub const EDIT_FAILURE_PHRASES: &[&str] = &[
     // str_replace_editor / file_editor refusals
     "No replacement was performed",
     "did not appear verbatim",
@@ -42,7 +42,12 @@ pub const ERROR_PHRASES: &[&str] = &[
     "unterminated `s' command",
     "unknown option to `s'",
     "sed: -e expression",
-    "Traceback (most recent call last)",
+    // patch, git apply
+    "saving rejects to file",
+    "can't find file to patch",
+    "patch failed",
+    "patch does not apply",
+    "corrupt patch",
 ];
 
 /// Words after which a number is an exit status (case-insensitive): `exit code 1`,
@@ -59,22 +64,32 @@ const EXIT_MARKERS: &[&str] = &[
     "exitcode",
 ];
 
-/// Whether an observation reports an error: none of [`EDITOR_SUCCESS`] on its first line, and
-/// any of: a phrase of [`ERROR_PHRASES`]; a line starting with `ERROR`, `Error:`, `error:` or
-/// `E: `; a non-zero exit status after one of the exit markers (separators ` :="'>-` and tabs
-/// between marker and number).
+/// Whether an edit's observation says the write did not happen: none of [`EDITOR_SUCCESS`] on
+/// its first line, and a phrase of [`EDIT_FAILURE_PHRASES`].
 ///
-/// The whole observation counts: a command that edits and then runs a failing test
-/// (`sed -i … && pytest`) reports an error too when its output shows a non-zero exit status
-/// (mini-swe-agent, OpenHands) or a traceback. A test report alone (SWE-agent's bash output:
-/// `1 failed, 2 passed`) is not an error here; `report` treats an edit whose own test run
-/// failed as unsuccessful itself (`report::behaviour`).
+/// Only the write's own failure counts, not the exit status or a traceback: a command that
+/// edits and then runs the tests (`sed -i … && pytest`) has a failing exit status and a
+/// traceback whenever the tests fail, while its edit happened (with `&&` the tests only run
+/// when the edit succeeded). A failed write says so (`sed: can't read …: No such file or
+/// directory`, `No replacement was performed`).
+pub fn edit_failed(observation: &str) -> bool {
+    let first = observation.lines().next().unwrap_or_default();
+    !EDITOR_SUCCESS.iter().any(|p| first.contains(p))
+        && EDIT_FAILURE_PHRASES.iter().any(|p| observation.contains(p))
+}
+
+/// Whether an observation reports any error: none of [`EDITOR_SUCCESS`] on its first line,
+/// and any of: a phrase of [`EDIT_FAILURE_PHRASES`]; a Python traceback; a line starting
+/// (after spaces) with `ERROR`, `Error:`, `error:` or `E: `; a non-zero exit status after one
+/// of the exit markers (separators ` :="'>-` and tabs between marker and number). `report`
+/// reads a command that reported no error as showing that the files it names exist.
 pub fn reports_error(observation: &str) -> bool {
     let first = observation.lines().next().unwrap_or_default();
     if EDITOR_SUCCESS.iter().any(|p| first.contains(p)) {
         return false;
     }
-    ERROR_PHRASES.iter().any(|p| observation.contains(p))
+    EDIT_FAILURE_PHRASES.iter().any(|p| observation.contains(p))
+        || observation.contains("Traceback (most recent call last)")
         || observation.lines().any(|line| {
             let line = line.trim_start();
             line.starts_with("ERROR")
@@ -100,7 +115,7 @@ fn nonzero_exit(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::reports_error;
+    use super::{edit_failed, reports_error};
 
     #[test]
     fn editor_and_shell_errors_are_reported() {
@@ -118,6 +133,30 @@ mod tests {
         ];
         for text in errors {
             assert!(reports_error(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_edit_fails_only_when_the_write_says_so() {
+        // The write failed.
+        for text in [
+            "No replacement was performed, old_str `x` did not appear verbatim in /a.py.",
+            "sed: can't read src/x.py: No such file or directory",
+            "{\"returncode\": 2, \"output\": \"sed: -e expression #1, char 9: unterminated `s' command\"}",
+            "1 out of 1 hunk FAILED -- saving rejects to file a.py.rej",
+            "error: patch failed: src/a.py:10\nerror: src/a.py: patch does not apply",
+        ] {
+            assert!(edit_failed(text), "{text}");
+        }
+        // The write happened; what ran after it failed.
+        for text in [
+            "===== 1 failed, 2 passed in 0.1s =====",
+            "{\"returncode\": 1, \"output\": \"FAILED tests/test_a.py::test_x\"}",
+            "Traceback (most recent call last):\n  File \"reproduce.py\", line 3\nValueError: x",
+            "[The command completed with exit code 1.]",
+            "The file /a.py has been edited. Here's the result of running `cat -n`:\n 3\tNo such file or directory",
+        ] {
+            assert!(!edit_failed(text), "{text}");
         }
     }
 

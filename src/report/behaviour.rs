@@ -12,7 +12,7 @@ use super::testcmd::is_test_command;
 use super::{Trajectory, Turn};
 use crate::conversation::Action;
 use crate::policy::edit::{WriteKind, WriteTarget};
-use crate::policy::observe::reports_error;
+use crate::policy::observe::{edit_failed, reports_error};
 use crate::policy::same_action;
 use crate::session::NudgeKind;
 
@@ -261,14 +261,8 @@ impl Behaviour {
             let observation = turn.observation.as_deref();
             let test_run = turn.shell_command.as_deref().is_some_and(is_test_command);
             let test_failed = test_run && observation.is_some_and(shows_test_failure);
-            // The whole observation counts (docs/report.md "Successful edit"): an edit and a
-            // test run in one command (`sed -i … && pytest`) whose tests fail is not a
-            // successful edit, whether or not the scaffold shows the exit status
-            // (`reports_error` sees a non-zero one; SWE-agent's bash output has none).
-            let successful = accepted(turn)
-                && turn.is_edit
-                && observation.is_some_and(|o| !reports_error(o))
-                && !test_failed;
+            let successful =
+                accepted(turn) && turn.is_edit && observation.is_some_and(|o| !edit_failed(o));
             if let Some(action) = &turn.action {
                 if turn.parse_error.is_none() {
                     issued.push((action, successful));
@@ -304,7 +298,11 @@ impl Behaviour {
             // A command that ran without error shows that the files it names exist.
             if let (Some(action), Some(observation)) = (&turn.action, &turn.observation) {
                 if !reports_error(observation) {
-                    files.see(&serde_json::to_string(action).unwrap_or_default());
+                    if let Action::Call { arguments, .. } = action {
+                        for value in arguments.values().filter_map(|v| v.as_str()) {
+                            files.see(value);
+                        }
+                    }
                     files.see(observation);
                 }
             }
