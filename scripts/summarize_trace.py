@@ -36,10 +36,14 @@ def load(path):
         except json.JSONDecodeError:
             bad += 1  # a torn last line: readers skip it
             continue
-        if rec.get("type") == "session":
+        kind = rec.get("type")
+        if kind == "session":
             session = rec.get("data", {})
-        elif rec.get("type") == "step":
-            steps.append(rec.get("data", {}))
+        elif kind == "step":
+            steps.append(dict(rec.get("data", {})))
+        elif kind in ("nudge", "terminate") and steps:
+            # Each follows the step it concerns (docs/trace-format.md).
+            steps[-1]["nudge" if kind == "nudge" else "termination"] = rec.get("data", {})
     return session, steps, bad
 
 
@@ -151,6 +155,10 @@ def main(argv=None):
                 what = f"parse failure {cls}: {short(parse['error'].get('detail', ''), 70)}"
             else:
                 what = "(no parse record)"
+            if s.get("termination"):
+                term = s["termination"]
+                what = (f"TERMINATED {term.get('reason', '?')} ({term.get('on_terminate', '?')}): "
+                        f"replaced {what}")
             extra = []
             if comp:
                 extra.append(f"{usage.get('completion_tokens', '?')} tok, {comp.get('finish_reason')}")
