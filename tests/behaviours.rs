@@ -528,7 +528,11 @@ fn an_edit_then_a_failing_test_in_one_command_is_a_successful_edit() {
         "cd /testbed && sed -i 's/a - b/a + b/' src/calcs.py; python -m pytest tests -q",
         &format!("sed: can't read src/calcs.py: No such file or directory\n{PYTEST_FAILED}"),
     )]);
-    assert_eq!((b.edits, b.repo_edits, b.autonomous_edit), (1, 0, false), "{b:?}");
+    assert_eq!(
+        (b.edits, b.repo_edits, b.autonomous_edit),
+        (1, 0, false),
+        "{b:?}"
+    );
 
     // Edit and test in one command, then another successful edit: edit → failed test → edit,
     // in that order, so a re-edit.
@@ -819,6 +823,29 @@ fn explicit_submission() {
 // ---------------------------------------------------------------------------------------------
 // Repetitive command loop
 
+/// fix, pytest (fails), edit, pytest (fails), edit, pytest (passes): three different
+/// successful edits, each followed by the same test command.
+fn edit_test_cycle() -> Vec<Turn> {
+    vec![
+        fix(),
+        bash(PYTEST, PYTEST_FAILED),
+        str_replace(
+            SRC,
+            "return a + b",
+            "return int(a) + int(b)",
+            &edited(SRC, "return int(a) + int(b)"),
+        ),
+        bash(PYTEST, PYTEST_FAILED),
+        str_replace(
+            SRC,
+            "return int(a) + int(b)",
+            "return a + b  # noqa",
+            &edited(SRC, "return a + b  # noqa"),
+        ),
+        bash(PYTEST, PYTEST_PASSED),
+    ]
+}
+
 #[test]
 fn repetitive_command_loop() {
     let ls = || bash("ls /testbed", "README.md\nsrc\ntests");
@@ -860,24 +887,7 @@ fn repetitive_command_loop() {
 
     // Test after each of three different successful edits: edit, test, edit, test, edit,
     // test → the test occurs 3 times but successful edits lie between → no.
-    let b = of(vec![
-        fix(),
-        bash(PYTEST, PYTEST_FAILED),
-        str_replace(
-            SRC,
-            "return a + b",
-            "return int(a) + int(b)",
-            &edited(SRC, "return int(a) + int(b)"),
-        ),
-        bash(PYTEST, PYTEST_FAILED),
-        str_replace(
-            SRC,
-            "return int(a) + int(b)",
-            "return a + b  # noqa",
-            &edited(SRC, "return a + b  # noqa"),
-        ),
-        bash(PYTEST, PYTEST_PASSED),
-    ]);
+    let b = of(edit_test_cycle());
     assert!(!b.repetitive_loop, "{b:?}");
 
     // A successful edit between the first and second occurrence only: cat, edit, cat, cat →
@@ -1571,29 +1581,7 @@ fn every_rate_of_a_label_by_hand() {
         //   three different successful edits: re-edit yes, the pytest thrice with edits
         //   between → no loop. turns 7 (7, 7); autonomous, testing, failed, re-edit;
         //   submitted.
-        (
-            vec![
-                fix(),
-                bash(PYTEST, PYTEST_FAILED),
-                str_replace(
-                    SRC,
-                    "return a + b",
-                    "return int(a) + int(b)",
-                    &edited(SRC, "return int(a) + int(b)"),
-                ),
-                bash(PYTEST, PYTEST_FAILED),
-                str_replace(
-                    SRC,
-                    "return int(a) + int(b)",
-                    "return a + b  # noqa",
-                    &edited(SRC, "return a + b  # noqa"),
-                ),
-                bash(PYTEST, PYTEST_PASSED),
-                submit(),
-            ],
-            None,
-            None,
-        ),
+        ([edit_test_cycle(), vec![submit()]].concat(), None, None),
         // T12: cat, grep, cat, invalid_parameter, cat — the scaffold stops (no proxy rule).
         //   turns 5, parsable 5, valid 4; cat issued 3 times with no edit → loop; stopped
         //   without submission; exploration only.
