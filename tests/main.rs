@@ -8,6 +8,7 @@
 
 mod cli;
 mod context;
+mod denominators;
 mod dialects;
 mod formats;
 mod loops;
