@@ -322,6 +322,59 @@ fn a_task_set_leaves_out_trajectories_outside_it() {
     assert!(md.contains("Task set: 3 tasks (from --tasks)"), "{md}");
 }
 
+/// A label whose trajectories are all outside `--tasks` is still scored over the task set
+/// (every task missing, Pass@1 = 0), not dropped from the report; with no trajectory left it
+/// has no protocol to compare. (Before the fix the label vanished: `report.label("B")` was
+/// `None` and `--pair A B` said "unknown label".)
+#[test]
+fn a_label_with_no_trajectory_in_the_task_set_is_scored_not_dropped() {
+    let (mut trajs, mut entries) = (Vec::new(), Vec::new());
+    task_runs("A", "t1", 2, 1, &mut trajs, &mut entries);
+    task_runs("A", "t2", 2, 2, &mut trajs, &mut entries);
+    // B ran t3 only (resolved), which is outside the set, and in another format.
+    task_runs("B", "t3", 2, 2, &mut trajs, &mut entries);
+    for t in trajs.iter_mut().filter(|t| t.label == "B") {
+        t.format = "xml".into();
+    }
+    let results = Results::from_entries(entries);
+    let report = Report::build_with(
+        &trajs,
+        Some(&results),
+        &options(&[1, 2], Some(&["t1", "t2"])),
+    );
+    assert_eq!(report.labels.len(), 2, "{:?}", report.labels);
+    let a = report.label("A").unwrap();
+    // A: Pass@1 = (1/2 + 1) / 2 = 0.75.
+    assert!(close(a.pass_at_k[&1], 0.75), "{:?}", a.pass_at_k);
+    let b = report.label("B").unwrap();
+    assert_eq!((b.tasks, b.runs), (2, 0));
+    assert_eq!(b.missing_tasks, ["t1", "t2"]);
+    // Both tasks at n = 1 (B has no run of a task in the set), c = 0: Pass@1 = 0, not B's
+    // resolved t3.
+    assert_eq!(b.task_counts, [count("t1", 1, 0), count("t2", 1, 0)]);
+    assert_eq!(b.pass_at_k.get(&1), Some(&0.0));
+    assert_eq!(b.intersection.unwrap().solved, 0);
+    assert_eq!(b.behaviour.trajectories, 0);
+    assert!(report
+        .warnings
+        .iter()
+        .any(|w| w.starts_with("B: 2 task(s)") && w.ends_with(": t1, t2")));
+    assert!(report
+        .warnings
+        .contains(&"2 trajectories are of tasks outside --tasks: left out of every number".into()));
+    // B's xml trajectories are out of every number, its protocol too: nothing to compare.
+    assert_eq!(report.protocol_differences, Vec::<String>::new());
+    // The paired comparison finds B (no pairs), and every output format renders it.
+    let pair = asap_proxy::report::compare(&report, "A", "B").unwrap();
+    assert_eq!(pair.pairs, 0);
+    let md = render(&report, ReportFormat::Md);
+    assert!(
+        md.contains("| B | 2 | 0 | 1 | 0.0 | – | 0/2 (0.0%) | 0 | 2 | 0 |"),
+        "{md}"
+    );
+    render(&report, ReportFormat::Csv);
+}
+
 /// Empty patch and applicable patch are unknown for runs whose results do not say; a
 /// harness report says for every id it lists.
 #[test]
@@ -751,6 +804,31 @@ async fn report_binary_scores_both_labels_over_the_task_set() {
     assert_eq!(seen["labels"][1]["missing_tasks"], json!(["t3", "t9"]));
     // ckpt-a with t9 (1 run, resolved): Pass@1 = (1 + 1/2 + 0 + 1) / 4 = 0.625.
     assert_eq!(seen["labels"][0]["pass_at_k"]["1"], json!(0.625));
+
+    // A task set of t3 alone, which ckpt-b never ran: ckpt-b is still in the report, with
+    // t3 missing (Pass@1 0), not dropped.
+    let only_t3 = dir.path().join("t3.txt");
+    std::fs::write(&only_t3, "t3\n").unwrap();
+    let (code, stdout, stderr) = report_bin(&[
+        &la,
+        &lb,
+        &"--results",
+        &results,
+        &"--tasks",
+        &only_t3,
+        &"--format",
+        &"json",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let t3: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(t3["labels"][1]["label"], "ckpt-b", "{t3}");
+    assert_eq!(t3["labels"][1]["missing_tasks"], json!(["t3"]));
+    assert_eq!(t3["labels"][1]["pass_at_k"]["1"], json!(0.0));
+    assert_eq!(
+        t3["labels"][0]["pass_at_k"]["1"],
+        json!(0.0),
+        "ckpt-a: t3 0 of 2"
+    );
 
     // A task file with no id, and one that cannot be read: usage errors.
     let empty = dir.path().join("empty.txt");
