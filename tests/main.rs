@@ -9,6 +9,7 @@
 mod behaviours;
 mod cli;
 mod context;
+mod denominators;
 mod dialects;
 mod formats;
 mod loops;

@@ -222,8 +222,12 @@ impl LabelProtocol {
 }
 
 /// The compared settings on which two labels differ, one line each:
-/// `format: ckpt-a markdown_xml, ckpt-b xml`.
+/// `format: ckpt-a markdown_xml, ckpt-b xml`. None when a label has no trajectory (of the task
+/// set): there is no protocol to compare.
 pub fn differences(a: (&str, &LabelProtocol), b: (&str, &LabelProtocol)) -> Vec<String> {
+    if a.1.trajectories() == 0 || b.1.trajectories() == 0 {
+        return Vec::new();
+    }
     a.1.compared()
         .into_iter()
         .zip(b.1.compared())

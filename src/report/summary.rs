@@ -210,10 +210,22 @@ impl Report {
             ))
         });
         let task_set: Vec<String> = task_set.into_iter().collect();
+        // Every label of the traces, also one whose trajectories are all outside the task set
+        // (it lacks every task of the set).
+        let seen: BTreeSet<&str> = trajectories.iter().map(|t| t.label.as_str()).collect();
         let mut labels = Vec::new();
-        for group in rows.chunk_by(|a, b| a.label == b.label) {
-            let protocol = protocols.remove(&group[0].label).unwrap_or_default();
-            labels.push(summarise(group, results, &task_set, &ks, protocol));
+        for label in seen {
+            let start = rows.partition_point(|r| r.label.as_str() < label);
+            let end = rows.partition_point(|r| r.label.as_str() <= label);
+            let protocol = protocols.remove(label).unwrap_or_default();
+            labels.push(summarise(
+                label,
+                &rows[start..end],
+                results,
+                &task_set,
+                &ks,
+                protocol,
+            ));
         }
         for l in &labels {
             warnings.extend(label_warnings(l, results.is_some()));
@@ -290,8 +302,10 @@ fn label_warnings(l: &LabelSummary, has_results: bool) -> Vec<String> {
     lines
 }
 
-/// Sums one label's rows (sorted by instance id) over the task set.
+/// Sums one label's rows (sorted by instance id; none when the label has no trajectory of
+/// the task set) over the task set.
 fn summarise(
+    label: &str,
     rows: &[TrajectoryRow],
     results: Option<&Results>,
     task_set: &[String],
@@ -299,7 +313,7 @@ fn summarise(
     protocol: LabelProtocol,
 ) -> LabelSummary {
     let has_results = results.is_some();
-    let label = rows.first().map(|r| r.label.clone()).unwrap_or_default();
+    let label = label.to_string();
     let mut behaviour = Aggregate::default();
     for row in rows {
         behaviour.add(&row.behaviour, has_results.then_some(row.outcome.as_ref()));
