@@ -220,7 +220,8 @@ fn result_only_runs_count_for_pass_at_k_not_for_the_behaviours() {
         // t2: no trajectory, explicit runs 0 and 1: n = 2, c = 1.
         entry(Some("m"), "t2", Some(0), false),
         entry(None, "t2", Some(1), true),
-        // t3: no trajectory, a run-less result: one run, n = 1, c = 1.
+        // t3: no trajectory, a run-less result (it applies to every run): as many runs as
+        // the label's other tasks have at most, n = 3, all resolved, c = 3.
         entry(Some("m"), "t3", None, true),
         // t4: two trajectories, a run-less result for both: n = 2, c = 0 (no extra run).
         entry(Some("m"), "t4", None, false),
@@ -233,7 +234,7 @@ fn result_only_runs_count_for_pass_at_k_not_for_the_behaviours() {
         [
             count("t1", 3, 2),
             count("t2", 2, 1),
-            count("t3", 1, 1),
+            count("t3", 3, 3),
             count("t4", 2, 0)
         ]
     );
@@ -243,17 +244,21 @@ fn result_only_runs_count_for_pass_at_k_not_for_the_behaviours() {
             ("t1".to_string(), 2),
             ("t2".to_string(), 0),
             ("t2".to_string(), 1),
-            ("t3".to_string(), 0)
+            ("t3".to_string(), 0),
+            ("t3".to_string(), 1),
+            ("t3".to_string(), 2)
         ]
     );
     assert!(m.missing_tasks.is_empty(), "t2 and t3 have results");
     // Pass@1 = (2/3 + 1/2 + 1 + 0) / 4 = 13/24 ≈ 0.5417 (trajectories only, t2 and t3
     // missing: (1/2 + 0 + 0 + 0) / 4 = 0.125).
     assert!(close(m.pass_at_k[&1], 13.0 / 24.0), "{:?}", m.pass_at_k);
-    // Pass@2 is undefined: t3 has one run.
-    assert!(!m.pass_at_k.contains_key(&2));
-    assert_eq!((m.min_runs, m.max_runs), (1, 3));
-    // Intersection@n: t3 (1 of 1) only: 1/4.
+    // Pass@2 = (1 + 1 + 1 + 0) / 4: t1 (n 3, c 2) 1 − C(1,2)/C(3,2) = 1; t2 (2, 1) 1; t3 1;
+    // t4 (2, 0) 0. (Had the run-less row stood for one run, t3's n = 1 would leave Pass@2
+    // undefined for the whole label.)
+    assert!(close(m.pass_at_k[&2], 0.75), "{:?}", m.pass_at_k);
+    assert_eq!((m.min_runs, m.max_runs), (2, 3));
+    // Intersection@n: t3 (3 of 3) only: 1/4.
     let i = m.intersection.unwrap();
     assert_eq!((i.solved, i.tasks), (1, 4));
     // Behaviours: 4 trajectories, every one with a result; resolved 1 of 4 (t1 run 0), not
@@ -270,13 +275,20 @@ fn result_only_runs_count_for_pass_at_k_not_for_the_behaviours() {
         .unwrap();
     assert_eq!(
         warning,
-        "m: 4 run(s) have a result but no trajectory: counted for Pass@k and Intersection@n, \
-         missing from the behaviours: t1 run 2, t2 run 0, t2 run 1, t3 run 0"
+        "m: 6 run(s) have a result but no trajectory: counted for Pass@k and Intersection@n, \
+         missing from the behaviours: t1 run 2, t2 run 0, t2 run 1, t3 run 0, t3 run 1, t3 run 2"
     );
     let value: Value = serde_json::from_str(&render(&report, ReportFormat::Json)).unwrap();
     assert_eq!(
         value["labels"][0]["result_only_runs"],
-        json!([["t1", 2], ["t2", 0], ["t2", 1], ["t3", 0]])
+        json!([
+            ["t1", 2],
+            ["t2", 0],
+            ["t2", 1],
+            ["t3", 0],
+            ["t3", 1],
+            ["t3", 2]
+        ])
     );
     assert_eq!(value["labels"][0]["behaviour"]["resolved"]["total"], 4);
 }
@@ -766,11 +778,11 @@ async fn report_binary_scores_both_labels_over_the_task_set() {
         assert!(warnings.contains(&expected), "{expected}\n{warnings:?}");
         assert!(stderr.contains(&format!("warning: {expected}")), "{stderr}");
     }
-    assert_eq!(warnings.len(), 3, "{warnings:?}");
-    assert!(
-        stderr.contains("warning: 1 instance id(s) in the results are outside --tasks"),
-        "{stderr}"
-    );
+    // The results' own warning is in the report too, not only on standard error.
+    let outside = "1 instance id(s) in the results are outside --tasks: ignored";
+    assert!(warnings.contains(&outside), "{warnings:?}");
+    assert!(stderr.contains(&format!("warning: {outside}")), "{stderr}");
+    assert_eq!(warnings.len(), 4, "{warnings:?}");
 
     // Markdown: the same numbers.
     let (code, md, _) = report_bin(&common);

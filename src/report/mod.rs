@@ -184,6 +184,10 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
             report.pair = Some(compared);
         }
     }
+    if let Some(results) = &results {
+        let lines = result_warnings(&report, results);
+        report.warnings.extend(lines);
+    }
     for line in &report.warnings {
         let _ = writeln!(stderr, "warning: {line}");
     }
@@ -204,11 +208,6 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
             "warning: comparing labels with different protocols:\n  {lines}"
         );
     }
-    if let Some(results) = &results {
-        for line in result_warnings(&report, results) {
-            let _ = writeln!(stderr, "warning: {line}");
-        }
-    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     output::write(&report, args.format, &mut out)
@@ -226,16 +225,18 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     Ok(())
 }
 
-/// Reads `--tasks FILE`: instance ids one a line; blank lines and `#` comments skipped.
+/// Reads `--tasks FILE`: instance ids one a line; blank lines, `#` comments (whole lines or
+/// after an id) and a UTF-8 byte-order mark skipped.
 ///
 /// Errors: the file cannot be read, or holds no id (exit 2).
 fn read_task_set(path: &std::path::Path) -> Result<Vec<String>, (u8, String)> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| (2, format!("reading --tasks {}: {e}", path.display())))?;
     let ids: Vec<String> = text
+        .trim_start_matches('\u{feff}')
         .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
         .map(str::to_string)
         .collect();
     if ids.is_empty() {
@@ -315,7 +316,8 @@ fn load_all(files: &[PathBuf]) -> Result<Loaded, (u8, String)> {
     Ok((trajectories, skipped))
 }
 
-/// Warnings about the results: runs without a result, result ids outside the task set.
+/// Warnings about the results: runs without a result, result ids outside the task set,
+/// result labels that no trajectory has.
 fn result_warnings(report: &Report, results: &Results) -> Vec<String> {
     let mut lines = Vec::new();
     for l in &report.labels {
@@ -334,6 +336,17 @@ fn result_warnings(report: &Report, results: &Results) -> Vec<String> {
     if outside > 0 {
         lines.push(format!(
             "{outside} instance id(s) in the results are outside --tasks: ignored"
+        ));
+    }
+    let unknown: Vec<&str> = results
+        .labels()
+        .into_iter()
+        .filter(|l| report.label(l).is_none())
+        .collect();
+    if !unknown.is_empty() {
+        lines.push(format!(
+            "results name label(s) with no trajectory, ignored: {}",
+            unknown.join(", ")
         ));
     }
     lines

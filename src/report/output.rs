@@ -291,8 +291,11 @@ fn rate_cell(r: &Rate) -> String {
     )
 }
 
-/// `value` alone, or `value n, value n` when several.
+/// `value` alone, `value (n), value (n)` when several, `–` when none.
 fn counts(m: &std::collections::BTreeMap<String, usize>) -> String {
+    if m.is_empty() {
+        return "–".into();
+    }
     if m.len() == 1 {
         return m.keys().next().cloned().unwrap_or_default();
     }

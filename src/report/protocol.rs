@@ -105,6 +105,7 @@ pub struct LabelProtocol {
     pub prefix_coverage: BTreeMap<PrefixSource, usize>,
     /// Rules as [`Rules::describe`] lines (or `unknown`).
     pub rules: BTreeMap<String, usize>,
+    /// Trajectories by backend model; those without a completion are not counted.
     pub backend_model: BTreeMap<String, usize>,
     pub proxy_version: BTreeMap<String, usize>,
 }
@@ -123,10 +124,11 @@ impl LabelProtocol {
             .rules
             .entry(or_unknown(p.rules.as_ref().map(Rules::describe)))
             .or_default() += 1;
-        *self
-            .backend_model
-            .entry(or_unknown(p.backend_model.clone()))
-            .or_default() += 1;
+        // A trajectory with no completion (its first request failed) asked no model: it says
+        // nothing of the backend model, rather than "unknown".
+        if let Some(model) = &p.backend_model {
+            *self.backend_model.entry(model.clone()).or_default() += 1;
+        }
         *self
             .proxy_version
             .entry(or_unknown(p.proxy_version.clone()))
@@ -222,7 +224,7 @@ impl LabelProtocol {
 }
 
 /// The compared settings on which two labels differ, one line each:
-/// `format: ckpt-a markdown_xml, ckpt-b xml`. None when a label has no trajectory (of the task
+/// `format: ckpt-a markdown_xml; ckpt-b xml`. None when a label has no trajectory (of the task
 /// set): there is no protocol to compare.
 pub fn differences(a: (&str, &LabelProtocol), b: (&str, &LabelProtocol)) -> Vec<String> {
     if a.1.trajectories() == 0 || b.1.trajectories() == 0 {

@@ -124,6 +124,14 @@ impl Results {
             .collect()
     }
 
+    /// Labels that entries name (entries without a label left out).
+    pub fn labels(&self) -> BTreeSet<&str> {
+        self.map
+            .keys()
+            .filter_map(|(l, _, _)| l.as_deref())
+            .collect()
+    }
+
     /// Instance ids that have any entry.
     pub fn instance_ids(&self) -> BTreeSet<&str> {
         self.map.keys().map(|(_, id, _)| id.as_str()).collect()

@@ -325,6 +325,8 @@ fn summarise(
     let mut task_counts = Vec::new();
     let mut missing_tasks = Vec::new();
     let mut result_only_runs = Vec::new();
+    // Tasks whose only result has no run index: (index in task_counts, resolved).
+    let mut runless: Vec<(usize, bool)> = Vec::new();
     for id in task_set {
         let traced = by_task.get(id.as_str()).copied().unwrap_or_default();
         let mut n = traced.len();
@@ -333,14 +335,17 @@ fn summarise(
             .filter(|r| r.outcome.is_some_and(|o| o.resolved))
             .count();
         if let Some(results) = results {
-            let mut extra: Vec<usize> = results
+            let extra: Vec<usize> = results
                 .runs(&label, id)
                 .into_iter()
                 .filter(|run| !traced.iter().any(|r| r.run == *run))
                 .collect();
-            // A result with no run index for a task with no trajectory stands for one run.
-            if traced.is_empty() && extra.is_empty() && results.lookup(&label, id, 0).is_some() {
-                extra.push(0);
+            // A result with no run index applies to every run of the task: for a task with no
+            // trajectory, to as many runs as the label's other tasks have (set below).
+            if traced.is_empty() && extra.is_empty() {
+                if let Some(outcome) = results.lookup(&label, id, 0) {
+                    runless.push((task_counts.len(), outcome.resolved));
+                }
             }
             for run in extra {
                 n += 1;
@@ -348,7 +353,7 @@ fn summarise(
                 result_only_runs.push((id.clone(), run));
             }
         }
-        if n == 0 {
+        if n == 0 && runless.last().is_none_or(|(i, _)| *i != task_counts.len()) {
             missing_tasks.push(id.clone());
         }
         task_counts.push(TaskCount {
@@ -358,6 +363,12 @@ fn summarise(
         });
     }
     let most = task_counts.iter().map(|t| t.n).max().unwrap_or(0).max(1);
+    for (i, resolved) in runless {
+        let t = &mut task_counts[i];
+        t.n = most;
+        t.c = if resolved { most } else { 0 };
+        result_only_runs.extend((0..most).map(|run| (t.instance_id.clone(), run)));
+    }
     for t in task_counts.iter_mut().filter(|t| t.n == 0) {
         t.n = most;
     }
