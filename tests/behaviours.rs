@@ -1381,6 +1381,78 @@ async fn recorded_mini_swe_agent_run_fixed_after_a_failing_reproduction() {
 }
 
 #[tokio::test]
+async fn recorded_mini_swe_agent_json_output_is_read_decoded() {
+    // mini-swe-agent 2's tool output is JSON (`{"returncode", "output"}`); the report reads it
+    // decoded as the proxy does, so a file `ls` listed on its second line was seen, and the
+    // heredoc that rewrites it edits the repository (not a new scratch file).
+    let script: Vec<String> = [
+        "List.\n<bash>cd /repo && ls textutil</bash>\n",
+        "Rewrite it.\n<bash>cd /repo && cat > textutil/helpers.py <<'EOF'\ndef strip(s):\n    return s.strip()\nEOF</bash>\n",
+        "Done.\n<bash>echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT</bash>\n",
+    ]
+    .map(String::from)
+    .to_vec();
+    let observations = [
+        "{\"returncode\": 0, \"output\": \"__init__.py\\nhelpers.py\\n\"}",
+        "{\"returncode\": 0, \"output\": \"\"}",
+    ];
+    let t = record("mini-swe-agent-1.json", script, &observations, |_| {}).await;
+    assert_eq!(
+        t.turns[0].observation.as_deref(),
+        Some("__init__.py\nhelpers.py"),
+        "decoded"
+    );
+    let b = Behaviour::of(&t, None);
+    // 1 edit (overwrite of helpers.py, seen in the ls output) → a repository edit.
+    assert_eq!((b.edits, b.repo_edits), (1, 1), "{b:?}");
+    assert!(b.autonomous_edit && b.explicit_submission, "{b:?}");
+}
+
+#[test]
+fn only_the_writes_own_failure_makes_an_edit_unsuccessful() {
+    // The script run after the edit fails with a FileNotFoundError about another file: the
+    // edit of src/config.py happened.
+    let repro_fails = "Traceback (most recent call last):\n  File \"reproduce.py\", line 2\n\
+                       FileNotFoundError: [Errno 2] No such file or directory: '/etc/app.yml'";
+    let b = of(vec![
+        bash("python reproduce.py", repro_fails),
+        bash(
+            "sed -i 's/a/b/' src/config.py && python reproduce.py",
+            repro_fails,
+        ),
+    ]);
+    assert_eq!((b.edits, b.repo_edits), (1, 1), "{b:?}");
+    // `sed …; cat other` where only the cat fails: the edit happened.
+    let b = of(vec![bash(
+        "sed -i 's/a/b/' src/x.py; cat src/y.py",
+        "cat: src/y.py: No such file or directory",
+    )]);
+    assert_eq!((b.edits, b.repo_edits), (1, 1), "{b:?}");
+    // The sed's own file error: no edit.
+    let b = of(vec![bash(
+        "sed -i 's/a/b/' src/x.py; cat src/y.py",
+        "sed: can't read src/x.py: No such file or directory\nprint(1)",
+    )]);
+    assert_eq!((b.edits, b.repo_edits), (1, 0), "{b:?}");
+}
+
+#[tokio::test]
+async fn a_run_with_no_accepted_action_did_not_stay_in_exploration() {
+    // Every output unparsable until the proxy's streak rule ends the run: no action ran, so
+    // the run did not explore either (it would inflate "stayed in exploration").
+    let t = record(
+        "swe-agent-1.json",
+        vec!["I think.".to_string(); 5],
+        &[],
+        |a| a.max_unparsable = Some(1),
+    )
+    .await;
+    let b = Behaviour::of(&t, None);
+    assert_eq!(b.ending, Ending::UnparsableStreak, "{b:?}");
+    assert!(!b.exploration_only, "{b:?}");
+}
+
+#[tokio::test]
 async fn recorded_endings_degenerate_loop_and_submit_before_edit_twice() {
     // Nudges off: the same read three times with the same output → the proxy ends the run
     // with `degenerate_loop` on the third output (replaced by a submit).
@@ -1519,7 +1591,8 @@ fn every_rate_of_a_label_by_hand() {
             None,
         ),
         // T6: no_action ×4, then a terminating no_action (unparsable streak).
-        //   turns 5, parsable 0, valid 0; abnormal (unparsable_streak); exploration only.
+        //   turns 5, parsable 0, valid 0; abnormal (unparsable_streak); not exploration
+        //   (no accepted action at all).
         (
             vec![
                 unparsed("no_action"),
@@ -1627,7 +1700,7 @@ fn every_rate_of_a_label_by_hand() {
     // abnormal                 T4 T5 T6 T7                       = 4
     // step cap                 T8                                = 1
     // stopped w/o submission   T9 T12                            = 2
-    // exploration only         T4 T5 T6 T12                      = 4
+    // exploration only         T4 T5 T12 (T6 has no accepted action) = 3
     // nudge submit before edit T4                                = 1
     // nudge repeated action    T10                               = 1
     let expected: Vec<(&str, usize, usize)> = vec![
@@ -1642,7 +1715,7 @@ fn every_rate_of_a_label_by_hand() {
         ("abnormal_termination", 4, 12),
         ("step_cap", 1, 12),
         ("stopped_without_submission", 2, 12),
-        ("exploration_only", 4, 12),
+        ("exploration_only", 3, 12),
         ("nudge_submit_before_edit", 1, 12),
         ("nudge_repeated_action", 1, 12),
     ];

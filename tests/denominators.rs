@@ -441,8 +441,8 @@ fn patch_rates_are_unknown_unless_the_results_say() {
         assert_eq!(r["resolved"]["rate"], json!(0.25), "{name}");
         let md = render(&report, ReportFormat::Md);
         assert!(
-            md.contains("| empty patch | unknown (1 of 2 known, 2 unknown) |")
-                && md.contains("| applicable patch | unknown (1 of 2 known, 2 unknown) |"),
+            md.contains("| empty patch | unknown (1/2 known, 2 unknown) |")
+                && md.contains("| applicable patch | unknown (1/2 known, 2 unknown) |"),
             "{name}: {md}"
         );
     }
@@ -797,7 +797,7 @@ async fn report_binary_scores_both_labels_over_the_task_set() {
         "{md}"
     );
     assert!(
-        md.contains("| empty patch | unknown (0 of 3 known, 3 unknown) | 25.0 (1/4) |"),
+        md.contains("| empty patch | unknown (0/3 known, 3 unknown) | 25.0 (1/4) |"),
         "{md}"
     );
     assert!(md.contains("## Warnings\n"), "{md}");

@@ -228,8 +228,10 @@ fn degenerate_loop(
     let &[.., first, second] = earlier.as_slice() else {
         return None;
     };
+    // An observation the scaffold elided in this request (SWE-agent's last_n_observations)
+    // says nothing of what the action showed: never the same result.
     let same_result = match (ran[first].1, ran[second].1) {
-        (Some(a), Some(b)) => a.trim() == b.trim(),
+        (Some(a), Some(b)) => a.trim() == b.trim() && !observe::elided(a),
         _ => false,
     };
     let may_have_changed = ran[first..].iter().any(|(a, observation)| {
@@ -287,11 +289,26 @@ pub fn is_edit(action: &Action, tools: &ToolSet) -> bool {
 }
 
 /// Whether an action is a *successful edit*: an edit ([`is_edit`]) whose observation is known
-/// and does not say the write failed ([`observe::edit_failed`]). An edit whose result the
-/// scaffold never sent back (`observation` `None`) is not known to have happened, so it is not
-/// one.
+/// and does not say the write failed ([`observe::edit_failed`], with the action's tool and
+/// written files). An edit whose result the scaffold never sent back (`observation` `None`) is
+/// not known to have happened, so it is not one.
 pub fn is_successful_edit(action: &Action, observation: Option<&str>, tools: &ToolSet) -> bool {
-    is_edit(action, tools) && observation.is_some_and(|o| !observe::edit_failed(o))
+    if !is_edit(action, tools) {
+        return false;
+    }
+    let Some(observation) = observation else {
+        return false;
+    };
+    let shell = matches!(action, Action::Call { tag, .. }
+        if matches!(tools.get(tag).map(|t| &t.role), Some(ToolRole::Shell { .. })));
+    if !shell {
+        return !observe::edit_failed(observation, observe::EditTool::Editor);
+    }
+    let paths: Vec<Option<String>> = edit::edit_targets(action, tools)
+        .into_iter()
+        .map(|t| t.path)
+        .collect();
+    !observe::edit_failed(observation, observe::EditTool::Shell(&paths))
 }
 
 /// Identity for the repeated-action rule: same tag and the same arguments, strings compared
@@ -623,6 +640,51 @@ mod tests {
             (edit.clone(), Some(EDITED)),
             (test.clone(), Some(FAILED)),
             (edit, Some(EDITED)),
+        ];
+        assert_eq!(
+            decisions(&run, &Limits::default()),
+            vec![Decision::Accept; run.len()]
+        );
+    }
+
+    #[test]
+    fn an_edit_chained_with_a_failing_reproduction_is_a_successful_edit() {
+        // `sed … && python reproduce.py` whose script fails with FileNotFoundError: the
+        // write happened (the error names another file), so these re-edits are not a loop.
+        let repro = bash("python reproduce.py");
+        let failing = "Traceback (most recent call last):\n  File \"reproduce.py\", line 2\n\
+                       FileNotFoundError: [Errno 2] No such file or directory: '/etc/app.yml'";
+        let run = [
+            (repro.clone(), Some(failing)),
+            (
+                bash("sed -i 's/a/b/' src/config.py && python reproduce.py"),
+                Some(failing),
+            ),
+            (repro.clone(), Some(failing)),
+            (
+                bash("sed -i 's/b/c/' src/config.py && python reproduce.py"),
+                Some(failing),
+            ),
+            (repro, Some(failing)),
+        ];
+        assert_eq!(
+            decisions(&run, &Limits::default()),
+            vec![Decision::Accept; run.len()]
+        );
+    }
+
+    #[test]
+    fn elided_observations_are_never_the_same_result() {
+        // SWE-agent's last_n_observations: both earlier runs of the script now read
+        // "Old environment output: (3 lines omitted)"; what they showed is unknown.
+        let repro = bash("python reproduce.py");
+        let elided = "Old environment output: (3 lines omitted)";
+        let run = [
+            (repro.clone(), Some(elided)),
+            (bash("pip install -e ."), Some(elided)),
+            (repro.clone(), Some(elided)),
+            (bash("ls"), Some("a.py")),
+            (repro, None),
         ];
         assert_eq!(
             decisions(&run, &Limits::default()),

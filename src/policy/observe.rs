@@ -1,6 +1,6 @@
-//! Reading an action's observation for two facts (issue 17; docs/report.md "Successful
-//! edit"): did an edit fail ([`edit_failed`]), and did the command report any error at all
-//! ([`reports_error`])? An edit that failed changed nothing we can count on, so it neither
+//! Reading an action's observation (issue 17; docs/report.md "Successful edit"): did an edit
+//! fail ([`edit_failed`]), did the command report any error at all ([`reports_error`]), did
+//! the scaffold elide it ([`elided`])? An edit that failed changed nothing we can count on, so it neither
 //! ends a degenerate loop nor counts as an autonomous edit in `report`.
 
 /// Phrases that open an editor tool's success message (SWE-agent's and OpenHands'
@@ -14,11 +14,9 @@ pub const EDITOR_SUCCESS: &[&str] = &[
     "Last edit to",
 ];
 
-/// Phrases by which an editor tool or the shell says that a write did not happen, anywhere in
-/// the observation (case-sensitive): editor refusals (SWE-agent, OpenHands), the shell's and
-/// `sed`'s file errors, `patch` and `git apply` failures.
-pub const EDIT_FAILURE_PHRASES: &[&str] = &[
-    // str_replace_editor / file_editor refusals
+/// Phrases by which an editor tool (SWE-agent's `str_replace_editor`, OpenHands'
+/// `file_editor`) refuses an edit; its output is its own, so anywhere in it.
+pub const EDITOR_REFUSALS: &[&str] = &[
     "No replacement was performed",
     "did not appear verbatim",
     "Multiple occurrences of old_str",
@@ -30,25 +28,46 @@ pub const EDIT_FAILURE_PHRASES: &[&str] = &[
     "No edit history found",
     "Your proposed edit has introduced new syntax error",
     "Your edit was not applied",
-    // shell
-    "No such file or directory",
-    "Permission denied",
-    "command not found",
-    "syntax error",
-    "Read-only file system",
-    "Is a directory",
-    "can't read",
-    "cannot open",
+];
+
+/// Messages of the writing programs themselves (`sed`, `patch`, `git apply`), anywhere in a
+/// shell command's output: no other program prints them.
+pub const WRITER_ERRORS: &[&str] = &[
+    "sed: -e expression",
     "unterminated `s' command",
     "unknown option to `s'",
-    "sed: -e expression",
-    // patch, git apply
     "saving rejects to file",
     "can't find file to patch",
     "patch failed",
     "patch does not apply",
     "corrupt patch",
 ];
+
+/// File errors of the shell and of file utilities; they count for a write when they stand on
+/// a line that names the written file (`sed: can't read src/a.py: No such file or directory`,
+/// `bash: line 1: src/a.py: Permission denied`). Elsewhere they belong to whatever else the
+/// command ran (a traceback's `FileNotFoundError`, a failing `cat`).
+pub const FILE_ERRORS: &[&str] = &[
+    "No such file or directory",
+    "Permission denied",
+    "Read-only file system",
+    "Is a directory",
+    "Not a directory",
+    "can't read",
+    "cannot open",
+    "cannot create",
+    "cannot stat",
+];
+
+/// What an edit wrote and with which tool, for [`edit_failed`].
+#[derive(Debug, Clone, Copy)]
+pub enum EditTool<'a> {
+    /// An editor tool: its output is about the edit alone.
+    Editor,
+    /// A shell command writing these files (paths as written, `None` when the text does not
+    /// show them).
+    Shell(&'a [Option<String>]),
+}
 
 /// Words after which a number is an exit status (case-insensitive): `exit code 1`,
 /// `exit status 2`, `return code 1`, `"returncode": 1` (mini-swe-agent's JSON),
@@ -64,31 +83,86 @@ const EXIT_MARKERS: &[&str] = &[
     "exitcode",
 ];
 
-/// Whether an edit's observation says the write did not happen: none of [`EDITOR_SUCCESS`] on
-/// its first line, and a phrase of [`EDIT_FAILURE_PHRASES`].
+/// Whether an edit's observation says that the write did not happen. Not when the
+/// observation's first line holds one of [`EDITOR_SUCCESS`]. Otherwise, for an editor, any of
+/// [`EDITOR_REFUSALS`]; for a shell command, any of [`WRITER_ERRORS`], a shell syntax error (a
+/// line starting with `bash:`, `sh:`, `/bin/sh:` or `/bin/bash:` that holds `syntax error`:
+/// nothing ran), or one of [`FILE_ERRORS`] on a line that names a written file (its base name
+/// as a whole name, [`mentions`]).
 ///
-/// Only the write's own failure counts, not the exit status or a traceback: a command that
-/// edits and then runs the tests (`sed -i … && pytest`) has a failing exit status and a
-/// traceback whenever the tests fail, while its edit happened (with `&&` the tests only run
-/// when the edit succeeded). A failed write says so (`sed: can't read …: No such file or
-/// directory`, `No replacement was performed`).
-pub fn edit_failed(observation: &str) -> bool {
+/// Only the write's own failure counts, not the exit status, a traceback or failing tests: in
+/// `sed -i … && pytest` the tests only run when the edit succeeded, and a
+/// `FileNotFoundError` in their output says nothing about the edit.
+pub fn edit_failed(observation: &str, tool: EditTool<'_>) -> bool {
     let first = observation.lines().next().unwrap_or_default();
-    !EDITOR_SUCCESS.iter().any(|p| first.contains(p))
-        && EDIT_FAILURE_PHRASES.iter().any(|p| observation.contains(p))
+    if EDITOR_SUCCESS.iter().any(|p| first.contains(p)) {
+        return false;
+    }
+    let targets = match tool {
+        EditTool::Editor => return EDITOR_REFUSALS.iter().any(|p| observation.contains(p)),
+        EditTool::Shell(targets) => targets,
+    };
+    if WRITER_ERRORS.iter().any(|p| observation.contains(p)) {
+        return true;
+    }
+    let names: Vec<&str> = targets.iter().flatten().map(|p| base_name(p)).collect();
+    observation.lines().any(|line| {
+        let shell = ["bash:", "sh:", "/bin/sh:", "/bin/bash:"]
+            .iter()
+            .any(|s| line.trim_start().starts_with(s));
+        (shell && line.contains("syntax error"))
+            || (FILE_ERRORS.iter().any(|e| line.contains(e))
+                && names.iter().any(|name| mentions(line, name)))
+    })
+}
+
+/// The last path component, the name files are matched by (`/testbed/src/a.py` → `a.py`).
+pub fn base_name(path: &str) -> &str {
+    let path = path.trim_end_matches('/');
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Whether `name` appears in `text` as a whole file name: not preceded by a letter, digit,
+/// `_`, `-` or `.`, nor followed by a letter, digit, `_` or `-` (`a.py` is in `/src/a.py:3`
+/// and `a.py.`, not in `ba.py` or `a.pyc`).
+pub fn mentions(text: &str, name: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    !name.is_empty()
+        && text.match_indices(name).any(|(i, m)| {
+            !text[..i]
+                .chars()
+                .next_back()
+                .is_some_and(|c| word(c) || c == '.')
+                && !text[i + m.len()..].chars().next().is_some_and(word)
+        })
+}
+
+/// Markers by which a scaffold replaces an old observation in later requests: SWE-agent's
+/// `last_n_observations` (`Old environment output: (N lines omitted)`) and OpenHands'
+/// observation masking (`<MASKED>`). Such an observation says nothing of what the action
+/// showed, so the loop rule never compares it.
+pub const ELISION_MARKERS: &[&str] = &["Old environment output:", "<MASKED>"];
+
+/// Whether a scaffold elided this observation ([`ELISION_MARKERS`] at its start).
+pub fn elided(observation: &str) -> bool {
+    let text = observation.trim_start();
+    ELISION_MARKERS.iter().any(|m| text.starts_with(m))
 }
 
 /// Whether an observation reports any error: none of [`EDITOR_SUCCESS`] on its first line,
-/// and any of: a phrase of [`EDIT_FAILURE_PHRASES`]; a Python traceback; a line starting
-/// (after spaces) with `ERROR`, `Error:`, `error:` or `E: `; a non-zero exit status after one
-/// of the exit markers (separators ` :="'>-` and tabs between marker and number). `report`
-/// reads a command that reported no error as showing that the files it names exist.
+/// and any of: a phrase of [`EDITOR_REFUSALS`], [`WRITER_ERRORS`] or [`FILE_ERRORS`]; a
+/// Python traceback; a line starting (after spaces) with `ERROR`, `Error:`, `error:` or `E: `;
+/// a non-zero exit status after one of the exit markers (separators ` :="'>-` and tabs
+/// between marker and number). `report` reads a command that reported no error as showing
+/// that the files it names exist.
 pub fn reports_error(observation: &str) -> bool {
     let first = observation.lines().next().unwrap_or_default();
     if EDITOR_SUCCESS.iter().any(|p| first.contains(p)) {
         return false;
     }
-    EDIT_FAILURE_PHRASES.iter().any(|p| observation.contains(p))
+    [EDITOR_REFUSALS, WRITER_ERRORS, FILE_ERRORS]
+        .iter()
+        .any(|list| list.iter().any(|p| observation.contains(p)))
         || observation.contains("Traceback (most recent call last)")
         || observation.lines().any(|line| {
             let line = line.trim_start();
@@ -115,7 +189,7 @@ fn nonzero_exit(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{edit_failed, reports_error};
+    use super::{edit_failed, elided, reports_error, EditTool};
 
     #[test]
     fn editor_and_shell_errors_are_reported() {
@@ -138,26 +212,46 @@ mod tests {
 
     #[test]
     fn an_edit_fails_only_when_the_write_says_so() {
+        let src = [Some("src/x.py".to_string())];
+        let shell = EditTool::Shell(&src);
         // The write failed.
         for text in [
-            "No replacement was performed, old_str `x` did not appear verbatim in /a.py.",
             "sed: can't read src/x.py: No such file or directory",
             "{\"returncode\": 2, \"output\": \"sed: -e expression #1, char 9: unterminated `s' command\"}",
-            "1 out of 1 hunk FAILED -- saving rejects to file a.py.rej",
-            "error: patch failed: src/a.py:10\nerror: src/a.py: patch does not apply",
+            "1 out of 1 hunk FAILED -- saving rejects to file x.py.rej",
+            "error: patch failed: src/x.py:10\nerror: src/x.py: patch does not apply",
+            "bash: line 1: src/x.py: Permission denied",
+            "bash: -c: line 3: syntax error: unexpected end of file",
         ] {
-            assert!(edit_failed(text), "{text}");
+            assert!(edit_failed(text, shell), "{text}");
         }
         // The write happened; what ran after it failed.
         for text in [
             "===== 1 failed, 2 passed in 0.1s =====",
             "{\"returncode\": 1, \"output\": \"FAILED tests/test_a.py::test_x\"}",
-            "Traceback (most recent call last):\n  File \"reproduce.py\", line 3\nValueError: x",
+            "Traceback (most recent call last):\n  File \"reproduce.py\", line 3\nFileNotFoundError: [Errno 2] No such file or directory: '/etc/app.yml'",
             "[The command completed with exit code 1.]",
-            "The file /a.py has been edited. Here's the result of running `cat -n`:\n 3\tNo such file or directory",
+            "cat: src/y.py: No such file or directory",
+            "echo \"bash: foo: command not found\" # a line of x.py's code",
         ] {
-            assert!(!edit_failed(text), "{text}");
+            assert!(!edit_failed(text, shell), "{text}");
         }
+        // An editor's own refusal, anywhere; its success message wins.
+        assert!(edit_failed(
+            "ERROR:\nNo replacement was performed, old_str `x` did not appear verbatim in /a.py.",
+            EditTool::Editor
+        ));
+        assert!(!edit_failed(
+            "The file /a.py has been edited. Here's the result of running `cat -n`:\n 3\tNo replacement was performed",
+            EditTool::Editor
+        ));
+    }
+
+    #[test]
+    fn elided_observations_are_recognised() {
+        assert!(elided("Old environment output: (12 lines omitted)"));
+        assert!(elided("<MASKED>"));
+        assert!(!elided("1 failed, 2 passed"));
     }
 
     #[test]

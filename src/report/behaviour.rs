@@ -12,7 +12,7 @@ use super::testcmd::is_test_command;
 use super::{Trajectory, Turn};
 use crate::conversation::Action;
 use crate::policy::edit::{WriteKind, WriteTarget};
-use crate::policy::observe::{edit_failed, reports_error};
+use crate::policy::observe::{base_name, edit_failed, mentions, reports_error, EditTool};
 use crate::policy::same_action;
 use crate::session::NudgeKind;
 
@@ -126,7 +126,7 @@ pub struct Behaviour {
     /// An action issued [`LOOP_REPEATS`] times with no successful edit between the first and
     /// the last of them, or a run ended by a loop rule.
     pub repetitive_loop: bool,
-    /// Accepted actions never edit (successfully or not) and never run a test.
+    /// At least one accepted action, and none edits (successfully or not) or runs a test.
     pub exploration_only: bool,
     /// Accepted actions before the first accepted edit; `None` without an edit.
     pub steps_before_first_edit: Option<usize>,
@@ -147,29 +147,6 @@ pub struct Behaviour {
 /// A turn whose output reached the scaffold as an action.
 fn accepted(turn: &Turn) -> bool {
     turn.parse_error.is_none() && turn.nudge.is_none() && !turn.terminated
-}
-
-/// The last path component, the name files are matched by (`/testbed/src/a.py` → `a.py`).
-fn base_name(path: &str) -> &str {
-    path.trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or(path)
-}
-
-/// Whether `name` appears in `text` as a whole file name: not preceded by a letter, digit,
-/// `_`, `-` or `.`, nor followed by a letter, digit, `_` or `-` (`a.py` is in `/src/a.py:3`
-/// and `a.py.`, not in `ba.py` or `a.pyc`).
-fn mentions(text: &str, name: &str) -> bool {
-    let word = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
-    !name.is_empty()
-        && text.match_indices(name).any(|(i, m)| {
-            !text[..i]
-                .chars()
-                .next_back()
-                .is_some_and(|c| word(c) || c == '.')
-                && !text[i + m.len()..].chars().next().is_some_and(word)
-        })
 }
 
 /// Tells edits of the repository from writes to files the trajectory made (docs/report.md
@@ -261,8 +238,16 @@ impl Behaviour {
             let observation = turn.observation.as_deref();
             let test_run = turn.shell_command.as_deref().is_some_and(is_test_command);
             let test_failed = test_run && observation.is_some_and(shows_test_failure);
-            let successful =
-                accepted(turn) && turn.is_edit && observation.is_some_and(|o| !edit_failed(o));
+            let paths: Vec<Option<String>> =
+                turn.edit_targets.iter().map(|t| t.path.clone()).collect();
+            let tool = if turn.shell_command.is_some() {
+                EditTool::Shell(&paths)
+            } else {
+                EditTool::Editor
+            };
+            let successful = accepted(turn)
+                && turn.is_edit
+                && observation.is_some_and(|o| !edit_failed(o, tool));
             if let Some(action) = &turn.action {
                 if turn.parse_error.is_none() {
                     issued.push((action, successful));
@@ -311,7 +296,9 @@ impl Behaviour {
         b.autonomous_edit = b.repo_edits > 0;
         b.active_testing = b.test_runs > 0;
         b.re_edit_after_failed_test = re_edit == 3;
-        b.exploration_only = b.edits == 0 && b.test_runs == 0;
+        // A run with no accepted action (every output unparsable, or the backend down) did
+        // not explore either.
+        b.exploration_only = accepted_actions > 0 && b.edits == 0 && b.test_runs == 0;
         let loop_ended = b
             .termination
             .as_deref()

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::protocol::{PrefixSource, SessionProtocol};
 use super::{Trajectory, Turn};
-use crate::conversation::{Action, Conversation};
+use crate::conversation::{tool_output_text, Action, Conversation};
 use crate::openai::chat::{ChatCompletionRequest, ChatMessage};
 use crate::policy;
 use crate::profile::{Profiles, ScaffoldReply, ToolRole, ToolSet};
@@ -355,10 +355,12 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstRe
         }
         let accepted = turn.nudge.is_none() && !turn.terminated;
         if accepted {
+            // Decoded as the proxy decodes it (mini-swe-agent's `{"returncode", "output"}`
+            // JSON → its output and `[exit status N]`), so the rules read the same text.
             turn.observation = first
                 .by_step
                 .get(&turn.step)
-                .cloned()
+                .map(|raw| tool_output_text(raw, tools.tool_output).into_owned())
                 .or_else(|| observations.get(turn.step).cloned().flatten());
         }
     }

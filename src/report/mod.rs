@@ -228,17 +228,27 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
 /// Reads `--tasks FILE`: instance ids one a line; blank lines, `#` comments (whole lines or
 /// after an id) and a UTF-8 byte-order mark skipped.
 ///
-/// Errors: the file cannot be read, or holds no id (exit 2).
+/// Errors: the file cannot be read, holds no id, or a line holds more than one word (exit 2).
 fn read_task_set(path: &std::path::Path) -> Result<Vec<String>, (u8, String)> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| (2, format!("reading --tasks {}: {e}", path.display())))?;
-    let ids: Vec<String> = text
-        .trim_start_matches('\u{feff}')
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or_default().trim())
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
+    let mut ids = Vec::new();
+    for (i, line) in text.trim_start_matches('\u{feff}').lines().enumerate() {
+        let id = line.split('#').next().unwrap_or_default().trim();
+        if id.contains(char::is_whitespace) {
+            return Err((
+                2,
+                format!(
+                    "--tasks {} line {}: {id:?} is not one instance id (one id a line, no spaces)",
+                    path.display(),
+                    i + 1
+                ),
+            ));
+        }
+        if !id.is_empty() {
+            ids.push(id.to_string());
+        }
+    }
     if ids.is_empty() {
         return Err((2, format!("--tasks {}: no instance ids", path.display())));
     }

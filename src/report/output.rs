@@ -275,16 +275,17 @@ fn head_with(first: &str, report: &Report) -> Vec<String> {
     head
 }
 
-/// `rate (count/total)`; with unknown cases `unknown (count of known known, u unknown)`.
+/// `rate (count/total)`; with unknown cases `unknown (count/known known, u unknown)`, or
+/// `unknown (all total)`.
 fn rate_cell(r: &Rate) -> String {
     if r.unknown == 0 {
         return format!("{} ({}/{})", percent(r.value()), r.count, r.total);
     }
     if r.unknown == r.total {
-        return format!("unknown ({} runs)", r.total);
+        return format!("unknown (all {})", r.total);
     }
     format!(
-        "unknown ({} of {} known, {} unknown)",
+        "unknown ({}/{} known, {} unknown)",
         r.count,
         r.total - r.unknown,
         r.unknown
@@ -342,6 +343,7 @@ pub fn to_json(report: &Report) -> Value {
                     .map(|(e, n)| (e.as_str(), *n))
                     .collect::<std::collections::BTreeMap<_, _>>(),
                 "median_steps_before_first_edit": l.behaviour.median_steps_before_first_edit(),
+                "trajectories_editing": l.behaviour.steps_before_first_edit.len(),
                 "missing_tasks": l.missing_tasks,
                 "result_only_runs": l.result_only_runs,
                 "protocol": l.protocol,
