@@ -1436,6 +1436,29 @@ fn only_the_writes_own_failure_makes_an_edit_unsuccessful() {
     assert_eq!((b.edits, b.repo_edits), (1, 0), "{b:?}");
 }
 
+#[test]
+fn a_scratch_file_written_from_python_is_not_a_repository_edit() {
+    // `open('reproduce_issue.py', 'w')` names a file never seen: the run created it.
+    let b = of(vec![
+        bash(
+            "python - <<'EOF'\nwith open('reproduce_issue.py', 'w') as f:\n    f.write('import calc')\nEOF",
+            "",
+        ),
+        bash("python reproduce_issue.py", "ok"),
+    ]);
+    assert_eq!(
+        (b.edits, b.repo_edits, b.active_testing),
+        (1, 0, true),
+        "{b:?}"
+    );
+    // Opening a listed repository file for writing edits it.
+    let b = of(vec![
+        bash("ls src", "calc.py\n__init__.py"),
+        bash("python -c \"open('src/calc.py', 'w').write('x = 1')\"", ""),
+    ]);
+    assert_eq!((b.edits, b.repo_edits), (1, 1), "{b:?}");
+}
+
 #[tokio::test]
 async fn a_run_with_no_accepted_action_did_not_stay_in_exploration() {
     // Every output unparsable until the proxy's streak rule ends the run: no action ran, so

@@ -433,9 +433,11 @@ fn words_targets(words: &[String], bodies: &[String]) -> Vec<WriteTarget> {
                 .map_or_else(Vec::new, |script| shell_write_targets(script)),
             None => bodies.iter().flat_map(|b| shell_write_targets(b)).collect(),
         },
-        cmd if cmd.starts_with("python") || cmd.starts_with("pypy") => {
-            unknown(words.iter().chain(bodies).any(|code| python_writes(code)))
-        }
+        cmd if cmd.starts_with("python") || cmd.starts_with("pypy") => words
+            .iter()
+            .chain(bodies)
+            .flat_map(|code| python_targets(code))
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -523,20 +525,22 @@ fn git_writes(args: &[String]) -> bool {
     }
 }
 
+/// Python calls that write or remove files (besides a writing `open`).
+const PYTHON_WRITE_CALLS: &[&str] = &[
+    "write_text(",
+    "write_bytes(",
+    "os.remove(",
+    "os.unlink(",
+    "os.rename(",
+    "os.replace(",
+    "shutil.copy",
+    "shutil.move(",
+    "shutil.rmtree(",
+];
+
 /// Python code that writes files: a write-mode `open(...)` or a known writing call.
 fn python_writes(code: &str) -> bool {
-    const CALLS: &[&str] = &[
-        "write_text(",
-        "write_bytes(",
-        "os.remove(",
-        "os.unlink(",
-        "os.rename(",
-        "os.replace(",
-        "shutil.copy",
-        "shutil.move(",
-        "shutil.rmtree(",
-    ];
-    CALLS.iter().any(|call| code.contains(call))
+    PYTHON_WRITE_CALLS.iter().any(|call| code.contains(call))
         || code
             .match_indices("open(")
             .any(|(i, m)| open_mode_writes(&code[i + m.len()..]))
@@ -546,25 +550,71 @@ fn python_writes(code: &str) -> bool {
 /// writing mode (`'w'`, `"a"`, `'wb'`, `'r+'`, `mode='x'`). The first argument is the path, so
 /// a file named `a` is not taken for a mode.
 fn open_mode_writes(args: &str) -> bool {
+    open_write_mode(args).is_some()
+}
+
+/// The writing mode of an `open(` call ([`open_mode_writes`]), given the text after `open(`.
+fn open_write_mode(args: &str) -> Option<String> {
     let (mut depth, mut past_path) = (0usize, false);
     let mut chars = args.chars();
     while let Some(c) = chars.next() {
         match c {
             '(' | '[' => depth += 1,
-            ')' | ']' if depth == 0 => return false,
+            ')' | ']' if depth == 0 => return None,
             ')' | ']' => depth -= 1,
             ',' if depth == 0 => past_path = true,
             '\'' | '"' => {
                 let lit: String = chars.by_ref().take_while(|&n| n != c).collect();
                 let mode = !lit.is_empty() && lit.chars().all(|m| "rwaxbt+".contains(m));
                 if past_path && mode && lit.contains(['w', 'a', 'x', '+']) {
-                    return true;
+                    return Some(lit);
                 }
             }
             _ => {}
         }
     }
-    false
+    None
+}
+
+/// The files Python code writes: each writing `open('path', mode)` whose path is a string
+/// literal (`r+` in place, other modes overwrite); one unknown target for any other write
+/// ([`python_writes`]: `write_text(`, `os.remove(`, an `open` of a computed path, …).
+fn python_targets(code: &str) -> Vec<WriteTarget> {
+    if !python_writes(code) {
+        return Vec::new();
+    }
+    let mut targets = Vec::new();
+    let mut other = false;
+    for (i, m) in code.match_indices("open(") {
+        let args = &code[i + m.len()..];
+        let Some(mode) = open_write_mode(args) else {
+            continue;
+        };
+        let literal = args
+            .trim_start()
+            .chars()
+            .next()
+            .filter(|q| *q == '\'' || *q == '"');
+        let path = literal.and_then(|q| {
+            let rest = &args.trim_start()[1..];
+            rest.find(q).map(|end| &rest[..end])
+        });
+        match path {
+            Some(path) if !path.is_empty() => {
+                let kind = if mode.contains('r') {
+                    WriteKind::InPlace
+                } else {
+                    WriteKind::Overwrite
+                };
+                targets.push(WriteTarget::new(path, kind));
+            }
+            _ => other = true,
+        }
+    }
+    if other || targets.is_empty() || PYTHON_WRITE_CALLS.iter().any(|c| code.contains(c)) {
+        targets.push(WriteTarget::unknown());
+    }
+    targets
 }
 
 #[cfg(test)]
@@ -720,7 +770,14 @@ mod tests {
             ("rm -f x.pyc", vec![t(Some("x.pyc"), InPlace)]),
             ("find . -name '*.pyc' | xargs rm", vec![t(None, InPlace)]),
             ("git apply fix.diff", vec![t(None, InPlace)]),
-            ("python3 -c \"open('a', 'w')\"", vec![t(None, InPlace)]),
+            ("python3 -c \"open('a', 'w')\"", vec![t(Some("a"), Overwrite)]),
+            (
+                "python - <<'EOF'\nwith open('reproduce_issue.py', 'w') as f:\n    f.write('x')\nEOF",
+                vec![t(Some("reproduce_issue.py"), Overwrite)],
+            ),
+            ("python -c \"open('src/a.py', 'r+').write('x')\"", vec![t(Some("src/a.py"), InPlace)]),
+            ("python -c \"open(p, 'w')\"", vec![t(None, InPlace)]),
+            ("python -c \"Path('a').write_text('')\"", vec![t(None, InPlace)]),
             ("find . -exec sed -i 's/a/b/' {} +", vec![t(None, InPlace)]),
             (
                 "bash -c 'echo hi > out.txt'",
