@@ -361,7 +361,7 @@ def summarize(args, configs: list[dict]) -> list[dict]:
             "explicit_submission": rate("explicit_submission"),
             "nudges": sum((label.get("nudges_fired") or {}).values()),
             # How the runs that did not submit ended (report's `endings`, issue 17).
-            "terminations": {k: v for k, v in (label.get("endings") or {}).items()
+            "endings": {k: v for k, v in (label.get("endings") or {}).items()
                              if v and k != "submitted"},
             "s_per_step": wall / calls if calls else None,
             "backend_s_per_call": figures["backend_s_per_call"],
@@ -377,12 +377,12 @@ def pct(v) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ["config", "runs", "Pass@1 %", "right file edited", "parsable turns %",
-            "valid tool calls %", "edit %", "tests run %", "submitted %", "nudges", "terminations",
+            "valid tool calls %", "edit %", "tests run %", "submitted %", "nudges", "endings (not submitted)",
             "s/step", "cache hit %"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         pt, vt = r["parsable_turns"], r["valid_tool_calls"]
-        term = ", ".join(f"{k} {v}" for k, v in sorted(r["terminations"].items())) or "–"
+        term = ", ".join(f"{k} {v}" for k, v in sorted(r["endings"].items())) or "–"
         sps = "–" if r["s_per_step"] is None else f"{r['s_per_step']:.1f}"
         cells = [r["config"], str(r["runs"]), pct(r["pass_at_1"]), f"{r['edited_fix_file']}/{r['runs']}",
                  f"{pct(pt[0])} ({pt[1]}/{pt[2]})", f"{pct(vt[0])} ({vt[1]}/{vt[2]})",

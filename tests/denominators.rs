@@ -484,7 +484,7 @@ fn rules(nudges: bool) -> Rules {
     Rules {
         nudges,
         max_steps: 100,
-        loop_rule: "degenerate".into(),
+        loop_rule: asap_proxy::policy::LoopRule::Degenerate,
         loop_window: 10,
         max_unparsable: 5,
     }
@@ -573,6 +573,55 @@ fn protocols_differ_between_labels_and_mix_inside_one() {
     let value: Value = serde_json::from_str(&render(&report, ReportFormat::Json)).unwrap();
     assert_eq!(value["labels"][2]["protocol"]["format"], json!({"xml": 1}));
     assert_eq!(value["protocol_differences"].as_array().unwrap().len(), 3);
+
+    // The first label (by name) has no trajectory of the task set: b and c are still compared
+    // (they differ in format and rules), not skipped.
+    let three = vec![
+        with_protocol("a", "t9", "markdown_xml", Some(rules(true)), "m"),
+        with_protocol("b", "t1", "markdown_xml", Some(rules(true)), "m"),
+        with_protocol("c", "t1", "xml", Some(rules(false)), "m"),
+    ];
+    let report = Report::build_with(&three, None, &options(&[1], Some(&["t1"])));
+    assert_eq!(
+        report.protocol_differences,
+        [
+            "format: b markdown_xml; c xml".to_string(),
+            format!("rules: b {on}; c {off}"),
+        ]
+    );
+}
+
+/// Results without a label apply to every label: with two labels that is usually a file of
+/// one label's runs given without `LABEL=`, so it is warned about.
+#[test]
+fn unlabelled_results_shared_by_several_labels_are_warned_about() {
+    let trajs = vec![traj("a", "t1", 0), traj("b", "t1", 0)];
+    let results = Results::from_entries([entry(None, "t1", Some(0), true)]);
+    let report = Report::build_with(&trajs, Some(&results), &options(&[1], None));
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("results without a label apply to every label (a, b)")),
+        "{:?}",
+        report.warnings
+    );
+    // Labelled results, or one label: no such warning.
+    let results = Results::from_entries([
+        entry(Some("a"), "t1", Some(0), true),
+        entry(Some("b"), "t1", Some(0), false),
+        entry(Some("z"), "t7", Some(0), true),
+    ]);
+    let report = Report::build_with(&trajs, Some(&results), &options(&[1], None));
+    assert!(!report
+        .warnings
+        .iter()
+        .any(|w| w.contains("without a label")));
+    // A label only the results know is ignored, warned about, and adds no task.
+    assert_eq!(report.task_set, ["t1"]);
+    assert!(report
+        .warnings
+        .contains(&"results name label(s) with no trajectory, ignored: z".to_string()));
 }
 
 // ---------------------------------------------------------------------------------------------

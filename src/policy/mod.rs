@@ -4,8 +4,9 @@
 //! The paper ends a run on the model's submit, the step cap, the second violation of a nudged
 //! rule, or a degenerate loop. Here:
 //!
-//! - **Submit before edit** (paper): a submit when no file edit has happened is rejected once
-//!   with the profile's hint (only where the tools can edit: a shell or an editor).
+//! - **Submit before edit** (paper): a submit when no edit command ([`is_edit`], successful or
+//!   not) has been issued is rejected once with the profile's hint (only where the tools can
+//!   edit: a shell or an editor).
 //! - **Repeated action** (paper): an action identical to the previous one (same tool, same
 //!   arguments, strings compared without surrounding whitespace) is rejected once with a hint.
 //!   The second violation of either rule ends the trajectory. Switch: `--nudges on|off`.
@@ -36,7 +37,7 @@ use serde_json::Value;
 
 use crate::conversation::{Action, Conversation, Step};
 use crate::parse::ParseFailure;
-use crate::profile::{SubmitTarget, ToolRole, ToolSet, EDITOR_TAG};
+use crate::profile::{SubmitTarget, ToolRole, ToolSet};
 use crate::session::{NudgeKind, NudgeState};
 
 /// Thresholds and switches of the termination rules. Defaults: [`Limits::default`].
@@ -270,22 +271,9 @@ pub fn is_submit(action: &Action, tools: &ToolSet) -> bool {
 }
 
 /// Whether an action changes files: an editor command listed as modifying in the profile, or
-/// a shell command that writes files ([`edit::shell_writes_files`]).
+/// a shell command that writes files; i.e. it has write targets ([`edit::edit_targets`]).
 pub fn is_edit(action: &Action, tools: &ToolSet) -> bool {
-    let Action::Call { tag, arguments } = action else {
-        return false;
-    };
-    let text = |key: &str| arguments.get(key).and_then(Value::as_str);
-    match tools.get(tag).map(|t| &t.role) {
-        Some(ToolRole::Shell { command_parameter }) => {
-            text(command_parameter).is_some_and(edit::shell_writes_files)
-        }
-        Some(ToolRole::Editor) => {
-            text("command").is_some_and(|c| tools.modifying_commands().iter().any(|m| m == c))
-        }
-        _ if tag == EDITOR_TAG => text("command").is_some_and(|c| c != "view"),
-        _ => false,
-    }
+    !edit::edit_targets(action, tools).is_empty()
 }
 
 /// Whether an action is a *successful edit*: an edit ([`is_edit`]) whose observation is known

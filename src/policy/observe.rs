@@ -86,8 +86,8 @@ const EXIT_MARKERS: &[&str] = &[
 /// Whether an edit's observation says that the write did not happen. Not when the
 /// observation's first line holds one of [`EDITOR_SUCCESS`]. Otherwise, for an editor, any of
 /// [`EDITOR_REFUSALS`]; for a shell command, any of [`WRITER_ERRORS`], a shell syntax error (a
-/// line starting with `bash:`, `sh:`, `/bin/sh:` or `/bin/bash:` that holds `syntax error`:
-/// nothing ran), or one of [`FILE_ERRORS`] on a line that names a written file (its base name
+/// line starting with `bash:`, `sh:`, `/bin/sh:` or `/bin/bash:` that holds `syntax error`,
+/// any case, as dash writes `Syntax error`: nothing ran), or one of [`FILE_ERRORS`] on a line that names a written file (its base name
 /// as a whole name, [`mentions`]).
 ///
 /// Only the write's own failure counts, not the exit status, a traceback or failing tests: in
@@ -110,7 +110,7 @@ pub fn edit_failed(observation: &str, tool: EditTool<'_>) -> bool {
         let shell = ["bash:", "sh:", "/bin/sh:", "/bin/bash:"]
             .iter()
             .any(|s| line.trim_start().starts_with(s));
-        (shell && line.contains("syntax error"))
+        (shell && line.to_ascii_lowercase().contains("syntax error"))
             || (FILE_ERRORS.iter().any(|e| line.contains(e))
                 && names.iter().any(|name| mentions(line, name)))
     })
@@ -222,6 +222,7 @@ mod tests {
             "error: patch failed: src/x.py:10\nerror: src/x.py: patch does not apply",
             "bash: line 1: src/x.py: Permission denied",
             "bash: -c: line 3: syntax error: unexpected end of file",
+            "sh: 1: Syntax error: end of file unexpected (expecting \"then\")",
         ] {
             assert!(edit_failed(text, shell), "{text}");
         }

@@ -223,6 +223,8 @@ impl Behaviour {
         let mut issued: Vec<(&Action, bool)> = Vec::new();
         for turn in &trajectory.turns {
             match turn.parse_error.as_deref() {
+                // A record with neither a parse error nor a readable action is neither.
+                None if turn.action.is_none() => {}
                 None => {
                     b.parsable_turns += 1;
                     b.valid_tool_calls += 1;

@@ -26,8 +26,9 @@ fn opt(v: &Option<String>) -> String {
     v.clone().unwrap_or_default()
 }
 
-/// CSV: tables `summary`, `behaviour` (long form), `tasks` (with results), `trajectories`,
-/// and `pair` (when asked for), each with a header row, separated by a blank line.
+/// CSV: tables `summary`, `behaviour` (long form), `protocol`, `tasks` (with results),
+/// `trajectories`, `messages` (warnings and protocol differences) and `pair` (when asked
+/// for), each with a header row, separated by a blank line.
 pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     let mut head: Vec<String> = ["label", "tasks", "runs", "min_runs", "max_runs"]
         .map(String::from)
@@ -35,7 +36,14 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     if report.has_results {
         head.extend(report.ks.iter().map(|k| format!("pass@{k}")));
         head.extend(
-            ["intersection_solved", "intersection_fraction", "no_result"].map(String::from),
+            [
+                "intersection_solved",
+                "intersection_fraction",
+                "no_result",
+                "missing_tasks",
+                "result_only_runs",
+            ]
+            .map(String::from),
         );
     }
     csv_row(out, &head)?;
@@ -53,6 +61,8 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             cells.push(i.map(|i| i.solved.to_string()).unwrap_or_default());
             cells.push(num(i.map(|i| i.fraction)));
             cells.push(l.behaviour.no_result.to_string());
+            cells.push(l.missing_tasks.len().to_string());
+            cells.push(l.result_only_runs.len().to_string());
         }
         csv_row(out, &cells)?;
     }
@@ -126,6 +136,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         let p = &l.protocol;
         let mut settings: Vec<(&str, String, usize)> = Vec::new();
         for (name, m) in [
+            ("mode", &p.mode),
             ("format", &p.format),
             ("prefix_k", &p.prefix_k),
             ("rules", &p.rules),
@@ -134,13 +145,11 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         ] {
             settings.extend(m.iter().map(|(v, n)| (name, v.clone(), *n)));
         }
-        settings.extend(p.prefix_coverage.iter().map(|(source, n)| {
-            let source = serde_json::to_value(source)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
-            ("prefix_source", source, *n)
-        }));
+        settings.extend(
+            p.prefix_coverage
+                .iter()
+                .map(|(source, n)| ("prefix_source", source.as_str().to_string(), *n)),
+        );
         for (name, value, n) in settings {
             csv_row(out, &[l.label.clone(), name.into(), value, n.to_string()])?;
         }
@@ -178,6 +187,15 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     csv_row(out, &head)?;
     for row in &report.trajectories {
         csv_row(out, &trajectory_cells(row, report.has_results))?;
+    }
+
+    writeln!(out)?;
+    csv_row(out, &["kind", "message"].map(String::from))?;
+    for line in &report.protocol_differences {
+        csv_row(out, &["protocol_difference".into(), line.clone()])?;
+    }
+    for line in &report.warnings {
+        csv_row(out, &["warning".into(), line.clone()])?;
     }
 
     if let Some(p) = &report.pair {

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use super::protocol::{PrefixSource, SessionProtocol};
+use super::protocol::{self, SessionProtocol};
 use super::{Trajectory, Turn};
 use crate::conversation::{tool_output_text, Action, Conversation};
 use crate::openai::chat::{ChatCompletionRequest, ChatMessage};
@@ -150,11 +150,12 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
         }),
         task_text: text("task_text").unwrap_or_default(),
         protocol: SessionProtocol {
+            mode: text("mode"),
             prefix_k: data
                 .get("prefix_k")
                 .and_then(Value::as_u64)
                 .map(|k| k as usize),
-            prefix_source: PrefixSource::from_record(
+            prefix_source: protocol::prefix_source(
                 text("prefix_source").as_deref(),
                 data.get("prefix")
                     .and_then(|p| p.get("matched_by"))

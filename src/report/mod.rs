@@ -100,12 +100,13 @@ pub struct Turn {
 
 /// Runs `asap-proxy report`: reads the traces (with a progress bar on a terminal), reads
 /// `--results`, computes the [`Report`], prints it to standard output in `--format`, and
-/// writes `--plots`. Warnings (unreadable trace records skipped, runs without a result, result
-/// ids matching no trajectory) go to standard error.
+/// writes `--plots`. Warnings (unreadable trace records skipped, and the report's own
+/// [`Report::warnings`]) go to standard error.
 ///
 /// Errors: `(exit code, message)`: 2 for bad arguments or unreadable inputs (no trace
-/// files, a results file that cannot be read or parsed, an unknown `--pair` label), 1 for
-/// failures writing the output or the plots.
+/// files, a results file that cannot be read or parsed, an unknown `--pair` label, an empty,
+/// unreadable or malformed `--tasks` file) and for labels compared under different protocols
+/// without `--allow-protocol-mismatch`; 1 for failures writing the output or the plots.
 pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     let (dirs, result_files) =
         crate::cli::trace_paths_and_results(&args.dirs, &args.results).map_err(|e| (2, e))?;
@@ -114,28 +115,6 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     let mut stderr = std::io::stderr();
     for line in &skipped {
         let _ = writeln!(stderr, "warning: {line}");
-    }
-    let mut files_per_session = std::collections::BTreeMap::<&str, usize>::new();
-    for t in &trajectories {
-        *files_per_session.entry(t.session.as_str()).or_default() += 1;
-    }
-    for (session, n) in files_per_session.into_iter().filter(|(_, n)| *n > 1) {
-        let _ = writeln!(
-            stderr,
-            "warning: session {session} is in {n} trace files (copies, or one session split \
-             across log directories): each is counted as a trajectory"
-        );
-    }
-    let runs = summary::number_runs(&trajectories);
-    for (t, run) in trajectories.iter().zip(&runs) {
-        if let Some(said) = t.run.filter(|r| r != run) {
-            let _ = writeln!(
-                stderr,
-                "warning: session {} ({}, {}) says run {said}, which an earlier session of \
-                 that task already has: counted as run {run}",
-                t.session, t.label, t.instance_id
-            );
-        }
     }
     if trajectories.is_empty() {
         return Err((
@@ -183,10 +162,6 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
             );
             report.pair = Some(compared);
         }
-    }
-    if let Some(results) = &results {
-        let lines = result_warnings(&report, results);
-        report.warnings.extend(lines);
     }
     for line in &report.warnings {
         let _ = writeln!(stderr, "warning: {line}");
@@ -324,40 +299,4 @@ fn load_all(files: &[PathBuf]) -> Result<Loaded, (u8, String)> {
         }
     }
     Ok((trajectories, skipped))
-}
-
-/// Warnings about the results: runs without a result, result ids outside the task set,
-/// result labels that no trajectory has.
-fn result_warnings(report: &Report, results: &Results) -> Vec<String> {
-    let mut lines = Vec::new();
-    for l in &report.labels {
-        if l.behaviour.no_result > 0 {
-            lines.push(format!(
-                "{}: {} of {} runs have no result (counted as unresolved)",
-                l.label, l.behaviour.no_result, l.runs
-            ));
-        }
-    }
-    let outside = results
-        .instance_ids()
-        .into_iter()
-        .filter(|id| report.task_set.binary_search(&id.to_string()).is_err())
-        .count();
-    if outside > 0 {
-        lines.push(format!(
-            "{outside} instance id(s) in the results are outside --tasks: ignored"
-        ));
-    }
-    let unknown: Vec<&str> = results
-        .labels()
-        .into_iter()
-        .filter(|l| report.label(l).is_none())
-        .collect();
-    if !unknown.is_empty() {
-        lines.push(format!(
-            "results name label(s) with no trajectory, ignored: {}",
-            unknown.join(", ")
-        ));
-    }
-    lines
 }

@@ -96,7 +96,8 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "## Protocol\n")?;
     table_head(out, &head_with("setting", report))?;
     type Setting = fn(&LabelSummary) -> String;
-    let settings: [(&str, Setting); 6] = [
+    let settings: [(&str, Setting); 7] = [
+        ("mode", |l| counts(&l.protocol.mode)),
         ("format", |l| counts(&l.protocol.format)),
         ("prefix K", |l| counts(&l.protocol.prefix_k)),
         ("prefix coverage", |l| l.protocol.coverage()),
@@ -372,6 +373,10 @@ pub fn to_json(report: &Report) -> Value {
                     m.insert(
                         "applicable_patch".into(),
                         json!(row.outcome.and_then(|o| o.applicable())),
+                    );
+                    m.insert(
+                        "empty_patch".into(),
+                        json!(row.outcome.and_then(|o| o.empty())),
                     );
                 }
             }

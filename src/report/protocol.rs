@@ -9,73 +9,22 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// The termination rules of a session (session record `rules`, written since issue 17).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Rules {
-    /// The paper's two one-shot nudges (submit before edit, repeated action).
-    pub nudges: bool,
-    /// The proxy's step cap (actions per trajectory).
-    pub max_steps: usize,
-    /// `degenerate` (the paper's degenerate loop, our operational rule) or `off`.
-    pub loop_rule: String,
-    /// Recent actions the loop rule looks at.
-    pub loop_window: usize,
-    /// Consecutive unparsable outputs that end a run; 0: the rule is off.
-    pub max_unparsable: usize,
-}
+pub use crate::trace::{PrefixSource, Rules};
 
-impl Rules {
-    /// One line: `nudges on, step cap 100, loop degenerate/10, unparsable streak 5`.
-    pub fn describe(&self) -> String {
-        let loop_rule = if self.loop_rule == "off" {
-            "off".to_string()
-        } else {
-            format!("{}/{}", self.loop_rule, self.loop_window)
-        };
-        let streak = if self.max_unparsable == 0 {
-            "off".to_string()
-        } else {
-            self.max_unparsable.to_string()
-        };
-        format!(
-            "nudges {}, step cap {}, loop {loop_rule}, unparsable streak {streak}",
-            if self.nudges { "on" } else { "off" },
-            self.max_steps
-        )
-    }
-}
-
-/// Where a session's reference prefix came from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PrefixSource {
-    /// A prefix of the same task (matched by id or task text): the paper's protocol.
-    Task,
-    /// The built-in (or `--prefixes`) demonstration on another task, used when no prefix of
-    /// the task was found.
-    Demonstration,
-    /// No prefix (K = 0, or none found and no demonstration).
-    #[default]
-    None,
-}
-
-impl PrefixSource {
-    /// From the session record: `prefix_source` when recorded, else derived from the rendered
-    /// prefix's `matched_by` (`default` → demonstration; `header`, `metadata`, `fingerprint`
-    /// → task; no prefix → none).
-    pub fn from_record(recorded: Option<&str>, matched_by: Option<&str>) -> Self {
-        match recorded {
-            Some("task") => Self::Task,
-            Some("demonstration") => Self::Demonstration,
-            Some(_) => Self::None,
-            None => match matched_by {
-                None => Self::None,
-                Some("default") => Self::Demonstration,
-                Some(_) => Self::Task,
-            },
-        }
+/// A session's prefix source from its record: `prefix_source` when recorded, else derived from
+/// the rendered prefix's `matched_by` (traces before issue 17: `default` → demonstration;
+/// `header`, `metadata`, `fingerprint` → task; no prefix → none).
+pub fn prefix_source(recorded: Option<&str>, matched_by: Option<&str>) -> PrefixSource {
+    match recorded {
+        Some(source) => serde_json::from_value(serde_json::Value::String(source.to_string()))
+            .unwrap_or(PrefixSource::None),
+        None => match matched_by {
+            None => PrefixSource::None,
+            Some("default") => PrefixSource::Demonstration,
+            Some(_) => PrefixSource::Task,
+        },
     }
 }
 
@@ -84,6 +33,8 @@ impl PrefixSource {
 /// older than the field).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionProtocol {
+    /// `proxy` or `passthrough` (in passthrough no rule runs, whatever `rules` says).
+    pub mode: Option<String>,
     /// Configured K (`serve --prefix-k`).
     pub prefix_k: Option<usize>,
     pub prefix_source: PrefixSource,
@@ -99,6 +50,9 @@ pub const UNKNOWN: &str = "unknown";
 /// One label's protocol: each setting with the number of trajectories that ran with it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct LabelProtocol {
+    /// Trajectories by mode (`proxy`, `passthrough`).
+    pub mode: BTreeMap<String, usize>,
+    /// Trajectories by interaction format.
     pub format: BTreeMap<String, usize>,
     pub prefix_k: BTreeMap<String, usize>,
     /// Trajectories by prefix source (`task`, `demonstration`, `none`).
@@ -114,6 +68,7 @@ impl LabelProtocol {
     /// Adds one trajectory's protocol; `format` is its interaction format.
     pub fn add(&mut self, format: &str, p: &SessionProtocol) {
         let or_unknown = |v: Option<String>| v.unwrap_or_else(|| UNKNOWN.into());
+        *self.mode.entry(or_unknown(p.mode.clone())).or_default() += 1;
         *self.format.entry(format.to_string()).or_default() += 1;
         *self
             .prefix_k
@@ -150,14 +105,7 @@ impl LabelProtocol {
         .iter()
         .map(|s| {
             let n = self.prefix_coverage.get(s).copied().unwrap_or(0);
-            format!(
-                "{} {:.1}%",
-                serde_json::to_value(s)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-                n as f64 * 100.0 / total
-            )
+            format!("{} {:.1}%", s.as_str(), n as f64 * 100.0 / total)
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -168,6 +116,7 @@ impl LabelProtocol {
     pub fn compared(&self) -> Vec<(&'static str, String)> {
         let keys = |m: &BTreeMap<String, usize>| m.keys().cloned().collect::<Vec<_>>().join(" + ");
         vec![
+            ("mode", keys(&self.mode)),
             ("format", keys(&self.format)),
             ("prefix K", keys(&self.prefix_k)),
             ("prefix coverage", self.coverage()),
@@ -188,6 +137,7 @@ impl LabelProtocol {
                 .join(", ")
         };
         for (name, m) in [
+            ("mode", &self.mode),
             ("format", &self.format),
             ("prefix K", &self.prefix_k),
             ("rules", &self.rules),

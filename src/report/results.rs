@@ -132,6 +132,20 @@ impl Results {
             .collect()
     }
 
+    /// Instance ids that have an entry without a label or with one of `labels`.
+    pub fn instance_ids_for(&self, labels: &BTreeSet<&str>) -> BTreeSet<&str> {
+        self.map
+            .keys()
+            .filter(|(l, _, _)| l.as_deref().is_none_or(|l| labels.contains(l)))
+            .map(|(_, id, _)| id.as_str())
+            .collect()
+    }
+
+    /// Whether some entry has no label (it applies to every label).
+    pub fn has_unlabelled(&self) -> bool {
+        self.map.keys().any(|(l, _, _)| l.is_none())
+    }
+
     /// Instance ids that have any entry.
     pub fn instance_ids(&self) -> BTreeSet<&str> {
         self.map.keys().map(|(_, id, _)| id.as_str()).collect()

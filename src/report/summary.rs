@@ -74,7 +74,8 @@ pub struct LabelSummary {
     pub tasks: usize,
     /// Trajectories (the denominator of the trajectory behaviours).
     pub runs: usize,
-    /// Fewest and most runs of a task (trajectories and result-only runs).
+    /// Fewest and most `n` of a task of the task set (trajectories and result-only runs; a
+    /// missing task with its padded `n`).
     pub min_runs: usize,
     pub max_runs: usize,
     /// Runs and resolved runs per task of the task set, sorted by instance id (`c` is 0
@@ -162,19 +163,22 @@ impl Report {
         let mut ks: Vec<usize> = options.ks.iter().copied().filter(|&k| k > 0).collect();
         ks.sort_unstable();
         ks.dedup();
-        let mut warnings = Vec::new();
         let (task_set, task_set_source): (BTreeSet<String>, _) = match &options.tasks {
             Some(tasks) => (tasks.iter().cloned().collect(), "tasks_file"),
             None => {
                 let mut seen: BTreeSet<String> =
                     trajectories.iter().map(|t| t.instance_id.clone()).collect();
+                // Results of labels with no trajectory are ignored: their ids are no task.
+                let traced: BTreeSet<&str> =
+                    trajectories.iter().map(|t| t.label.as_str()).collect();
                 if let Some(r) = results {
-                    seen.extend(r.instance_ids().into_iter().map(str::to_string));
+                    seen.extend(r.instance_ids_for(&traced).into_iter().map(str::to_string));
                 }
                 (seen, "seen")
             }
         };
         let runs = number_runs(trajectories);
+        let mut warnings = input_warnings(trajectories, &runs);
         let mut outside = 0;
         let mut rows: Vec<TrajectoryRow> = Vec::new();
         let mut protocols: BTreeMap<String, LabelProtocol> = BTreeMap::new();
@@ -230,8 +234,12 @@ impl Report {
         for l in &labels {
             warnings.extend(label_warnings(l, results.is_some()));
         }
+
+        // Every label with trajectories against the first such one: a protocol differs from
+        // the first's or matches it, so each difference is named once.
         let mut protocol_differences = Vec::new();
-        if let Some((first, rest)) = labels.split_first() {
+        let traced: Vec<&LabelSummary> = labels.iter().filter(|l| l.runs > 0).collect();
+        if let Some((first, rest)) = traced.split_first() {
             for other in rest {
                 protocol_differences.extend(differences(
                     (&first.label, &first.protocol),
@@ -239,7 +247,7 @@ impl Report {
                 ));
             }
         }
-        Report {
+        let mut report = Report {
             ks,
             has_results: results.is_some(),
             task_set,
@@ -250,13 +258,94 @@ impl Report {
             pair: None,
             protocol_differences,
             warnings,
+        };
+        if let Some(results) = results {
+            let lines = result_warnings(&report, results);
+            report.warnings.extend(lines);
         }
+        report
     }
 
     /// The summary of one label.
     pub fn label(&self, label: &str) -> Option<&LabelSummary> {
         self.labels.iter().find(|l| l.label == label)
     }
+}
+
+/// Warnings about the trajectories themselves: a session in several trace files (each counts),
+/// a run index given twice (renumbered, [`number_runs`]).
+fn input_warnings(trajectories: &[Trajectory], runs: &[usize]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut files_per_session = BTreeMap::<&str, usize>::new();
+    for t in trajectories {
+        *files_per_session.entry(t.session.as_str()).or_default() += 1;
+    }
+    for (session, n) in files_per_session.into_iter().filter(|(_, n)| *n > 1) {
+        lines.push(format!(
+            "session {session} is in {n} trace files (copies, or one session split across log \
+             directories): each is counted as a trajectory"
+        ));
+    }
+    for (t, &run) in trajectories.iter().zip(runs) {
+        if let Some(said) = t.run.filter(|r| *r != run) {
+            lines.push(format!(
+                "session {} ({}, {}) says run {said}, which an earlier session of that task \
+                 already has: counted as run {run}",
+                t.session, t.label, t.instance_id
+            ));
+        }
+    }
+    lines
+}
+
+/// Warnings about the results: runs without a result, result ids outside `--tasks`, result
+/// labels that no trajectory has, results without a label shared by several labels.
+fn result_warnings(report: &Report, results: &Results) -> Vec<String> {
+    let mut lines = Vec::new();
+    for l in &report.labels {
+        if l.behaviour.no_result > 0 {
+            lines.push(format!(
+                "{}: {} of {} runs have no result (counted as unresolved)",
+                l.label, l.behaviour.no_result, l.runs
+            ));
+        }
+    }
+    if report.task_set_source == "tasks_file" {
+        let outside = results
+            .instance_ids()
+            .into_iter()
+            .filter(|id| report.task_set.binary_search(&id.to_string()).is_err())
+            .count();
+        if outside > 0 {
+            lines.push(format!(
+                "{outside} instance id(s) in the results are outside --tasks: ignored"
+            ));
+        }
+    }
+    let unknown: Vec<&str> = results
+        .labels()
+        .into_iter()
+        .filter(|l| report.label(l).is_none())
+        .collect();
+    if !unknown.is_empty() {
+        lines.push(format!(
+            "results name label(s) with no trajectory, ignored: {}",
+            unknown.join(", ")
+        ));
+    }
+    if results.has_unlabelled() && report.labels.len() > 1 {
+        lines.push(format!(
+            "results without a label apply to every label ({}): name the label with \
+             LABEL=FILE (or a label column) when a file holds one label's runs",
+            report
+                .labels
+                .iter()
+                .map(|l| l.label.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    lines
 }
 
 /// The warnings of one label: tasks it lacks, results without a trajectory, a protocol that

@@ -117,7 +117,9 @@ pub struct SessionRecord {
 }
 
 /// `prefix_source` of the session record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PrefixSource {
     /// A reference prefix of this task, matched by `header`, `metadata` or `fingerprint`
@@ -127,10 +129,20 @@ pub enum PrefixSource {
     /// task without a prefix of its own gets; not the paper's setting.
     Demonstration,
     /// No prefix rendered: none matched, or `--prefix-k 0`.
+    #[default]
     None,
 }
 
 impl PrefixSource {
+    /// The snake_case name (`task`, `demonstration`, `none`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Task => "task",
+            Self::Demonstration => "demonstration",
+            Self::None => "none",
+        }
+    }
+
     /// The source of a rendered prefix (`None`: nothing rendered).
     pub fn of(prefix: Option<&PrefixInfo>) -> Self {
         match prefix {
@@ -145,7 +157,7 @@ impl PrefixSource {
 /// `rules` of the session record: the termination rules in force, e.g. `{"nudges": true,
 /// "max_steps": 100, "loop_rule": "degenerate", "loop_window": 10, "max_unparsable": 5}`
 /// (`max_unparsable` 0: that rule is off). See [`crate::policy`] for each rule's source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Rules {
     /// The paper's two nudges (`--nudges`).
     pub nudges: bool,
@@ -157,6 +169,25 @@ pub struct Rules {
     pub loop_window: usize,
     /// Our unparsable-streak rule (`--max-unparsable`); 0: off.
     pub max_unparsable: usize,
+}
+
+impl Rules {
+    /// One line: `nudges on, step cap 100, loop degenerate/10, unparsable streak 5`.
+    pub fn describe(&self) -> String {
+        let loop_rule = match self.loop_rule {
+            LoopRule::Off => "off".to_string(),
+            rule => format!("{}/{}", rule.name(), self.loop_window),
+        };
+        let streak = match self.max_unparsable {
+            0 => "off".to_string(),
+            n => n.to_string(),
+        };
+        format!(
+            "nudges {}, step cap {}, loop {loop_rule}, unparsable streak {streak}",
+            if self.nudges { "on" } else { "off" },
+            self.max_steps
+        )
+    }
 }
 
 impl From<Limits> for Rules {

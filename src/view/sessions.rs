@@ -17,7 +17,7 @@ use crate::trace::read::TraceReader;
 /// How a trajectory ended, for display: a short text and a CSS class (`ok`, `bad`, `warn`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Ending {
-    /// `submitted`, `terminated: <reason>`, `error`, `no submission`.
+    /// `submitted`, `terminated: <reason>`, `error`, `stopped without submission`.
     pub text: String,
     /// `ok`, `bad` or `warn`.
     pub class: &'static str,
@@ -56,7 +56,7 @@ pub struct SessionSummary {
     pub steps: usize,
     /// The report's behaviour flags and counts for this trajectory.
     pub behaviour: Behaviour,
-    /// Submitted, terminated (reason), error, or no submission.
+    /// Submitted, terminated (reason), error, or stopped without submission.
     pub ending: Ending,
     /// With `--results`: resolved or not (`None`: no results given, or none for this run).
     pub resolved: Option<bool>,
@@ -228,7 +228,7 @@ fn ending(b: &Behaviour) -> Ending {
     };
     let text = match (&b.termination, b.ending) {
         (_, E::Submitted) => "submitted".to_string(),
-        (_, E::StoppedWithoutSubmission) => "no submission".to_string(),
+        (_, E::StoppedWithoutSubmission) => "stopped without submission".to_string(),
         (_, E::Error) => "error".to_string(),
         (Some(reason), _) => format!("terminated: {reason}"),
         (None, ending) => ending.as_str().replace('_', " "),
