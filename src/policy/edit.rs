@@ -55,7 +55,9 @@ pub enum WriteKind {
 /// and the [`WriteKind`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteTarget {
+    /// The path as the command wrote it (relative or absolute); `None` when not shown.
     pub path: Option<String>,
+    /// How the write treats the file.
     pub kind: WriteKind,
 }
 

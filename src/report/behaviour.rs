@@ -372,9 +372,14 @@ pub struct Rate {
     pub key: &'static str,
     /// Human-readable name (Markdown, plots).
     pub title: &'static str,
+    /// What `total` counts.
     pub unit: Unit,
+    /// Units with the property.
     pub count: usize,
+    /// All units: the denominator.
     pub total: usize,
+    /// Units whose property the inputs do not give (patch rates only); the rate is then
+    /// `None`.
     pub unknown: usize,
 }
 

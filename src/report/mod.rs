@@ -87,7 +87,8 @@ pub struct Turn {
     /// The files the action writes ([`crate::policy::edit::edit_targets`]); empty for an edit
     /// built without them (then it counts as one in-place write of an unknown file).
     pub edit_targets: Vec<crate::policy::edit::WriteTarget>,
-    /// The action is the finish action (`<submit/>`).
+    /// The action is one the scaffold takes as its finish action: `<submit/>`, or a shell
+    /// command it reads as one (mini-swe-agent's `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`).
     pub is_submit: bool,
     /// The output was rejected with this nudge (not sent to the scaffold).
     pub nudge: Option<NudgeKind>,

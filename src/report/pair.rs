@@ -13,8 +13,11 @@ use super::summary::{Report, TrajectoryRow};
 /// One behaviour compared between A and B over the matched pairs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PairRow {
+    /// The behaviour's key ([`super::Rate::key`]).
     pub key: &'static str,
+    /// Its title ([`super::Rate::title`]).
     pub title: &'static str,
+    /// What its rate counts.
     pub unit: Unit,
     /// A's and B's rate in `[0, 1]` over the matched pairs (pooled over turns for turn
     /// rates); `None` when the denominator is 0.

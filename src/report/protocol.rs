@@ -37,10 +37,13 @@ pub struct SessionProtocol {
     pub mode: Option<String>,
     /// Configured K (`serve --prefix-k`).
     pub prefix_k: Option<usize>,
+    /// Where the rendered prefix came from.
     pub prefix_source: PrefixSource,
+    /// The termination rules (`None`: a trace from before they were recorded).
     pub rules: Option<Rules>,
     /// The model name the backend was asked for (first completion of the session).
     pub backend_model: Option<String>,
+    /// The proxy's version (`CARGO_PKG_VERSION`).
     pub proxy_version: Option<String>,
 }
 
@@ -54,6 +57,7 @@ pub struct LabelProtocol {
     pub mode: BTreeMap<String, usize>,
     /// Trajectories by interaction format.
     pub format: BTreeMap<String, usize>,
+    /// Trajectories by configured prefix K (`unknown` for old traces).
     pub prefix_k: BTreeMap<String, usize>,
     /// Trajectories by prefix source (`task`, `demonstration`, `none`).
     pub prefix_coverage: BTreeMap<PrefixSource, usize>,
@@ -61,6 +65,7 @@ pub struct LabelProtocol {
     pub rules: BTreeMap<String, usize>,
     /// Trajectories by backend model; those without a completion are not counted.
     pub backend_model: BTreeMap<String, usize>,
+    /// Trajectories by proxy version.
     pub proxy_version: BTreeMap<String, usize>,
 }
 

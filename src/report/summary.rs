@@ -68,6 +68,7 @@ pub struct TrajectoryRow {
 /// Everything computed for one label.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LabelSummary {
+    /// The model or checkpoint label.
     pub label: String,
     /// Tasks of the comparison's task set ([`Report::task_set`]): the denominator of Pass@k
     /// and Intersection@n.
@@ -93,6 +94,7 @@ pub struct LabelSummary {
     pub pass_at_k: BTreeMap<usize, f64>,
     /// Intersection@n; `None` without results.
     pub intersection: Option<Intersection>,
+    /// Behaviour counts over the label's trajectories.
     pub behaviour: Aggregate,
     /// The protocol its trajectories ran under.
     pub protocol: LabelProtocol,
