@@ -142,6 +142,18 @@ async fn re_editing_after_the_same_failing_test_runs_to_the_models_own_submit() 
         session["prefix_source"], "demonstration",
         "./prefixes holds only the built-in demonstration"
     );
+    // Built in a git checkout (CI's clean clone): the commit, so `report` tells builds apart.
+    if std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".git")
+        .exists()
+        && std::env::var_os("ASAP_BUILD_COMMIT").is_none()
+    {
+        let build = session["proxy_build"].as_str().unwrap_or_default();
+        assert!(
+            build.len() == 12 && build.chars().all(|c| c.is_ascii_hexdigit()),
+            "{session}"
+        );
+    }
 }
 
 /// Reading the same file three times with the same output and no edit: a degenerate loop.

@@ -165,7 +165,12 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
                 .get("rules")
                 .and_then(|r| serde_json::from_value(r.clone()).ok()),
             backend_model: None,
-            proxy_version: text("proxy_version"),
+            // Two builds of one version may parse or decide differently: the commit tells them
+            // apart where the record has it.
+            proxy_version: text("proxy_version").map(|v| match text("proxy_build") {
+                Some(build) => format!("{v} ({build})"),
+                None => v,
+            }),
         },
         ..Trajectory::default()
     };

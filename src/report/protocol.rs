@@ -43,7 +43,8 @@ pub struct SessionProtocol {
     pub rules: Option<Rules>,
     /// The model name the backend was asked for (first completion of the session).
     pub backend_model: Option<String>,
-    /// The proxy's version (`CARGO_PKG_VERSION`).
+    /// The proxy's version (`CARGO_PKG_VERSION`), with the build's commit when recorded:
+    /// `0.1.0 (3a6459c1d2e4)`.
     pub proxy_version: Option<String>,
 }
 

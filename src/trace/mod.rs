@@ -114,6 +114,10 @@ pub struct SessionRecord {
     /// SHA-256 of the settings that shape prompts and decisions (see `docs/trace-format.md`).
     pub config_sha256: String,
     pub proxy_version: &'static str,
+    /// The git commit the proxy was built from (12 hex digits; `build.rs`); absent when the
+    /// build had no git checkout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_build: Option<&'static str>,
 }
 
 /// `prefix_source` of the session record.
@@ -669,6 +673,7 @@ impl TraceWriter {
             backend: self.settings.backend.clone(),
             config_sha256: self.settings.config_sha256.clone(),
             proxy_version: env!("CARGO_PKG_VERSION"),
+            proxy_build: Some(env!("ASAP_BUILD_COMMIT")).filter(|c| !c.is_empty()),
         }
     }
 

@@ -49,7 +49,7 @@ pub enum ViewError {
 pub struct SessionPage {
     pub summary: SessionSummary,
     /// Fields of the session record not in the summary: `backend`, `mode`, `prefix_k`,
-    /// `prefix_source`, `rules`, `config_sha256`, `proxy_version` (those the record has).
+    /// `prefix_source`, `rules`, `config_sha256`, `proxy_version`, `proxy_build` (those the record has).
     pub record: Vec<(String, String)>,
     /// Other trace files with the same session id (copies, or split log directories).
     pub duplicates: Vec<String>,
@@ -143,6 +143,7 @@ impl Viewer {
             "rules",
             "config_sha256",
             "proxy_version",
+            "proxy_build",
         ]
         .into_iter()
         .filter_map(|k| Some((k.to_string(), field_text(record.get(k)?))))
