@@ -8,8 +8,14 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=ASAP_BUILD_COMMIT");
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/refs");
+    // Only paths that exist: a missing one would rerun this script, and rebuild the crate, on
+    // every build (a git worktree's `.git` is a file).
+    println!("cargo:rerun-if-changed=build.rs");
+    for path in [".git/HEAD", ".git/refs"] {
+        if std::path::Path::new(path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
     let commit = std::env::var("ASAP_BUILD_COMMIT").ok().unwrap_or_else(|| {
         Command::new("git")
             .args(["rev-parse", "--short=12", "HEAD"])
