@@ -17,6 +17,9 @@
 //! - A profile may limit the task to its first N user messages (`task_user_messages`): later
 //!   ones before any assistant message are feedback steps too (mini-swe-agent's format error
 //!   on the very first turn).
+//! - Observation text (tool output and feedback) has its line ends normalised
+//!   ([`normalize_line_ends`]): `\r\n` and a lone `\r` become `\n`, so terminal output
+//!   (SWE-ReX, a pty) renders the same on every turn however the scaffold relays it.
 
 use std::borrow::Cow;
 
@@ -127,7 +130,7 @@ impl Conversation {
     fn push_feedback(&mut self, text: &str) {
         let turn = self.steps.last().map_or(0, |s| s.turn + 1);
         self.steps.push(Step {
-            observation: Some(text.to_string()),
+            observation: Some(normalize_line_ends(text).into_owned()),
             turn,
             ..Step::default()
         });
@@ -245,7 +248,20 @@ pub fn tool_output_text(content: &str, shape: ToolOutput) -> Cow<'_, str> {
     Cow::Owned(text)
 }
 
+/// `text` with `\r\n` and every lone `\r` replaced by `\n` (Python's universal newlines:
+/// a progress bar's carriage returns become separate lines rather than hidden overwrites
+/// the model cannot interpret); borrowed when it has no `\r`. Deterministic, so an
+/// observation renders identically on every later turn (prefix-cache stable).
+pub fn normalize_line_ends(text: &str) -> Cow<'_, str> {
+    if !text.contains('\r') {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n"))
+}
+
 fn append_observation(step: &mut Step, text: &str) {
+    let text = normalize_line_ends(text);
+    let text = text.as_ref();
     match &mut step.observation {
         Some(obs) => {
             obs.push_str("\n\n");
@@ -321,6 +337,22 @@ mod tests {
                 message: Some("done".into())
             })
         );
+    }
+
+    #[test]
+    fn observation_line_ends_are_normalised() {
+        assert_eq!(normalize_line_ends("a\r\nb\rc\n\r\n"), "a\nb\nc\n\n");
+        assert!(matches!(normalize_line_ends("a\nb"), Cow::Borrowed(_)));
+        let c = conv(json!({"messages": [
+            {"role": "user", "content": "fix it"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "a", "function": {"name": "terminal", "arguments": "{\"command\": \"ls\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "x\r\ny\r\n"},
+            {"role": "user", "content": "note\r\n"},
+            {"role": "user", "content": "more\r"}
+        ], "tools": tools()}));
+        assert_eq!(c.steps[0].observation.as_deref(), Some("x\ny\n"));
+        assert_eq!(c.steps[1].observation.as_deref(), Some("note\n"));
+        assert_eq!(c.steps[2].observation.as_deref(), Some("more\n"));
     }
 
     #[test]

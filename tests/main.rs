@@ -12,6 +12,7 @@ mod context;
 mod denominators;
 mod dialects;
 mod formats;
+mod inputs;
 mod loops;
 mod metrics;
 mod nudges;

@@ -153,15 +153,23 @@ impl ChatCompletionRequest {
 
     /// [`ChatCompletionRequest::from_slice`], keeping `body` (shared, not copied) as
     /// `raw_body` for the trace.
+    /// `raw_body` is the body after [`super::lenient::replace_lone_surrogates`].
     pub fn from_bytes(body: bytes::Bytes) -> Result<Self, ProxyError> {
-        let mut request = Self::from_slice(&body)?;
+        let body = super::lenient::replace_lone_surrogates_bytes(body);
+        let mut request = Self::decode(&body)?;
         request.raw_body = body;
         Ok(request)
     }
 
     /// Decodes a request body (`raw_body` stays empty). Errors carry the JSON path of the bad field (`messages[1].role`)
     /// so the 400 tells the client exactly what is wrong.
+    /// Lone surrogate escapes (`\udce9`) are read as U+FFFD ([`super::lenient`]).
     pub fn from_slice(body: &[u8]) -> Result<Self, ProxyError> {
+        Self::decode(&super::lenient::replace_lone_surrogates(body))
+    }
+
+    /// [`ChatCompletionRequest::from_slice`] of a body whose lone surrogates were replaced.
+    fn decode(body: &[u8]) -> Result<Self, ProxyError> {
         // Path tracking costs an allocation per key; bodies are valid almost always, so decode
         // plainly first and decode again with tracking only to word an error.
         let request: Self = match serde_json::from_slice(body) {

@@ -5,5 +5,6 @@
 
 pub mod chat;
 pub mod completions;
+pub mod lenient;
 pub mod response;
 pub mod responses;

@@ -72,8 +72,10 @@ impl PendingAssistant {
 impl ResponsesRequest {
     /// Decodes a Responses request body. Errors are 400s naming the offending field
     /// (`input[2].call_id`).
+    /// Lone surrogate escapes (`\udce9`) are read as U+FFFD ([`super::lenient`]).
     pub fn from_slice(body: &[u8]) -> Result<Self, ProxyError> {
-        let value: Value = serde_json::from_slice(body)
+        let body = super::lenient::replace_lone_surrogates(body);
+        let value: Value = serde_json::from_slice(&body)
             .map_err(|e| ProxyError::invalid(format!("invalid request body: {e}")))?;
         let Value::Object(request) = value else {
             return Err(ProxyError::invalid("request body must be a JSON object"));

@@ -14,6 +14,11 @@
 //! the full prompt): observations are stored once, not twice. Headers the proxy reads
 //! (`x-asap-task`, `x-asap-run`) are stored in `headers` when they change. A record of a
 //! request already stored (an attempt after a nudge) has no `request`.
+//!
+//! Whatever the client's whitespace (a pretty-printed body, CRLF line ends, tabs), the
+//! stored request is compact JSON: messages are re-serialised and the `rest` fields have
+//! the whitespace between their tokens removed ([`compact_json`]), so a record stays one
+//! line.
 
 use std::collections::BTreeMap;
 
@@ -57,6 +62,67 @@ pub struct RequestDelta {
 }
 
 type Digest16 = [u8; 16];
+
+/// `json` (valid JSON text) without the whitespace between its tokens; borrowed when it has
+/// none. Strings are copied byte for byte (a raw line break cannot occur in a valid JSON
+/// string), numbers keep their spelling.
+pub fn compact_json(json: &str) -> std::borrow::Cow<'_, str> {
+    let bytes = json.as_bytes();
+    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut first = None;
+    for (i, &b) in bytes.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if is_space(b) {
+            first = Some(i);
+            break;
+        }
+    }
+    let Some(first) = first else {
+        return std::borrow::Cow::Borrowed(json);
+    };
+    let mut out = Vec::with_capacity(bytes.len());
+    out.extend_from_slice(&bytes[..first]);
+    for &b in &bytes[first..] {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if is_space(b) {
+            continue;
+        }
+        out.push(b);
+    }
+    // Only ASCII whitespace outside strings was removed: still valid UTF-8.
+    std::borrow::Cow::Owned(String::from_utf8(out).unwrap_or_else(|_| json.to_string()))
+}
+
+/// A raw JSON value compacted by [`compact_json`].
+fn compact_raw(raw: &RawValue) -> std::borrow::Cow<'_, RawValue> {
+    match compact_json(raw.get()) {
+        std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(raw),
+        std::borrow::Cow::Owned(text) => match RawValue::from_string(text) {
+            Ok(value) => std::borrow::Cow::Owned(value),
+            Err(_) => std::borrow::Cow::Borrowed(raw),
+        },
+    }
+}
 
 /// A 128-bit XXH3 digest: these digests only ever compare texts within one process (they
 /// are never written), so a fast non-cryptographic hash does; the prompt's SHA-256 in the
@@ -146,7 +212,10 @@ impl DeltaState {
             .take_while(|(a, b)| a == b)
             .count();
         let kept = if self.known { kept } else { 0 };
-        let rest = &top;
+        let rest: BTreeMap<&str, std::borrow::Cow<'_, RawValue>> = top
+            .iter()
+            .map(|(k, v)| (k.as_str(), compact_raw(v)))
+            .collect();
         let rest_json = serde_json::to_string(&rest).ok()?;
         let rest_digest = digest16(rest_json.as_bytes());
         let mut headers = BTreeMap::new();
@@ -303,6 +372,38 @@ pub fn prompt_record(prompt: &str, state: Option<&mut PromptState>) -> PromptRec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_json_removes_whitespace_between_tokens_only() {
+        let pretty = "{\r\n\t\"a\" : [ 1 ,\r\n 2.50 ],\n  \"b\": \"x y\\\" \\n\\\\\", \"c\":1e3}";
+        let compact = compact_json(pretty);
+        assert_eq!(compact, r#"{"a":[1,2.50],"b":"x y\" \n\\","c":1e3}"#);
+        let a: Value = serde_json::from_str(pretty).unwrap();
+        let b: Value = serde_json::from_str(&compact).unwrap();
+        assert_eq!(a, b);
+        assert!(matches!(
+            compact_json(r#"{"a":"x y","b":[1]}"#),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn a_pretty_printed_request_is_stored_compact() {
+        let body = "{\r\n  \"model\": \"m\",\r\n\t\"tools\": [\r\n    {\"type\": \"function\"}\r\n  ],\r\n  \"messages\": [\r\n    {\r\n      \"role\": \"user\",\r\n      \"content\": \"a\\r\\nb\"\r\n    }\r\n  ]\r\n}\r\n";
+        let input = RequestInput {
+            body: bytes::Bytes::from(body),
+            ..RequestInput::default()
+        };
+        let delta = DeltaState::default().request_delta(&input, "", 0).unwrap();
+        let line = serde_json::to_string(&delta).unwrap();
+        assert!(!line.contains(['\n', '\r', '\t']), "{line}");
+        let mut state = RequestState::default();
+        state
+            .apply(&serde_json::from_str(&line).unwrap(), "")
+            .unwrap();
+        let sent: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(state.body(), sent);
+    }
 
     #[test]
     fn incremental_sha256_equals_the_hash_of_the_whole_prompt() {

@@ -294,7 +294,8 @@ pub enum StepDecision {
 /// record; never serialised itself).
 #[derive(Debug, Clone, Default)]
 pub struct RequestInput {
-    /// The body as received (JSON).
+    /// The body as received (JSON; lone surrogate escapes already replaced, see
+    /// [`crate::openai::lenient`]).
     pub body: bytes::Bytes,
     /// `X-ASAP-Task` header.
     pub task_header: Option<String>,

@@ -1,0 +1,132 @@
+//! Lenient decoding of request bodies: what terminals put in tool output that strict JSON
+//! parsers refuse.
+//!
+//! A lone UTF-16 surrogate escape (`\udce9`: Python's `surrogateescape` for an undecodable
+//! byte; `\ud83d` at the end of a string: an emoji cut in half by a length limit) is not a
+//! character, and serde_json refuses the whole body. [`replace_lone_surrogates`] rewrites each
+//! `\uD800`–`\uDFFF` escape that is not half of a valid pair (a high `\uD800`–`\uDBFF`
+//! directly followed by a low `\uDC00`–`\uDFFF`) as `\uFFFD` (U+FFFD REPLACEMENT CHARACTER)
+//! before the body is parsed. The replacement has the same length as the escape it
+//! replaces, so nothing else in the body moves; a body without a lone surrogate (almost all)
+//! is returned as it is, scanned once and not copied. The rewritten body is the one the
+//! trace stores, so the recorded request is the one the proxy answered.
+//!
+//! Raw control characters inside strings are invalid JSON and stay refused; their escapes
+//! (`\u0000`, `\u001b`) are valid and accepted as they always were.
+
+use std::borrow::Cow;
+
+/// The hex value of four ASCII hex digits, `None` if any is not one.
+fn hex4(digits: &[u8]) -> Option<u16> {
+    let digits = digits.get(..4)?;
+    let mut value = 0u16;
+    for &d in digits {
+        let nibble = (d as char).to_digit(16)?;
+        value = value << 4 | nibble as u16;
+    }
+    Some(value)
+}
+
+/// Offsets of the `\` of every lone surrogate escape in `body`.
+///
+/// Backslashes only occur inside JSON strings, where each starts a two-character escape
+/// (`\\`, `\"`, `\n`, …) or a six-character `\uXXXX`; the scan steps over whole escapes, so
+/// the text `\\udce9` (an escaped backslash, then `udce9`) is not taken for an escape.
+fn lone_surrogates(body: &[u8]) -> Vec<usize> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while let Some(at) = body
+        .get(i..)
+        .and_then(|rest| rest.iter().position(|&b| b == b'\\'))
+    {
+        let at = i + at;
+        if body.get(at + 1) != Some(&b'u') {
+            i = at + 2;
+            continue;
+        }
+        let Some(unit) = hex4(&body[at + 2..]) else {
+            i = at + 2;
+            continue;
+        };
+        i = at + 6;
+        match unit {
+            0xD800..=0xDBFF => {
+                let low = (body.get(at + 6) == Some(&b'\\') && body.get(at + 7) == Some(&b'u'))
+                    .then(|| hex4(&body[at + 8..]))
+                    .flatten();
+                if matches!(low, Some(0xDC00..=0xDFFF)) {
+                    i = at + 12;
+                } else {
+                    found.push(at);
+                }
+            }
+            0xDC00..=0xDFFF => found.push(at),
+            _ => {}
+        }
+    }
+    found
+}
+
+/// `body` with every lone surrogate escape replaced by `\uFFFD` (see the module doc);
+/// borrowed when there is none.
+pub fn replace_lone_surrogates(body: &[u8]) -> Cow<'_, [u8]> {
+    let found = lone_surrogates(body);
+    if found.is_empty() {
+        return Cow::Borrowed(body);
+    }
+    let mut fixed = body.to_vec();
+    for at in found {
+        fixed[at + 2..at + 6].copy_from_slice(b"FFFD");
+    }
+    Cow::Owned(fixed)
+}
+
+/// [`replace_lone_surrogates`] for a shared body: the same `Bytes` (not copied) when there is
+/// nothing to replace.
+pub fn replace_lone_surrogates_bytes(body: bytes::Bytes) -> bytes::Bytes {
+    match replace_lone_surrogates(&body) {
+        Cow::Borrowed(_) => body,
+        Cow::Owned(fixed) => bytes::Bytes::from(fixed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fix(text: &str) -> String {
+        String::from_utf8(replace_lone_surrogates(text.as_bytes()).into_owned()).unwrap()
+    }
+
+    #[test]
+    fn lone_surrogates_become_replacement_characters() {
+        assert_eq!(fix(r#""a\udce9b""#), r#""a\uFFFDb""#);
+        assert_eq!(fix(r#""cut \ud83d""#), r#""cut \uFFFD""#);
+        assert_eq!(fix(r#""\ud83d\ud83d\ude00""#), r#""\uFFFD\ud83d\ude00""#);
+        assert_eq!(fix(r#""\ude00\ud83d""#), r#""\uFFFD\uFFFD""#);
+        assert_eq!(fix(r#""\uD83Dx""#), r#""\uFFFDx""#);
+        assert_eq!(fix(r#""\ud83d\n""#), r#""\uFFFD\n""#);
+        let v: serde_json::Value = serde_json::from_str(&fix(r#""a\udce9\ud83d""#)).unwrap();
+        assert_eq!(v, "a\u{fffd}\u{fffd}");
+    }
+
+    #[test]
+    fn valid_text_is_borrowed_unchanged() {
+        for text in [
+            r#""\ud83d\ude00""#,
+            r#""\\udce9""#,
+            r#""\\\\ud83d""#,
+            r#""\u0000\u001b[31m\u00e9 \n\t\"""#,
+            r#""\u12""#,
+            "\"trailing \\",
+            "",
+        ] {
+            assert!(
+                matches!(replace_lone_surrogates(text.as_bytes()), Cow::Borrowed(_)),
+                "{text}"
+            );
+        }
+        // An escaped backslash before a real lone escape.
+        assert_eq!(fix(r#""\\\udce9""#), r#""\\\uFFFD""#);
+    }
+}

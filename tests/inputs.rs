@@ -1,0 +1,210 @@
+//! Inputs real scaffolds, terminals and backends produce (issue 18): pretty-printed request
+//! bodies (indentation, CRLF, tabs) still give one-line trace records; tool output with lone
+//! surrogate escapes, control characters, very long lines and CRLF line ends; a backend
+//! reporting the matched stop as a token id.
+
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::proxy::Proxy;
+use crate::util::{continue_with, fixture_json, read_trace};
+
+const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
+
+/// `body` pretty-printed with tab indentation and CRLF line ends.
+fn pretty_crlf(body: &Value) -> String {
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"\t");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, formatter);
+    serde::Serialize::serialize(body, &mut ser).unwrap();
+    // Pretty output has no raw line break inside strings.
+    String::from_utf8(out).unwrap().replace('\n', "\r\n") + "\r\n"
+}
+
+/// Posts raw body text; returns status and JSON.
+async fn post_raw(proxy: &Proxy, body: String) -> (u16, Value) {
+    let resp = proxy
+        .client
+        .post(proxy.url())
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_pretty_printed_crlf_body_gives_one_line_records_that_report_and_replay_read() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look around.\n<bash>ls</bash>\n"),
+        Scripted::text("Read it.\n<bash>cat a.py</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    body["metadata"] = json!({"note": "nested\tvalue", "list": [1, 2.50, {"k": "v"}]});
+    let (status, first) = post_raw(&proxy, pretty_crlf(&body)).await;
+    assert_eq!(status, 200, "{first}");
+    continue_with(&mut body, &first, "a.py\r\nb.py\r\n");
+    let (status, second) = post_raw(&proxy, pretty_crlf(&body)).await;
+    assert_eq!(status, 200, "{second}");
+
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    for line in &lines {
+        let record: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not one JSON record per line ({e}): {line:?}"));
+        assert!(record["type"].is_string(), "{line}");
+    }
+    let records = read_trace(&files[0]);
+    assert_eq!(records.len(), 3, "session and two steps: {text}");
+    assert!(!text.contains('\r'), "no raw CR in the file");
+
+    // The request rebuilt from the deltas is the one sent.
+    let mut state = asap_proxy::trace::delta::RequestState::default();
+    let mut prompt = String::new();
+    for record in &records[1..] {
+        let data = &record["data"];
+        let keep = data["prompt"]["prefix_bytes"].as_u64().unwrap() as usize;
+        prompt.truncate(keep);
+        prompt.push_str(data["prompt"]["delta"].as_str().unwrap());
+        state.apply(&data["request"], &prompt).unwrap();
+    }
+    assert_eq!(state.body(), body);
+
+    let trajectory = asap_proxy::report::load::trajectory(&files[0])
+        .unwrap()
+        .unwrap();
+    assert_eq!(trajectory.turns.len(), 2);
+
+    let out = Command::new(BIN)
+        .args(["replay", "--check"])
+        .arg(proxy.log_dir.path())
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.ends_with(
+            "files 1  steps 2  prompt differences 0  parse differences 0  unreadable 0\n"
+        ),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn a_token_id_stop_reason_is_recorded_as_a_decimal_string() {
+    let backend = FakeBackend::start(vec![Scripted::Raw {
+        status: 200,
+        body: json!({
+            "id": "cmpl-1", "object": "text_completion", "model": "m",
+            "choices": [{"index": 0, "text": "Look.\n<bash>ls</bash>\n", "finish_reason": "stop", "stop_reason": 151643}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        })
+        .to_string(),
+    }])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let (status, resp) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    assert_eq!(status, 200, "{resp}");
+    let records = read_trace(&proxy.trace_files()[0]);
+    assert_eq!(records[1]["data"]["completion"]["matched_stop"], "151643");
+}
+
+/// A SWE-agent body whose first tool result is `raw` (JSON string content, escapes as the
+/// client wrote them), after one turn of `proxy`.
+async fn body_with_raw_output(proxy: &Proxy, raw: &str) -> String {
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (status, first) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{first}");
+    continue_with(&mut body, &first, "@@OUTPUT@@");
+    body.to_string().replace("@@OUTPUT@@", raw)
+}
+
+#[tokio::test]
+async fn terminal_output_with_lone_surrogates_and_control_characters_is_accepted() {
+    let long_line = "x".repeat(200 * 1024);
+    let cases: Vec<(String, String)> = vec![
+        (
+            r"caf\udce9 latin-1 byte".into(),
+            "caf\u{fffd} latin-1 byte".into(),
+        ),
+        (r"cut emoji \ud83d".into(), "cut emoji \u{fffd}".into()),
+        (
+            r"\udce9\ud83d\ude00 pair".into(),
+            "\u{fffd}\u{1f600} pair".into(),
+        ),
+        (
+            r"nul\u0000 esc\u001b[31mred\u001b[0m bell\u0007".into(),
+            "nul\u{0} esc\u{1b}[31mred\u{1b}[0m bell\u{7}".into(),
+        ),
+        (format!("{long_line} end"), format!("{long_line} end")),
+    ];
+    for (raw, expected) in cases {
+        let backend = FakeBackend::start(vec![
+            Scripted::text("Look.\n<bash>ls</bash>\n"),
+            Scripted::text("Next.\n<bash>cat a.py</bash>\n"),
+        ])
+        .await;
+        let proxy = Proxy::start(&backend.url()).await;
+        let body = body_with_raw_output(&proxy, &raw).await;
+        let (status, resp) = post_raw(&proxy, body).await;
+        let shown = &raw[..raw.len().min(60)];
+        assert_eq!(status, 200, "{shown}: {resp}");
+        let prompts = backend.prompts();
+        assert!(prompts[1].contains(&expected), "{shown}");
+        // The trace holds the request as answered: replay reads it back.
+        let records = read_trace(&proxy.trace_files()[0]);
+        assert_eq!(records.len(), 3, "{shown}");
+    }
+}
+
+#[tokio::test]
+async fn crlf_terminal_output_renders_with_lf_and_prompts_stay_append_only() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look.\n<bash>ls</bash>\n"),
+        Scripted::text("Read.\n<bash>cat a.py</bash>\n"),
+        Scripted::text("Again.\n<bash>ls -la</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_, first) = proxy.post(&body).await;
+    continue_with(
+        &mut body,
+        &first,
+        "a.py\r\nb.py\r\nprogress 10%\rprogress 100%\r\n",
+    );
+    let (status, second) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{second}");
+    continue_with(&mut body, &second, "print('hi')\r\n");
+    let (status, third) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{third}");
+    let prompts = backend.prompts();
+    assert_eq!(prompts.len(), 3);
+    assert!(
+        prompts[1].contains("a.py\nb.py\nprogress 10%\nprogress 100%"),
+        "{}",
+        prompts[1]
+    );
+    assert!(prompts[2].contains("print('hi')"));
+    for prompt in &prompts {
+        assert!(!prompt.contains('\r'), "{prompt:?}");
+    }
+    for pair in prompts.windows(2) {
+        let stem = pair[0].strip_suffix("## Thinking\n").unwrap();
+        assert!(pair[1].starts_with(stem), "append-only");
+    }
+}
