@@ -4,7 +4,8 @@
 //! A last line without its newline is a write cut short by a crash: it is skipped and
 //! reported in [`TraceReader::torn_tail`]. Other lines that are not valid records are skipped
 //! and listed in [`TraceReader::invalid_lines`] (1-based), so one bad line never hides a
-//! session.
+//! session. A record spread over several lines (older writers copied a pretty-printed
+//! request's line breaks into it) is joined back and read as one, numbered by its first line.
 
 use std::path::{Path, PathBuf};
 
@@ -87,11 +88,34 @@ impl TraceReader {
         let complete = bytes.ends_with(b"\n");
         let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
         let last = lines.len().saturating_sub(1);
-        for (i, line) in lines.iter().enumerate() {
+        // Byte offset of each line's start.
+        let starts: Vec<usize> = lines
+            .iter()
+            .scan(0, |at, line| {
+                let start = *at;
+                *at += line.len() + 1;
+                Some(start)
+            })
+            .collect();
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i];
             if line.iter().all(u8::is_ascii_whitespace) {
+                i += 1;
                 continue;
             }
-            match parse_envelope(line) {
+            let mut parsed = parse_envelope(line);
+            let mut next = i + 1;
+            if parsed.is_none() && i != last {
+                if let Some(end) = spread_record_end(&lines, i) {
+                    let text = &bytes[starts[i]..starts[end] + lines[end].len()];
+                    if let Some(record) = parse_envelope(text) {
+                        parsed = Some(record);
+                        next = end + 1;
+                    }
+                }
+            }
+            match parsed {
                 Some(Ok(record)) => records.push(Record {
                     line: i + 1,
                     ..record
@@ -108,6 +132,7 @@ impl TraceReader {
                 None if i == last && !complete => torn_tail = true,
                 None => invalid_lines.push(i + 1),
             }
+            i = next;
         }
         let session = records.iter().find(|r| r.kind == "session").cloned();
         Ok(Self {
@@ -197,6 +222,49 @@ impl TraceReader {
     }
 }
 
+/// The last line of a record that starts on line `first` and spreads over several lines (as
+/// older writers stored a pretty-printed request's top-level fields with the client's line
+/// breaks): where the JSON value opened on `first` closes, when that is at the end of a line
+/// before the next line that starts a record (`{"v":`). Linear in the lines scanned.
+fn spread_record_end(lines: &[&[u8]], first: usize) -> Option<usize> {
+    if !lines[first].trim_ascii_start().starts_with(b"{") {
+        return None;
+    }
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (j, line) in lines.iter().enumerate().skip(first) {
+        if j > first && line.starts_with(b"{\"v\":") {
+            return None;
+        }
+        for (k, &b) in line.iter().enumerate() {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == b'"' {
+                    in_string = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => {
+                    depth = depth.checked_sub(1)?;
+                    if depth == 0 {
+                        let rest_blank = line[k + 1..].iter().all(u8::is_ascii_whitespace);
+                        return (rest_blank && j > first).then_some(j);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
 /// `None`: not a record; `Some(Err(v))`: a record of a newer schema version `v`.
 fn parse_envelope(line: &[u8]) -> Option<Result<Record, u64>> {
     let mut value: Value = serde_json::from_slice(line).ok()?;
@@ -214,4 +282,50 @@ fn parse_envelope(line: &[u8]) -> Option<Result<Record, u64>> {
         time_ms,
         data,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_spread_over_lines_is_joined_and_bad_lines_stay_skipped() {
+        let text = concat!(
+            "{\"v\":1,\"type\":\"session\",\"time_ms\":1,\"data\":{}}\n",
+            // An older writer's step: the request's `rest` with the client's CRLF and tabs.
+            "{\"v\":1,\"type\":\"step\",\"time_ms\":2,\"data\":{\"prompt\":{\"prefix_bytes\":0,\"delta\":\"p\"},",
+            "\"request\":{\"messages_from\":0,\"messages\":[{\"role\":\"user\",\"content\":\"a\\nb\"}],\"rest\":{\r\n",
+            "\t\"tools\": [\r\n",
+            "\t\t{\"x\": \"} ]\\\"\"}\r\n",
+            "\t]\r\n",
+            "}}}}\n",
+            "not json\n",
+            // Cut short, then a record: the cut line stays one invalid line.
+            "{\"v\":1,\"type\":\"step\",\"data\":{\"x\":[\n",
+            "{\"v\":1,\"type\":\"terminate\",\"time_ms\":3,\"data\":{}}\n",
+            "{\"v\":1,\"type\":\"nudge\",\"time_ms\":4,\"da",
+        );
+        let mut reader = TraceReader::from_bytes(Path::new("t.jsonl"), text.as_bytes()).unwrap();
+        assert_eq!(reader.invalid_lines(), [7, 8]);
+        assert!(reader.torn_tail());
+        let mut kinds = Vec::new();
+        while let Some(record) = reader.next_record() {
+            let record = record.unwrap();
+            kinds.push((record.kind.clone(), record.line));
+            if record.kind == "step" {
+                assert_eq!(
+                    reader.request().body(),
+                    serde_json::json!({"tools": [{"x": "} ]\""}], "messages": [{"role": "user", "content": "a\nb"}]})
+                );
+            }
+        }
+        assert_eq!(
+            kinds,
+            [
+                ("session".to_string(), 1),
+                ("step".to_string(), 2),
+                ("terminate".to_string(), 9)
+            ]
+        );
+    }
 }

@@ -632,19 +632,16 @@ fn numbered(stem: &str, i: usize, many: bool) -> String {
     }
 }
 
-/// JSONL values; a torn (unparsable) last line is skipped, another bad line is an error.
+/// JSONL values; a torn (cut short) last record is skipped, another bad line is an error.
+/// Values are read one after another whatever their line breaks, so a record that an older
+/// writer spread over several lines (a pretty-printed request copied verbatim) still reads.
 fn jsonl(text: &str) -> Result<Vec<Value>, String> {
-    let lines: Vec<(usize, &str)> = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .collect();
     let mut out = Vec::new();
-    for (n, (i, line)) in lines.iter().enumerate() {
-        match serde_json::from_str(line) {
+    for value in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
+        match value {
             Ok(v) => out.push(v),
-            Err(_) if n + 1 == lines.len() && n > 0 => {}
-            Err(e) => return Err(format!("line {}: {e}", i + 1)),
+            Err(e) if e.is_eof() && !out.is_empty() => break,
+            Err(e) => return Err(format!("line {}: {e}", e.line())),
         }
     }
     Ok(out)
