@@ -165,9 +165,31 @@ async fn terminal_output_with_lone_surrogates_and_control_characters_is_accepted
         assert_eq!(status, 200, "{shown}: {resp}");
         let prompts = backend.prompts();
         assert!(prompts[1].contains(&expected), "{shown}");
-        // The trace holds the request as answered: replay reads it back.
+        // The trace holds the request as answered: the rebuilt request has U+FFFD where
+        // the lone surrogates were, and replay renders the same prompts from it.
         let records = read_trace(&proxy.trace_files()[0]);
         assert_eq!(records.len(), 3, "{shown}");
+        let mut reader =
+            asap_proxy::trace::read::TraceReader::open(&proxy.trace_files()[0]).unwrap();
+        while let Some(record) = reader.next_record() {
+            record.unwrap();
+        }
+        let messages = reader.request().messages();
+        let output = messages.last().unwrap()["content"].as_str().unwrap();
+        assert!(output.contains(&expected), "{shown}");
+        let out = Command::new(BIN)
+            .args(["replay", "--check"])
+            .arg(proxy.log_dir.path())
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.ends_with(
+                "files 1  steps 2  prompt differences 0  parse differences 0  unreadable 0\n"
+            ),
+            "{shown}: {stdout}"
+        );
     }
 }
 
@@ -207,4 +229,34 @@ async fn crlf_terminal_output_renders_with_lf_and_prompts_stay_append_only() {
         let stem = pair[0].strip_suffix("## Thinking\n").unwrap();
         assert!(pair[1].starts_with(stem), "append-only");
     }
+}
+
+#[tokio::test]
+async fn a_responses_request_with_a_lone_surrogate_is_accepted_too() {
+    let backend = FakeBackend::start(vec![Scripted::text(
+        "Search.\n\n<search>\n<query>x</query>\n</search>\n",
+    )])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let body = json!({
+        "model": "base-model",
+        "input": [{"role": "user", "content": "@@TASK@@"}],
+        "tools": [{"type": "function", "name": "search", "description": "Search.",
+                   "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                                  "required": ["query"]}}]
+    })
+    .to_string()
+    .replace("@@TASK@@", r"find caf\udce9 and \ud83d");
+    let resp = proxy
+        .client
+        .post(format!("http://{}/v1/responses", proxy.addr))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert!(backend.prompts()[0].contains("find caf\u{fffd} and \u{fffd}"));
 }
