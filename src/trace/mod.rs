@@ -867,8 +867,24 @@ fn write_line<T: Serialize>(
         time_ms: unix_ms(),
         data,
     })?;
+    one_line(&mut buf);
     buf.push(b'\n');
     file.write_all(&buf)
+}
+
+/// Makes a serialised record one line whatever it embeds: a raw line break is never part of a
+/// JSON string, so any in `buf` is whitespace between tokens copied from a client's raw JSON
+/// (the request delta compacts those already; this keeps the one-record-per-line guarantee
+/// for anything embedded later).
+fn one_line(buf: &mut Vec<u8>) {
+    if !buf.contains(&b'\n') && !buf.contains(&b'\r') {
+        return;
+    }
+    if let Ok(text) = std::str::from_utf8(buf) {
+        if let std::borrow::Cow::Owned(compact) = delta::compact_json(text) {
+            *buf = compact.into_bytes();
+        }
+    }
 }
 
 fn ends_with_newline(path: &std::path::Path) -> std::io::Result<bool> {
@@ -911,6 +927,22 @@ impl RequestInput {
 #[cfg(test)]
 mod tests {
     use super::utc;
+
+    #[test]
+    fn a_record_embedding_raw_line_breaks_is_written_on_one_line() {
+        let raw = serde_json::value::RawValue::from_string(
+            "{\r\n\t\"a\": [1,\n 2],\r\n \"b\": \"x\\ny\"\r\n}".into(),
+        )
+        .unwrap();
+        let mut buf = serde_json::to_vec(&serde_json::json!({"k": 1})).unwrap();
+        buf.pop();
+        buf.extend_from_slice(b",\"raw\":");
+        buf.extend_from_slice(raw.get().as_bytes());
+        buf.push(b'}');
+        super::one_line(&mut buf);
+        let text = String::from_utf8(buf).unwrap();
+        assert_eq!(text, r#"{"k":1,"raw":{"a":[1,2],"b":"x\ny"}}"#);
+    }
 
     #[test]
     fn utc_formats_known_instants() {
