@@ -1,7 +1,8 @@
 //! Golden tests of the parser and the scaffold mapping, one fixture file per case
 //! (`tests/fixtures/parse/*.txt`: a header naming the request whose tools apply and
-//! optionally the backend's finish_reason, `---`, then the raw completion). `err_` cases must
-//! fail to parse; all others must yield an action.
+//! optionally the backend's finish_reason and matched_stop (`none` when it names none; with
+//! this header the closing tag is put back as the pipeline does), `---`, then the raw
+//! completion). `err_` cases must fail to parse; all others must yield an action.
 
 use asap_proxy::backend::BackendCompletion;
 use asap_proxy::openai::chat::ChatCompletionRequest;
@@ -30,14 +31,31 @@ fn golden_parse_cases() {
         let (header, text) = raw.split_once("---\n").unwrap();
         let mut tools_file = "";
         let mut finish_reason = "stop";
+        let mut matched_stop: Option<Option<&str>> = None;
         for line in header.lines() {
             match line.split_once(": ") {
                 Some(("tools", v)) => tools_file = v,
                 Some(("finish_reason", v)) => finish_reason = v,
+                Some(("matched_stop", v)) => matched_stop = Some((v != "none").then_some(v)),
                 _ => panic!("bad header line {line:?} in {}", path.display()),
             }
         }
         let tools = tools_for(tools_file);
+        // With a `matched_stop` header (`none`: the backend did not say), the closing tag is
+        // put back first, as the pipeline does.
+        let text = match matched_stop {
+            Some(matched) => asap_proxy::parse::with_closing_stop(
+                asap_proxy::render::Format::MarkdownXml,
+                text,
+                Some(finish_reason),
+                matched,
+                &tools,
+            )
+            .0
+            .into_owned(),
+            None => text.to_string(),
+        };
+        let text = text.as_str();
         let parsed = parse_completion(text, &tools);
         let name = path.file_name().unwrap().to_string_lossy();
         assert_eq!(
@@ -186,4 +204,106 @@ fn closing_tag_stop_is_rebuilt() {
     assert_eq!(closer.as_deref(), Some("</bash>"));
     let (_, closer) = with_closing_stop(Format::Json, cut, Some("stop"), Some("</bash>"), &tools);
     assert_eq!(closer, None);
+}
+
+/// Issue 18 item 4: a backend that leaves a proper prefix of the closing tag at the end of the
+/// text (a stop string cut partly) never gets it into a command. With `finish_reason: "stop"`
+/// the fragment is dropped and the action rebuilt as if the stop had matched; with `length`
+/// the model did not finish its command and the action stays unclosed. Every format.
+#[test]
+fn partial_closing_stop_never_reaches_a_command() {
+    use asap_proxy::conversation::Action;
+    use asap_proxy::parse::{parse_for, with_closing_stop, FailureClass};
+    use asap_proxy::render::Format;
+    let tools = tools_for("swe-agent-1.json");
+    let command = "python -m pytest tests/test_x.py::test_total";
+    let expected = Action::Call {
+        tag: "bash".into(),
+        arguments: [("command".to_string(), json!(command))]
+            .into_iter()
+            .collect(),
+    };
+    let unclosed = |format: Format, text: &str, finish: &str, matched: Option<&str>| {
+        let (full, closer) = with_closing_stop(format, text, Some(finish), matched, &tools);
+        let parsed = parse_for(format, &full, &tools);
+        assert_eq!(closer, None, "{format:?} {text:?} {finish}");
+        assert!(
+            matches!(&parsed.outcome, Err(f) if f.class == FailureClass::UnclosedTag),
+            "{format:?} {text:?} {finish}: {:?}",
+            parsed.outcome
+        );
+    };
+    let fragments = ["</bash", "</bas", "</ba", "</b", "</", "<"];
+    for format in [Format::MarkdownXml, Format::Xml] {
+        let head = match format {
+            Format::Xml => "I run the test.\n</thought>\n<bash>",
+            _ => "I run the test.\n\n### Action\n\n<bash>",
+        };
+        for fragment in fragments {
+            let text = format!("{head}{command}{fragment}");
+            // Stopped, no stop reported (llama-server's OpenAI endpoint), or the closer
+            // reported although the backend left part of it: dropped and rebuilt.
+            for matched in [None, Some("</bash>")] {
+                let (full, closer) =
+                    with_closing_stop(format, &text, Some("stop"), matched, &tools);
+                assert_eq!(closer.as_deref(), Some("</bash>"), "{format:?} {text:?}");
+                assert_eq!(full, format!("{head}{command}</bash>"), "{matched:?}");
+                let parsed = parse_for(format, &full, &tools);
+                assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
+                assert_eq!(parsed.thought, "I run the test.");
+            }
+            // Cut by the token limit: never run.
+            unclosed(format, &text, "length", None);
+        }
+        // A partial line-anchored stop after an unclosed command is dropped too.
+        let line_stops: &[&str] = match format {
+            Format::Xml => &["\n<obs", "\n</observ", "\n<st", "\n</ste"],
+            _ => &["\n<obs", "\n</observ", "\n## Th"],
+        };
+        for fragment in line_stops {
+            let text = format!("{head}{command}{fragment}");
+            let (full, _) = with_closing_stop(format, &text, Some("stop"), None, &tools);
+            let parsed = parse_for(format, &full, &tools);
+            assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
+            unclosed(format, &text, "length", None);
+        }
+        // A fragment of another tool's closer is no closer of `<bash>`: unclosed, not run.
+        unclosed(
+            format,
+            &format!("{head}{command}</str_replace_ed"),
+            "stop",
+            None,
+        );
+        // A complete action keeps its bytes: `<` inside the command is not a fragment.
+        let text = format!("{head}cat < a.txt</bash>\n");
+        let (full, closer) = with_closing_stop(format, &text, Some("stop"), None, &tools);
+        assert_eq!((full.as_ref(), closer), (text.as_str(), None));
+    }
+    // Markdown: the closing fence is not a stop; a fence cut short never closes the block.
+    for fragment in ["``", "`", ""] {
+        let text = format!("I run the test.\n\n### Action\n```bash\n{command}\n{fragment}");
+        unclosed(Format::Markdown, &text, "stop", None);
+        unclosed(Format::Markdown, &text, "length", None);
+    }
+    // Markdown: a partial stop after the block is text after the action.
+    for fragment in ["\n### Obs", "\n#", "\n## Th"] {
+        let text = format!("I run the test.\n\n### Action\n```bash\n{command}\n```\n{fragment}");
+        let (full, _) = with_closing_stop(Format::Markdown, &text, Some("stop"), None, &tools);
+        let parsed = parse_for(Format::Markdown, &full, &tools);
+        assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
+    }
+    // JSON: an action object cut anywhere is unclosed; a partial stop after it is dropped.
+    let step = format!(
+        "I run the test.\",\"action\":{{\"tool\":\"bash\",\"arguments\":{{\"command\":\"{command}\"}}}}"
+    );
+    for cut in [1, 2, 3, 10] {
+        let text = &step[..step.len() - cut];
+        unclosed(Format::Json, text, "stop", None);
+        unclosed(Format::Json, text, "length", None);
+    }
+    for fragment in [",\"obs", ",", ",\"observation\""] {
+        let text = format!("{step}{fragment}");
+        let parsed = parse_for(Format::Json, &text, &tools);
+        assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
+    }
 }
