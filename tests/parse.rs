@@ -307,3 +307,210 @@ fn partial_closing_stop_never_reaches_a_command() {
         assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
     }
 }
+
+/// Tools of an unknown scaffold, built with the profile detection picks.
+fn generic_tools(tools: Value) -> ToolSet {
+    let tools: Vec<asap_proxy::openai::chat::Tool> = serde_json::from_value(tools).unwrap();
+    let profiles = Profiles::builtin().unwrap();
+    ToolSet::build(profiles.detect(&tools, ""), &tools)
+}
+
+fn function(name: &str, properties: Value, required: &[&str]) -> Value {
+    json!({"type": "function", "function": {"name": name, "description": "x",
+        "parameters": {"type": "object", "properties": properties, "required": required}}})
+}
+
+/// Issue 18 item 6: a shell among the tools of an unknown scaffold (a shell-like name, one
+/// required string parameter) is the model's `<bash>`, mapped back to its own name and
+/// parameter; the form with the tool's own name and child tags is still read.
+#[test]
+fn a_generic_shell_reads_like_the_paper() {
+    use asap_proxy::conversation::Action;
+    use asap_proxy::profile::{ScaffoldReply, ToolRole};
+    let notes = function(
+        "read_notes",
+        json!({"topic": {"type": "string"}}),
+        &["topic"],
+    );
+    let tools = generic_tools(json!([
+        function("run_command", json!({"cmd": {"type": "string"}}), &["cmd"]),
+        notes.clone(),
+    ]));
+    assert_eq!(tools.profile, "generic");
+    let shell = tools.get("bash").expect("run_command is <bash>");
+    assert_eq!(shell.scaffold_name.as_deref(), Some("run_command"));
+    assert_eq!(
+        shell.role,
+        ToolRole::Shell {
+            command_parameter: "cmd".into()
+        }
+    );
+    let expected = Action::Call {
+        tag: "bash".into(),
+        arguments: [("cmd".to_string(), json!("ls -la"))].into_iter().collect(),
+    };
+    for text in [
+        "I list the files.\n\n<bash>ls -la</bash>\n",
+        "I list the files.\n\n<bash>\nls -la\n</bash>\n",
+        "I list the files.\n\n<bash><cmd>ls -la</cmd></bash>\n",
+        "I list the files.\n\n<run_command>ls -la</run_command>\n",
+        "I list the files.\n\n<run_command>\n<cmd>ls -la</cmd>\n</run_command>\n",
+    ] {
+        let parsed = parse_completion(text, &tools);
+        assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
+        assert_eq!(
+            tools.to_scaffold(parsed.outcome.as_ref().unwrap(), &parsed.thought),
+            ScaffoldReply::ToolCall {
+                name: "run_command".into(),
+                arguments: [("cmd".to_string(), json!("ls -la"))].into_iter().collect(),
+            }
+        );
+    }
+    // Optional parameters beside the command are allowed and stay child tags.
+    let tools = generic_tools(json!([
+        function(
+            "shell",
+            json!({"command": {"type": "string"}, "timeout": {"type": "integer"}}),
+            &["command"]
+        ),
+        notes.clone(),
+    ]));
+    assert!(matches!(
+        tools.get("bash").unwrap().role,
+        ToolRole::Shell { .. }
+    ));
+    let parsed = parse_completion(
+        "<bash><command>sleep 1</command><timeout>5</timeout></bash>",
+        &tools,
+    );
+    assert_eq!(
+        parsed.outcome.unwrap(),
+        Action::Call {
+            tag: "bash".into(),
+            arguments: [
+                ("command".to_string(), json!("sleep 1")),
+                ("timeout".to_string(), json!(5))
+            ]
+            .into_iter()
+            .collect(),
+        }
+    );
+    // Not a shell: two required parameters, a required parameter that is not a string, no
+    // required parameter, a name that is not a shell's, or `bash` taken by another tool.
+    for (case, tools) in [
+        (
+            "bash with two required parameters",
+            json!([
+                function(
+                    "bash",
+                    json!({"command": {"type": "string"}, "cwd": {"type": "string"}}),
+                    &["command", "cwd"]
+                ),
+                notes.clone()
+            ]),
+        ),
+        (
+            "an array command",
+            json!([
+                function(
+                    "shell",
+                    json!({"command": {"type": "array", "items": {"type": "string"}}}),
+                    &["command"]
+                ),
+                notes.clone()
+            ]),
+        ),
+        (
+            "nothing required",
+            json!([
+                function("run_command", json!({"cmd": {"type": "string"}}), &[]),
+                notes.clone()
+            ]),
+        ),
+        (
+            "not a shell's name",
+            json!([
+                function("run_query", json!({"sql": {"type": "string"}}), &["sql"]),
+                notes.clone()
+            ]),
+        ),
+        (
+            "bash is another tool",
+            json!([
+                function(
+                    "shell",
+                    json!({"command": {"type": "string"}}),
+                    &["command"]
+                ),
+                function(
+                    "bash",
+                    json!({"a": {"type": "string"}, "b": {"type": "string"}}),
+                    &["a", "b"]
+                ),
+            ]),
+        ),
+    ] {
+        let tools = generic_tools(tools);
+        assert_eq!(tools.profile, "generic", "{case}");
+        assert!(
+            tools
+                .tools
+                .iter()
+                .all(|t| !matches!(t.role, ToolRole::Shell { .. })),
+            "{case}: {:?}",
+            tools.tools
+        );
+    }
+    // A `bash` with two required parameters keeps one child tag per parameter.
+    let tools = generic_tools(json!([
+        function(
+            "bash",
+            json!({"command": {"type": "string"}, "cwd": {"type": "string"}}),
+            &["command", "cwd"]
+        ),
+        notes.clone(),
+    ]));
+    let parsed = parse_completion(
+        "<bash>\n<command>ls</command>\n<cwd>/tmp</cwd>\n</bash>",
+        &tools,
+    );
+    assert_eq!(
+        parsed.outcome.unwrap(),
+        Action::Call {
+            tag: "bash".into(),
+            arguments: [
+                ("command".to_string(), json!("ls")),
+                ("cwd".to_string(), json!("/tmp"))
+            ]
+            .into_iter()
+            .collect(),
+        }
+    );
+}
+
+/// Known scaffolds keep their profiles: the generic shell rule changes nothing for them.
+#[test]
+fn known_scaffolds_are_unaffected_by_the_generic_shell() {
+    use asap_proxy::profile::ToolRole;
+    for (fixture, profile, shell) in [
+        ("swe-agent-1.json", "swe-agent", Some("bash")),
+        ("mini-swe-agent-1.json", "mini-swe-agent", Some("bash")),
+        (
+            "openhands-codeact-1.json",
+            "openhands-codeact",
+            Some("execute_bash"),
+        ),
+        ("openhands-sdk-1.json", "openhands-sdk", Some("terminal")),
+        ("browsecomp-plus-1.json", "browsecomp-plus", None),
+    ] {
+        let tools = tools_for(fixture);
+        assert_eq!(tools.profile, profile);
+        let shells: Vec<_> = tools
+            .tools
+            .iter()
+            .filter(|t| matches!(t.role, ToolRole::Shell { .. }))
+            .map(|t| t.scaffold_name.as_deref().unwrap())
+            .collect();
+        assert_eq!(shells, shell.into_iter().collect::<Vec<_>>(), "{fixture}");
+    }
+}

@@ -844,3 +844,46 @@ async fn a_partial_closing_tag_never_reaches_a_command_over_http() {
     let step = &records[1]["data"];
     assert_eq!(step["parse"]["error"]["class"], "unclosed_tag", "{step}");
 }
+
+/// Issue 18 item 6: an unknown scaffold's shell (`run_command {cmd}`) is the model's
+/// `<bash>`: documented and stopped as such, and the call goes back under its own name and
+/// parameter.
+#[tokio::test]
+async fn a_generic_shell_is_bash_for_the_model_and_run_command_for_the_scaffold() {
+    let backend = FakeBackend::start(vec![Scripted::text(
+        "I list the files.\n\n### Action\n\n<bash>ls -la</bash>\n",
+    )])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let body = json!({
+        "model": "base-model",
+        "messages": [{"role": "user", "content": "How many files are there?"}],
+        "tools": [
+            {"type": "function", "function": {"name": "run_command", "description": "Run a shell command.",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}},
+            {"type": "function", "function": {"name": "read_notes", "description": "Read notes.",
+                "parameters": {"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]}}}
+        ]
+    });
+    let (status, resp) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(tool_call(&resp)["function"]["name"], "run_command");
+    assert_eq!(arguments(&resp), json!({"cmd": "ls -la"}));
+    let request = &backend.requests()[0];
+    let prompt = request["prompt"].as_str().unwrap();
+    assert!(
+        prompt.contains("## <bash>\n") && prompt.contains("<bash>ls -la</bash>"),
+        "{prompt}"
+    );
+    assert!(
+        !prompt.contains("<run_command>") && !prompt.contains("<cmd>"),
+        "{prompt}"
+    );
+    assert!(
+        request["stop"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("</bash>")),
+        "{request}"
+    );
+}

@@ -1,8 +1,9 @@
 //! The tools of one request in the model's neutral vocabulary, and the mapping both ways.
 //!
-//! Whatever the scaffold, the model sees `<bash>` for the shell, `<str_replace_editor>` for the
-//! file editor, `<submit/>` to finish, and other tools under their own names. That keeps a
-//! reference prefix recorded with one scaffold valid for another (DESIGN.md, "Profiles").
+//! Whatever the scaffold, the model sees `<bash>` for the shell (also an unknown scaffold's
+//! shell-like tool, profile `shell_names`), `<str_replace_editor>` for the file editor,
+//! `<submit/>` to finish, and other tools under their own names. That keeps a reference
+//! prefix recorded with one scaffold valid for another (DESIGN.md, "Profiles").
 
 use serde_json::{Map, Value};
 
@@ -366,6 +367,11 @@ impl ToolSet {
             _ => None,
         };
 
+        let shell_spec = profile
+            .shell
+            .clone()
+            .or_else(|| shell_like(&profile.shell_names, tools, &profile.hidden_parameters));
+
         let mut shell = Vec::new();
         let mut editor = Vec::new();
         let mut others = Vec::new();
@@ -380,7 +386,7 @@ impl ToolSet {
                 continue;
             }
             let params = params_of(tool, &profile.hidden_parameters);
-            let (tag, role) = match (&profile.shell, &profile.editor) {
+            let (tag, role) = match (&shell_spec, &profile.editor) {
                 (Some(s), _) if s.tool == name => (
                     SHELL_TAG.to_string(),
                     ToolRole::Shell {
@@ -586,6 +592,39 @@ impl ToolSet {
             arguments,
         }
     }
+}
+
+/// The shell among tools of an unknown scaffold (profile `shell_names`): the first tool named
+/// like a shell (`bash`, `run_command`, …, case-insensitively) whose schema has exactly one
+/// required parameter, a visible string (`command`, `cmd`); optional parameters may follow
+/// (they stay child tags). None when no tool qualifies, or when another tool is itself named
+/// `bash`, the neutral tag.
+fn shell_like(names: &[String], tools: &[Tool], hidden: &[String]) -> Option<super::ShellSpec> {
+    let (index, tool, command_parameter) = tools.iter().enumerate().find_map(|(index, tool)| {
+        let name = &tool.function.name;
+        if !names.iter().any(|n| n.eq_ignore_ascii_case(name)) || !is_tag_name(name) {
+            return None;
+        }
+        let params = params_of(tool, hidden);
+        let mut required = params.iter().filter(|p| p.required);
+        match (required.next(), required.next()) {
+            (Some(only), None)
+                if !only.hidden
+                    && only.schema.get("type").and_then(Value::as_str) == Some("string") =>
+            {
+                Some((index, tool, only.name.clone()))
+            }
+            _ => None,
+        }
+    })?;
+    let tag_taken = tools
+        .iter()
+        .enumerate()
+        .any(|(i, t)| i != index && t.function.name.eq_ignore_ascii_case(SHELL_TAG));
+    (!tag_taken).then(|| super::ShellSpec {
+        tool: tool.function.name.clone(),
+        command_parameter,
+    })
 }
 
 /// The shell of a content dialect: the scaffold runs the command the reply names.
