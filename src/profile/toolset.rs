@@ -453,6 +453,32 @@ impl ToolSet {
         }
     }
 
+    /// A reference prefix's action (neutral vocabulary, where the shell's command is
+    /// `command`) in this set's terms: for a shell whose command parameter is named otherwise
+    /// (a generic `run_command {cmd}`), a lone `command` becomes that parameter, so the prefix
+    /// renders as `<bash>ls</bash>` like the live steps.
+    pub fn adapt_neutral(&self, action: &Action) -> Action {
+        if let Action::Call { tag, arguments } = action {
+            if let Some(ToolSpec {
+                role: ToolRole::Shell { command_parameter },
+                ..
+            }) = self.get(tag)
+            {
+                if command_parameter != "command"
+                    && arguments.len() == 1
+                    && arguments.contains_key("command")
+                {
+                    let value = arguments["command"].clone();
+                    return Action::Call {
+                        tag: tag.clone(),
+                        arguments: Map::from_iter([(command_parameter.clone(), value)]),
+                    };
+                }
+            }
+        }
+        action.clone()
+    }
+
     /// The tool the model writes as `<tag>`.
     pub fn get(&self, tag: &str) -> Option<&ToolSpec> {
         self.tools.iter().find(|t| t.tag == tag)
@@ -735,6 +761,35 @@ mod tests {
         ] {
             assert_eq!(neutralise_description(kept), kept);
         }
+    }
+
+    #[test]
+    fn a_prefix_command_goes_to_a_generic_shell_parameter() {
+        let tools: Vec<Tool> = serde_json::from_value(serde_json::json!([
+            {"type": "function", "function": {"name": "run_command", "description": "x",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}},
+                    "required": ["cmd"]}}},
+        ]))
+        .unwrap();
+        let profiles = crate::profile::Profiles::builtin().unwrap();
+        let set = ToolSet::build(profiles.get("generic").unwrap(), &tools);
+        let call = |key: &str| Action::Call {
+            tag: SHELL_TAG.into(),
+            arguments: Map::from_iter([(key.to_string(), Value::from("ls"))]),
+        };
+        assert_eq!(set.adapt_neutral(&call("command")), call("cmd"));
+        assert_eq!(set.adapt_neutral(&call("cmd")), call("cmd"));
+        // A shell named `command` (every known scaffold's) is left as it is.
+        let swe = ToolSet::build(
+            profiles.get("generic").unwrap(),
+            &serde_json::from_value::<Vec<Tool>>(serde_json::json!([
+                {"type": "function", "function": {"name": "bash", "description": "x",
+                    "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
+                        "required": ["command"]}}},
+            ]))
+            .unwrap(),
+        );
+        assert_eq!(swe.adapt_neutral(&call("command")), call("command"));
     }
 
     #[test]
