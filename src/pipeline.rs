@@ -118,16 +118,26 @@ pub fn prepare(
         tools.default_prefix.as_deref(),
     );
     if let Some(selected) = &selected {
+        // Prefix actions are neutral; a generic shell may name its command otherwise.
+        let adapt = |steps: &[crate::conversation::Step]| -> Vec<crate::conversation::Step> {
+            steps
+                .iter()
+                .map(|step| crate::conversation::Step {
+                    action: step.action.as_ref().map(|a| tools.adapt_neutral(a)),
+                    ..step.clone()
+                })
+                .collect()
+        };
         // A demonstration is rendered as the example; a task prefix as the first steps, after
         // the demonstration it names, if any.
         let as_example = |s: &crate::prefix::Selected| Example {
             task: s.demo_task.clone().unwrap_or_default(),
-            steps: s.steps.clone(),
+            steps: adapt(&s.steps),
         };
         if selected.demo_task.is_some() {
             base.example = Some(as_example(selected));
         } else {
-            base.prefix = selected.steps.clone();
+            base.prefix = adapt(&selected.steps);
             base.example = selected.example.as_deref().map(as_example);
         }
     }

@@ -1,7 +1,8 @@
 //! Golden tests of the parser and the scaffold mapping, one fixture file per case
 //! (`tests/fixtures/parse/*.txt`: a header naming the request whose tools apply and
-//! optionally the backend's finish_reason, `---`, then the raw completion). `err_` cases must
-//! fail to parse; all others must yield an action.
+//! optionally the backend's finish_reason and matched_stop (`none` when it names none; with
+//! this header the closing tag is put back as the pipeline does), `---`, then the raw
+//! completion). `err_` cases must fail to parse; all others must yield an action.
 
 use asap_proxy::backend::BackendCompletion;
 use asap_proxy::openai::chat::ChatCompletionRequest;
@@ -30,14 +31,31 @@ fn golden_parse_cases() {
         let (header, text) = raw.split_once("---\n").unwrap();
         let mut tools_file = "";
         let mut finish_reason = "stop";
+        let mut matched_stop: Option<Option<&str>> = None;
         for line in header.lines() {
             match line.split_once(": ") {
                 Some(("tools", v)) => tools_file = v,
                 Some(("finish_reason", v)) => finish_reason = v,
+                Some(("matched_stop", v)) => matched_stop = Some((v != "none").then_some(v)),
                 _ => panic!("bad header line {line:?} in {}", path.display()),
             }
         }
         let tools = tools_for(tools_file);
+        // With a `matched_stop` header (`none`: the backend did not say), the closing tag is
+        // put back first, as the pipeline does.
+        let text = match matched_stop {
+            Some(matched) => asap_proxy::parse::with_closing_stop(
+                asap_proxy::render::Format::MarkdownXml,
+                text,
+                Some(finish_reason),
+                matched,
+                &tools,
+            )
+            .0
+            .into_owned(),
+            None => text.to_string(),
+        };
+        let text = text.as_str();
         let parsed = parse_completion(text, &tools);
         let name = path.file_name().unwrap().to_string_lossy();
         assert_eq!(
@@ -186,4 +204,313 @@ fn closing_tag_stop_is_rebuilt() {
     assert_eq!(closer.as_deref(), Some("</bash>"));
     let (_, closer) = with_closing_stop(Format::Json, cut, Some("stop"), Some("</bash>"), &tools);
     assert_eq!(closer, None);
+}
+
+/// Issue 18 item 4: a backend that leaves a proper prefix of the closing tag at the end of the
+/// text (a stop string cut partly) never gets it into a command. With `finish_reason: "stop"`
+/// the fragment is dropped and the action rebuilt as if the stop had matched; with `length`
+/// the model did not finish its command and the action stays unclosed. Every format.
+#[test]
+fn partial_closing_stop_never_reaches_a_command() {
+    use asap_proxy::conversation::Action;
+    use asap_proxy::parse::{parse_for, with_closing_stop, FailureClass};
+    use asap_proxy::render::Format;
+    let tools = tools_for("swe-agent-1.json");
+    let command = "python -m pytest tests/test_x.py::test_total";
+    let expected = Action::Call {
+        tag: "bash".into(),
+        arguments: [("command".to_string(), json!(command))]
+            .into_iter()
+            .collect(),
+    };
+    let unclosed = |format: Format, text: &str, finish: &str, matched: Option<&str>| {
+        let (full, closer) = with_closing_stop(format, text, Some(finish), matched, &tools);
+        let parsed = parse_for(format, &full, &tools);
+        assert_eq!(closer, None, "{format:?} {text:?} {finish}");
+        assert!(
+            matches!(&parsed.outcome, Err(f) if f.class == FailureClass::UnclosedTag),
+            "{format:?} {text:?} {finish}: {:?}",
+            parsed.outcome
+        );
+    };
+    let fragments = ["</bash", "</bas", "</ba", "</b", "</", "<"];
+    for format in [Format::MarkdownXml, Format::Xml] {
+        let head = match format {
+            Format::Xml => "I run the test.\n</thought>\n<bash>",
+            _ => "I run the test.\n\n### Action\n\n<bash>",
+        };
+        for fragment in fragments {
+            let text = format!("{head}{command}{fragment}");
+            // Stopped, no stop reported (llama-server's OpenAI endpoint), or the closer
+            // reported although the backend left part of it: dropped and rebuilt.
+            for matched in [None, Some("</bash>")] {
+                let (full, closer) =
+                    with_closing_stop(format, &text, Some("stop"), matched, &tools);
+                assert_eq!(closer.as_deref(), Some("</bash>"), "{format:?} {text:?}");
+                assert_eq!(full, format!("{head}{command}</bash>"), "{matched:?}");
+                let parsed = parse_for(format, &full, &tools);
+                assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
+                assert_eq!(parsed.thought, "I run the test.");
+            }
+            // Cut by the token limit: never run.
+            unclosed(format, &text, "length", None);
+        }
+        // A partial line-anchored stop after an unclosed command is dropped too.
+        let line_stops: &[&str] = match format {
+            Format::Xml => &["\n<obs", "\n</observ", "\n<st", "\n</ste"],
+            _ => &["\n<obs", "\n</observ", "\n## Th"],
+        };
+        for fragment in line_stops {
+            let text = format!("{head}{command}{fragment}");
+            let (full, _) = with_closing_stop(format, &text, Some("stop"), None, &tools);
+            let parsed = parse_for(format, &full, &tools);
+            assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
+            unclosed(format, &text, "length", None);
+        }
+        // A fragment of another tool's closer is no closer of `<bash>`: unclosed, not run.
+        unclosed(
+            format,
+            &format!("{head}{command}</str_replace_ed"),
+            "stop",
+            None,
+        );
+        // A complete action keeps its bytes: `<` inside the command is not a fragment.
+        let text = format!("{head}cat < a.txt</bash>\n");
+        let (full, closer) = with_closing_stop(format, &text, Some("stop"), None, &tools);
+        assert_eq!((full.as_ref(), closer), (text.as_str(), None));
+    }
+    // Markdown: the closing fence is not a stop; a fence cut short never closes the block.
+    for fragment in ["``", "`", ""] {
+        let text = format!("I run the test.\n\n### Action\n```bash\n{command}\n{fragment}");
+        unclosed(Format::Markdown, &text, "stop", None);
+        unclosed(Format::Markdown, &text, "length", None);
+    }
+    // Markdown: a partial stop after the block is text after the action.
+    for fragment in ["\n### Obs", "\n#", "\n## Th"] {
+        let text = format!("I run the test.\n\n### Action\n```bash\n{command}\n```\n{fragment}");
+        let (full, _) = with_closing_stop(Format::Markdown, &text, Some("stop"), None, &tools);
+        let parsed = parse_for(Format::Markdown, &full, &tools);
+        assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
+    }
+    // JSON: an action object cut anywhere is unclosed; a partial stop after it is dropped.
+    let step = format!(
+        "I run the test.\",\"action\":{{\"tool\":\"bash\",\"arguments\":{{\"command\":\"{command}\"}}}}"
+    );
+    for cut in [1, 2, 3, 10] {
+        let text = &step[..step.len() - cut];
+        unclosed(Format::Json, text, "stop", None);
+        unclosed(Format::Json, text, "length", None);
+    }
+    for fragment in [",\"obs", ",", ",\"observation\""] {
+        let text = format!("{step}{fragment}");
+        let parsed = parse_for(Format::Json, &text, &tools);
+        assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
+    }
+}
+
+/// Tools of an unknown scaffold, built with the profile detection picks.
+fn generic_tools(tools: Value) -> ToolSet {
+    let tools: Vec<asap_proxy::openai::chat::Tool> = serde_json::from_value(tools).unwrap();
+    let profiles = Profiles::builtin().unwrap();
+    ToolSet::build(profiles.detect(&tools, ""), &tools)
+}
+
+fn function(name: &str, properties: Value, required: &[&str]) -> Value {
+    json!({"type": "function", "function": {"name": name, "description": "x",
+        "parameters": {"type": "object", "properties": properties, "required": required}}})
+}
+
+/// Issue 18 item 6: a shell among the tools of an unknown scaffold (a shell-like name, one
+/// required string parameter) is the model's `<bash>`, mapped back to its own name and
+/// parameter; the form with the tool's own name and child tags is still read.
+#[test]
+fn a_generic_shell_reads_like_the_paper() {
+    use asap_proxy::conversation::Action;
+    use asap_proxy::profile::{ScaffoldReply, ToolRole};
+    let notes = function(
+        "read_notes",
+        json!({"topic": {"type": "string"}}),
+        &["topic"],
+    );
+    let tools = generic_tools(json!([
+        function("run_command", json!({"cmd": {"type": "string"}}), &["cmd"]),
+        notes.clone(),
+    ]));
+    assert_eq!(tools.profile, "generic");
+    let shell = tools.get("bash").expect("run_command is <bash>");
+    assert_eq!(shell.scaffold_name.as_deref(), Some("run_command"));
+    assert_eq!(
+        shell.role,
+        ToolRole::Shell {
+            command_parameter: "cmd".into()
+        }
+    );
+    let expected = Action::Call {
+        tag: "bash".into(),
+        arguments: [("cmd".to_string(), json!("ls -la"))].into_iter().collect(),
+    };
+    for text in [
+        "I list the files.\n\n<bash>ls -la</bash>\n",
+        "I list the files.\n\n<bash>\nls -la\n</bash>\n",
+        "I list the files.\n\n<bash><cmd>ls -la</cmd></bash>\n",
+        "I list the files.\n\n<run_command>ls -la</run_command>\n",
+        "I list the files.\n\n<run_command>\n<cmd>ls -la</cmd>\n</run_command>\n",
+    ] {
+        let parsed = parse_completion(text, &tools);
+        assert_eq!(parsed.outcome.as_ref().ok(), Some(&expected), "{text:?}");
+        assert_eq!(
+            tools.to_scaffold(parsed.outcome.as_ref().unwrap(), &parsed.thought),
+            ScaffoldReply::ToolCall {
+                name: "run_command".into(),
+                arguments: [("cmd".to_string(), json!("ls -la"))].into_iter().collect(),
+            }
+        );
+    }
+    // Optional parameters beside the command are allowed and stay child tags.
+    let tools = generic_tools(json!([
+        function(
+            "shell",
+            json!({"command": {"type": "string"}, "timeout": {"type": "integer"}}),
+            &["command"]
+        ),
+        notes.clone(),
+    ]));
+    assert!(matches!(
+        tools.get("bash").unwrap().role,
+        ToolRole::Shell { .. }
+    ));
+    let parsed = parse_completion(
+        "<bash><command>sleep 1</command><timeout>5</timeout></bash>",
+        &tools,
+    );
+    assert_eq!(
+        parsed.outcome.unwrap(),
+        Action::Call {
+            tag: "bash".into(),
+            arguments: [
+                ("command".to_string(), json!("sleep 1")),
+                ("timeout".to_string(), json!(5))
+            ]
+            .into_iter()
+            .collect(),
+        }
+    );
+    // Not a shell: two required parameters, a required parameter that is not a string, no
+    // required parameter, a name that is not a shell's, or `bash` taken by another tool.
+    for (case, tools) in [
+        (
+            "bash with two required parameters",
+            json!([
+                function(
+                    "bash",
+                    json!({"command": {"type": "string"}, "cwd": {"type": "string"}}),
+                    &["command", "cwd"]
+                ),
+                notes.clone()
+            ]),
+        ),
+        (
+            "an array command",
+            json!([
+                function(
+                    "shell",
+                    json!({"command": {"type": "array", "items": {"type": "string"}}}),
+                    &["command"]
+                ),
+                notes.clone()
+            ]),
+        ),
+        (
+            "nothing required",
+            json!([
+                function("run_command", json!({"cmd": {"type": "string"}}), &[]),
+                notes.clone()
+            ]),
+        ),
+        (
+            "not a shell's name",
+            json!([
+                function("run_query", json!({"sql": {"type": "string"}}), &["sql"]),
+                notes.clone()
+            ]),
+        ),
+        (
+            "bash is another tool",
+            json!([
+                function(
+                    "shell",
+                    json!({"command": {"type": "string"}}),
+                    &["command"]
+                ),
+                function(
+                    "bash",
+                    json!({"a": {"type": "string"}, "b": {"type": "string"}}),
+                    &["a", "b"]
+                ),
+            ]),
+        ),
+    ] {
+        let tools = generic_tools(tools);
+        assert_eq!(tools.profile, "generic", "{case}");
+        assert!(
+            tools
+                .tools
+                .iter()
+                .all(|t| !matches!(t.role, ToolRole::Shell { .. })),
+            "{case}: {:?}",
+            tools.tools
+        );
+    }
+    // A `bash` with two required parameters keeps one child tag per parameter.
+    let tools = generic_tools(json!([
+        function(
+            "bash",
+            json!({"command": {"type": "string"}, "cwd": {"type": "string"}}),
+            &["command", "cwd"]
+        ),
+        notes.clone(),
+    ]));
+    let parsed = parse_completion(
+        "<bash>\n<command>ls</command>\n<cwd>/tmp</cwd>\n</bash>",
+        &tools,
+    );
+    assert_eq!(
+        parsed.outcome.unwrap(),
+        Action::Call {
+            tag: "bash".into(),
+            arguments: [
+                ("command".to_string(), json!("ls")),
+                ("cwd".to_string(), json!("/tmp"))
+            ]
+            .into_iter()
+            .collect(),
+        }
+    );
+}
+
+/// Known scaffolds keep their profiles: the generic shell rule changes nothing for them.
+#[test]
+fn known_scaffolds_are_unaffected_by_the_generic_shell() {
+    use asap_proxy::profile::ToolRole;
+    for (fixture, profile, shell) in [
+        ("swe-agent-1.json", "swe-agent", Some("bash")),
+        ("mini-swe-agent-1.json", "mini-swe-agent", Some("bash")),
+        (
+            "openhands-codeact-1.json",
+            "openhands-codeact",
+            Some("execute_bash"),
+        ),
+        ("openhands-sdk-1.json", "openhands-sdk", Some("terminal")),
+        ("browsecomp-plus-1.json", "browsecomp-plus", None),
+    ] {
+        let tools = tools_for(fixture);
+        assert_eq!(tools.profile, profile);
+        let shells: Vec<_> = tools
+            .tools
+            .iter()
+            .filter(|t| matches!(t.role, ToolRole::Shell { .. }))
+            .map(|t| t.scaffold_name.as_deref().unwrap())
+            .collect();
+        assert_eq!(shells, shell.into_iter().collect::<Vec<_>>(), "{fixture}");
+    }
 }

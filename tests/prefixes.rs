@@ -190,3 +190,48 @@ async fn a_task_prefix_can_name_a_demonstration_rendered_before_it() {
         json!({"id": "paired__paired-1", "matched_by": "header", "k": 1, "example": "my-demo"})
     );
 }
+
+/// Issue 18 item 6: a prefix's neutral shell step (`command`) renders as `<bash>…</bash>`
+/// under an unknown scaffold whose shell names its parameter `cmd`, like the live steps.
+#[tokio::test]
+async fn a_prefix_shell_step_reads_as_bash_under_a_generic_cmd_shell() {
+    let dir = std::env::temp_dir().join(format!("asap-generic-prefix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let task = json!({"instance_id": "generic__shell-1", "steps": [
+        {"thought": "List first.", "action": {"tool": "bash", "arguments": {"command": "ls -a"}},
+         "observation": "setup.py"}]});
+    std::fs::write(dir.join("task.json"), task.to_string()).unwrap();
+    let backend = FakeBackend::start(vec![Scripted::text("a")]).await;
+    let proxy = Proxy::start_with(&backend.url(), |a| {
+        a.prompt.prefixes = vec![dir.clone()];
+        a.prompt.prefix_k = Some(1);
+    })
+    .await;
+    let body = json!({
+        "model": "base-model",
+        "messages": [{"role": "user", "content": "Count the files."}],
+        "tools": [
+            {"type": "function", "function": {"name": "run_command", "description": "Run a command.",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}},
+            {"type": "function", "function": {"name": "read_notes", "description": "Read notes.",
+                "parameters": {"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]}}}
+        ]
+    });
+    let resp = proxy
+        .client
+        .post(proxy.url())
+        .header("X-ASAP-Task", "generic__shell-1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let prompt = &backend.prompts()[0];
+    let live = trajectory(prompt);
+    assert!(
+        live.contains("List first.") && live.contains("\n<bash>ls -a</bash>\n"),
+        "{live}"
+    );
+    assert!(!prompt.contains("<command>"), "{prompt}");
+}

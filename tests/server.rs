@@ -795,3 +795,95 @@ async fn every_response_reports_the_proxy_overhead_without_the_backend_time() {
     assert_eq!(resp.status(), 400);
     assert!(overhead(&resp) >= 0.0, "errors carry it too");
 }
+
+/// Issue 18 item 4: a backend that leaves part of the closing tag at the end of the text and
+/// reports no matched stop. Stopped (`finish_reason: "stop"`): the fragment is dropped and
+/// the command rebuilt as if `</bash>` had matched. Cut by the token limit (`length`): the
+/// model did not finish its command; no tool call, never run.
+#[tokio::test]
+async fn a_partial_closing_tag_never_reaches_a_command_over_http() {
+    let text = "I run the failing test.\n\n### Action\n\n<bash>python -m pytest tests/test_x.py::test_total</ba";
+    let raw = |finish: &str| Scripted::Raw {
+        status: 200,
+        body: json!({
+            "id": "cmpl-fake", "object": "text_completion", "created": 1, "model": "fake-base",
+            "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": null}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+        })
+        .to_string(),
+    };
+    let backend = FakeBackend::start(vec![raw("stop")]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let (status, resp) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(resp["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(tool_call(&resp)["function"]["name"], "bash");
+    assert_eq!(
+        arguments(&resp),
+        json!({"command": "python -m pytest tests/test_x.py::test_total"})
+    );
+    let records = read_trace(&proxy.trace_files()[0]);
+    let step = &records[1]["data"];
+    assert_eq!(step["completion"]["text"], text, "the raw text is traced");
+    assert_eq!(step["completion"]["matched_stop"], "</bash>");
+
+    let backend = FakeBackend::start(vec![raw("length")]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let (status, resp) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    assert_eq!(status, 200, "{resp}");
+    assert!(
+        resp["choices"][0]["message"]["tool_calls"].is_null(),
+        "{resp}"
+    );
+    assert_eq!(resp["choices"][0]["finish_reason"], "length");
+    assert!(
+        !resp.to_string().contains("test_total</"),
+        "no fragment anywhere in the reply: {resp}"
+    );
+    let records = read_trace(&proxy.trace_files()[0]);
+    let step = &records[1]["data"];
+    assert_eq!(step["parse"]["error"]["class"], "unclosed_tag", "{step}");
+}
+
+/// Issue 18 item 6: an unknown scaffold's shell (`run_command {cmd}`) is the model's
+/// `<bash>`: documented and stopped as such, and the call goes back under its own name and
+/// parameter.
+#[tokio::test]
+async fn a_generic_shell_is_bash_for_the_model_and_run_command_for_the_scaffold() {
+    let backend = FakeBackend::start(vec![Scripted::text(
+        "I list the files.\n\n### Action\n\n<bash>ls -la</bash>\n",
+    )])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let body = json!({
+        "model": "base-model",
+        "messages": [{"role": "user", "content": "How many files are there?"}],
+        "tools": [
+            {"type": "function", "function": {"name": "run_command", "description": "Run a shell command.",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}},
+            {"type": "function", "function": {"name": "read_notes", "description": "Read notes.",
+                "parameters": {"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]}}}
+        ]
+    });
+    let (status, resp) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(tool_call(&resp)["function"]["name"], "run_command");
+    assert_eq!(arguments(&resp), json!({"cmd": "ls -la"}));
+    let request = &backend.requests()[0];
+    let prompt = request["prompt"].as_str().unwrap();
+    assert!(
+        prompt.contains("## <bash>\n") && prompt.contains("<bash>ls -la</bash>"),
+        "{prompt}"
+    );
+    assert!(
+        !prompt.contains("<run_command>") && !prompt.contains("<cmd>"),
+        "{prompt}"
+    );
+    assert!(
+        request["stop"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("</bash>")),
+        "{request}"
+    );
+}

@@ -101,6 +101,15 @@ pub fn parse_for(format: crate::render::Format, text: &str, tools: &ToolSet) -> 
 /// is inferred: the first of the tools' closers with which the text parses. Returns the text
 /// and the closer put back (recorded in the trace as `matched_stop`, so `replay` parses the
 /// same text).
+///
+/// A partial stop string never reaches a command (issue 18): a closer put back replaces a
+/// proper prefix of itself left at the very end of the text (`…test_total</ba`, `</`, `<`:
+/// a backend that cut the stop string only partly), and an inferred closer also replaces
+/// a proper prefix (two bytes or more) of one of the format's line-anchored stops
+/// (`\n<obs`, `\n## Th`); a fragment of another tool's closer (`</str_rep` in `<bash>`)
+/// infers nothing. With `finish_reason: "length"` nothing is put back or dropped: the
+/// model did not finish its command, the action stays unclosed (`unclosed_tag`) and is never
+/// run.
 pub fn with_closing_stop<'a>(
     format: crate::render::Format,
     text: &'a str,
@@ -115,7 +124,10 @@ pub fn with_closing_stop<'a>(
     }
     if let Some(matched) = matched_stop {
         return match closers.iter().find(|c| c.as_str() == matched) {
-            Some(closer) => (Cow::Owned(format!("{text}{closer}")), Some(closer.clone())),
+            Some(closer) => (
+                Cow::Owned(format!("{}{closer}", without_fragment(text, closer))),
+                Some(closer.clone()),
+            ),
             None => (Cow::Borrowed(text), None),
         };
     }
@@ -127,8 +139,19 @@ pub fn with_closing_stop<'a>(
     if !unclosed(&parse_for(format, text, tools)) {
         return (Cow::Borrowed(text), None);
     }
-    for closer in &closers {
-        let candidate = format!("{text}{closer}");
+    let base = format
+        .stop()
+        .iter()
+        .map(|stop| without_fragment(text, stop))
+        .filter(|rest| text.len() - rest.len() >= 2)
+        .min_by_key(|rest| rest.len())
+        .unwrap_or(text);
+    // A fragment of another tool's closer (`…</str_replace_ed` inside `<bash>`) is not
+    // this action's end: no closer is inferred and the action stays unclosed.
+    let fragment = |closer: &str| base.len() - without_fragment(base, closer).len();
+    let longest = closers.iter().map(|c| fragment(c)).max().unwrap_or(0);
+    for closer in closers.iter().filter(|c| fragment(c) == longest) {
+        let candidate = format!("{}{closer}", without_fragment(base, closer));
         let parsed = parse_for(format, &candidate, tools);
         if !unclosed(&parsed)
             && !matches!(&parsed.outcome, Err(f) if f.class == FailureClass::NoAction)
@@ -137,6 +160,16 @@ pub fn with_closing_stop<'a>(
         }
     }
     (Cow::Borrowed(text), None)
+}
+
+/// `text` without the longest proper prefix of `stop` it ends with (a stop string the backend
+/// cut only partly).
+fn without_fragment<'a>(text: &'a str, stop: &str) -> &'a str {
+    (1..stop.len())
+        .rev()
+        .filter(|&i| stop.is_char_boundary(i))
+        .find_map(|i| text.strip_suffix(&stop[..i]))
+        .unwrap_or(text)
 }
 
 /// Checks that the visible required parameters are present (and a shell command not blank).
@@ -418,4 +451,28 @@ fn body_arguments(body: &str, spec: &ToolSpec) -> Result<Vec<(String, String)>, 
         }
         _ => Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_fragment;
+
+    #[test]
+    fn fragment_is_the_longest_proper_prefix_at_the_end() {
+        let cmd = "pytest x.py::test_total";
+        for fragment in ["</bash", "</bas", "</ba", "</b", "</", "<"] {
+            assert_eq!(
+                without_fragment(&format!("{cmd}{fragment}"), "</bash>"),
+                cmd
+            );
+        }
+        // The whole stop string, or text that is not a prefix of it, stays.
+        assert_eq!(without_fragment("ls</bash>", "</bash>"), "ls</bash>");
+        assert_eq!(without_fragment("ls</bx", "</bash>"), "ls</bx");
+        assert_eq!(without_fragment("a < b", "</bash>"), "a < b");
+        assert_eq!(without_fragment("ls\n<obs", "\n<observation>"), "ls");
+        // Multi-byte stop strings are cut on character boundaries only.
+        assert_eq!(without_fragment("x</é", "</é>"), "x");
+        assert_eq!(without_fragment("", "</bash>"), "");
+    }
 }

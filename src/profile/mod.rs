@@ -66,6 +66,13 @@ pub struct Profile {
     pub detect: Detect,
     #[serde(default)]
     pub shell: Option<ShellSpec>,
+    /// Names of a shell tool whose scaffold is not known (the `generic` profile): without a
+    /// `[shell]`, the first offered tool named one of these (case-insensitively) that takes
+    /// exactly one required parameter, a string (`command`, `cmd`), is the shell: the model
+    /// writes `<bash>COMMAND</bash>` and the call goes back under the tool's own name and
+    /// parameter. Not when another tool is itself named `bash`.
+    #[serde(default)]
+    pub shell_names: Vec<String>,
     #[serde(default)]
     pub editor: Option<EditorSpec>,
     #[serde(default)]

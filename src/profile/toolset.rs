@@ -1,8 +1,9 @@
 //! The tools of one request in the model's neutral vocabulary, and the mapping both ways.
 //!
-//! Whatever the scaffold, the model sees `<bash>` for the shell, `<str_replace_editor>` for the
-//! file editor, `<submit/>` to finish, and other tools under their own names. That keeps a
-//! reference prefix recorded with one scaffold valid for another (DESIGN.md, "Profiles").
+//! Whatever the scaffold, the model sees `<bash>` for the shell (also an unknown scaffold's
+//! shell-like tool, profile `shell_names`), `<str_replace_editor>` for the file editor,
+//! `<submit/>` to finish, and other tools under their own names. That keeps a reference
+//! prefix recorded with one scaffold valid for another (DESIGN.md, "Profiles").
 
 use serde_json::{Map, Value};
 
@@ -366,6 +367,11 @@ impl ToolSet {
             _ => None,
         };
 
+        let shell_spec = profile
+            .shell
+            .clone()
+            .or_else(|| shell_like(&profile.shell_names, tools, &profile.hidden_parameters));
+
         let mut shell = Vec::new();
         let mut editor = Vec::new();
         let mut others = Vec::new();
@@ -380,7 +386,7 @@ impl ToolSet {
                 continue;
             }
             let params = params_of(tool, &profile.hidden_parameters);
-            let (tag, role) = match (&profile.shell, &profile.editor) {
+            let (tag, role) = match (&shell_spec, &profile.editor) {
                 (Some(s), _) if s.tool == name => (
                     SHELL_TAG.to_string(),
                     ToolRole::Shell {
@@ -445,6 +451,32 @@ impl ToolSet {
             defaults: Map::new(),
             modifying_commands: Vec::new(),
         }
+    }
+
+    /// A reference prefix's action (neutral vocabulary, where the shell's command is
+    /// `command`) in this set's terms: for a shell whose command parameter is named otherwise
+    /// (a generic `run_command {cmd}`), a lone `command` becomes that parameter, so the prefix
+    /// renders as `<bash>ls</bash>` like the live steps.
+    pub fn adapt_neutral(&self, action: &Action) -> Action {
+        if let Action::Call { tag, arguments } = action {
+            if let Some(ToolSpec {
+                role: ToolRole::Shell { command_parameter },
+                ..
+            }) = self.get(tag)
+            {
+                if command_parameter != "command"
+                    && arguments.len() == 1
+                    && arguments.contains_key("command")
+                {
+                    let value = arguments["command"].clone();
+                    return Action::Call {
+                        tag: tag.clone(),
+                        arguments: Map::from_iter([(command_parameter.clone(), value)]),
+                    };
+                }
+            }
+        }
+        action.clone()
     }
 
     /// The tool the model writes as `<tag>`.
@@ -588,6 +620,39 @@ impl ToolSet {
     }
 }
 
+/// The shell among tools of an unknown scaffold (profile `shell_names`): the first tool named
+/// like a shell (`bash`, `run_command`, …, case-insensitively) whose schema has exactly one
+/// required parameter, a visible string (`command`, `cmd`); optional parameters may follow
+/// (they stay child tags). None when no tool qualifies, or when another tool is itself named
+/// `bash`, the neutral tag.
+fn shell_like(names: &[String], tools: &[Tool], hidden: &[String]) -> Option<super::ShellSpec> {
+    let (index, tool, command_parameter) = tools.iter().enumerate().find_map(|(index, tool)| {
+        let name = &tool.function.name;
+        if !names.iter().any(|n| n.eq_ignore_ascii_case(name)) || !is_tag_name(name) {
+            return None;
+        }
+        let params = params_of(tool, hidden);
+        let mut required = params.iter().filter(|p| p.required);
+        match (required.next(), required.next()) {
+            (Some(only), None)
+                if !only.hidden
+                    && only.schema.get("type").and_then(Value::as_str) == Some("string") =>
+            {
+                Some((index, tool, only.name.clone()))
+            }
+            _ => None,
+        }
+    })?;
+    let tag_taken = tools
+        .iter()
+        .enumerate()
+        .any(|(i, t)| i != index && t.function.name.eq_ignore_ascii_case(SHELL_TAG));
+    (!tag_taken).then(|| super::ShellSpec {
+        tool: tool.function.name.clone(),
+        command_parameter,
+    })
+}
+
 /// The shell of a content dialect: the scaffold runs the command the reply names.
 fn synthetic_shell() -> ToolSpec {
     ToolSpec {
@@ -696,6 +761,35 @@ mod tests {
         ] {
             assert_eq!(neutralise_description(kept), kept);
         }
+    }
+
+    #[test]
+    fn a_prefix_command_goes_to_a_generic_shell_parameter() {
+        let tools: Vec<Tool> = serde_json::from_value(serde_json::json!([
+            {"type": "function", "function": {"name": "run_command", "description": "x",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}},
+                    "required": ["cmd"]}}},
+        ]))
+        .unwrap();
+        let profiles = crate::profile::Profiles::builtin().unwrap();
+        let set = ToolSet::build(profiles.get("generic").unwrap(), &tools);
+        let call = |key: &str| Action::Call {
+            tag: SHELL_TAG.into(),
+            arguments: Map::from_iter([(key.to_string(), Value::from("ls"))]),
+        };
+        assert_eq!(set.adapt_neutral(&call("command")), call("cmd"));
+        assert_eq!(set.adapt_neutral(&call("cmd")), call("cmd"));
+        // A shell named `command` (every known scaffold's) is left as it is.
+        let swe = ToolSet::build(
+            profiles.get("generic").unwrap(),
+            &serde_json::from_value::<Vec<Tool>>(serde_json::json!([
+                {"type": "function", "function": {"name": "bash", "description": "x",
+                    "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
+                        "required": ["command"]}}},
+            ]))
+            .unwrap(),
+        );
+        assert_eq!(swe.adapt_neutral(&call("command")), call("command"));
     }
 
     #[test]
