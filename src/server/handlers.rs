@@ -156,7 +156,7 @@ pub(super) async fn step(
     joined.map_err(|e| ProxyError::Internal(format!("step task failed: {e}")))?
 }
 
-/// SSE: the role chunk once the step's backend call has started ([`started_step`]), the rest
+/// SSE: the role chunk once the step's backend call has run for the start grace ([`started_step`]), the rest
 /// once the action is complete, `[DONE]` last. A failure becomes one `{"error": …}` event before `[DONE]`.
 fn sse_stream(
     step: RunningStep,
