@@ -239,6 +239,30 @@ async fn a_backends_context_overflow_is_openais_400_at_once_for_every_backend() 
 }
 
 #[tokio::test]
+async fn an_overflow_answer_without_numbers_names_the_configured_context_length() {
+    let (_, status, body) = backend_overflows().remove(2);
+    let backend = FakeBackend::start(vec![Scripted::Raw {
+        status,
+        body: body.to_string(),
+    }])
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| a.context_length = Some(30_000)).await;
+    let (status, err) = proxy.post(&swe_request()).await;
+    assert_eq!(status, 400);
+    assert_error(&err, "invalid_request_error", "context_length_exceeded");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("This model's maximum context length is 30000 tokens. However, "),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("Context size has been exceeded.)"),
+        "{message}"
+    );
+    assert_eq!(backend.calls(), 1);
+}
+
+#[tokio::test]
 async fn a_backends_context_overflow_on_the_responses_api_is_a_400_too() {
     let (_, status, body) = backend_overflows().remove(2);
     for stream in [false, true] {

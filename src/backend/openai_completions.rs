@@ -142,6 +142,8 @@ pub struct OpenAiCompletions {
     /// The context length the backend reports (`None`: it reports none); set once a
     /// discovery request got an answer.
     context_length: OnceCell<Option<u32>>,
+    /// `--context-length`, when set: words a context-overflow answer that names no length.
+    configured_context: Option<u32>,
     /// Cleared when `POST /tokenize` turns out not to exist.
     tokenize_works: std::sync::atomic::AtomicBool,
     /// Where retries and failed calls are counted.
@@ -175,6 +177,7 @@ impl OpenAiCompletions {
             retries,
             discovered: OnceCell::new(),
             context_length: OnceCell::new(),
+            configured_context: None,
             tokenize_works: std::sync::atomic::AtomicBool::new(true),
             metrics: None,
         })
@@ -184,6 +187,13 @@ impl OpenAiCompletions {
     /// (`asap_backend_retries_total`, `asap_backend_errors_total`).
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// The same client, naming `length` (`--context-length`) as the context length in a
+    /// context-overflow answer that names none.
+    pub fn with_context_length(mut self, length: Option<u32>) -> Self {
+        self.configured_context = length;
         self
     }
 
@@ -460,7 +470,9 @@ impl OpenAiCompletions {
         // builds, and the same prompt overflows again on every try.
         if status != reqwest::StatusCode::TOO_MANY_REQUESTS {
             if let Some(overflow) = Overflow::parse(&text, &message) {
-                let known = self.context_length.get().copied().flatten();
+                let known = self
+                    .configured_context
+                    .or_else(|| self.context_length.get().copied().flatten());
                 return Attempt::Fail(ProxyError::ContextLengthExceeded(overflow.message(
                     max_tokens,
                     known,
