@@ -134,6 +134,164 @@ async fn backend_429_is_passed_on_with_retry_after_after_the_bounded_retries() {
     assert_eq!(backend.calls(), 3, "backoff retries without a Retry-After");
 }
 
+/// Each backend's real answer to a prompt longer than its context window (status, body).
+fn backend_overflows() -> Vec<(&'static str, u16, &'static str)> {
+    vec![
+        (
+            "llama-server 400 with token counts",
+            400,
+            r#"{"error":{"code":400,"message":"request (4390 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":4390,"n_ctx":4096}}"#,
+        ),
+        (
+            "llama-server 500 with token counts",
+            500,
+            r#"{"error":{"code":500,"message":"the request exceeds the available context size. try increasing the context size or enable context shift","type":"exceed_context_size_error","n_prompt_tokens":4390,"n_ctx":4096}}"#,
+        ),
+        (
+            "llama-server 500 without numbers",
+            500,
+            r#"{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}"#,
+        ),
+        (
+            "vLLM",
+            400,
+            r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+        ),
+        (
+            "vLLM V1",
+            400,
+            r#"{"object":"error","message":"The decoder prompt (length 5000) is longer than the maximum model length of 4096. Make sure that `max_model_len` is no smaller than the number of text tokens.","type":"BadRequestError","param":null,"code":400}"#,
+        ),
+        (
+            "SGLang",
+            400,
+            r#"{"object":"error","message":"The input (5000 tokens) is longer than the model's context length (4096 tokens).","type":"BadRequestError","param":null,"code":400}"#,
+        ),
+        (
+            "SGLang, maximum allowed length",
+            400,
+            r#"{"object":"error","message":"Input length (5000 tokens) exceeds the maximum allowed length (4096 tokens). Use a shorter input or enable --allow-auto-truncate.","type":"BadRequestError","param":null,"code":400}"#,
+        ),
+        (
+            "TGI",
+            422,
+            r#"{"error":"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and 1000 `max_new_tokens`","error_type":"validation"}"#,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_backends_context_overflow_is_openais_400_at_once_for_every_backend() {
+    for (name, status, body) in backend_overflows() {
+        for stream in [false, true] {
+            let backend = FakeBackend::start(vec![Scripted::Raw {
+                status,
+                body: body.to_string(),
+            }])
+            .await;
+            let proxy = Proxy::start(&backend.url()).await;
+            let mut request = swe_request();
+            request["stream"] = json!(stream);
+            let resp = proxy
+                .client
+                .post(proxy.url())
+                .json(&request)
+                .send()
+                .await
+                .unwrap();
+            let what = format!("{name}, stream={stream}");
+            assert_eq!(resp.status(), 400, "{what}");
+            let err: Value = resp.json().await.unwrap();
+            assert_error(&err, "invalid_request_error", "context_length_exceeded");
+            assert_eq!(err["error"]["param"], Value::Null, "{what}");
+            let message = err["error"]["message"].as_str().unwrap();
+            // OpenAI's wording (what LiteLLM maps to ContextWindowExceededError), then the
+            // backend's own message.
+            assert!(
+                message.starts_with("This model's maximum context length is "),
+                "{what}: {message}"
+            );
+            assert!(message.contains("(completion backend: HTTP "), "{what}");
+            if name.contains("token counts") {
+                assert!(
+                    message.starts_with(
+                        "This model's maximum context length is 4096 tokens. However, you \
+                         requested "
+                    ),
+                    "{what}: {message}"
+                );
+                assert!(message.contains("(4390 in the messages, "), "{what}");
+            }
+            assert_eq!(backend.calls(), 1, "{what}: not retried");
+            let records = steps(&proxy);
+            assert_eq!(records.len(), 1, "{what}");
+            assert_eq!(records[0]["decision"], "error", "{what}");
+            assert!(
+                records[0]["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("maximum context length"),
+                "{what}: {}",
+                records[0]
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_overflow_answer_without_numbers_names_the_configured_context_length() {
+    let (_, status, body) = backend_overflows().remove(2);
+    let backend = FakeBackend::start(vec![Scripted::Raw {
+        status,
+        body: body.to_string(),
+    }])
+    .await;
+    let proxy = Proxy::start_with(&backend.url(), |a| a.context_length = Some(30_000)).await;
+    let (status, err) = proxy.post(&swe_request()).await;
+    assert_eq!(status, 400);
+    assert_error(&err, "invalid_request_error", "context_length_exceeded");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("This model's maximum context length is 30000 tokens. However, "),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("Context size has been exceeded.)"),
+        "{message}"
+    );
+    assert_eq!(backend.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_backends_context_overflow_on_the_responses_api_is_a_400_too() {
+    let (_, status, body) = backend_overflows().remove(2);
+    for stream in [false, true] {
+        let backend = FakeBackend::start(vec![Scripted::Raw {
+            status,
+            body: body.to_string(),
+        }])
+        .await;
+        let proxy = Proxy::start(&backend.url()).await;
+        let resp = proxy
+            .client
+            .post(format!("http://{}/v1/responses", proxy.addr))
+            .json(&json!({
+                "model": "m",
+                "input": "Find the answer.",
+                "stream": stream,
+                "tools": [{"type": "function", "name": "search", "parameters": {
+                    "type": "object", "properties": {"query": {"type": "string"}}}}],
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "stream={stream}");
+        let err: Value = resp.json().await.unwrap();
+        assert_error(&err, "invalid_request_error", "context_length_exceeded");
+        assert_eq!(backend.calls(), 1);
+    }
+}
+
 #[tokio::test]
 async fn invalid_json_or_an_unexpected_shape_from_the_backend_is_502() {
     for body in [
@@ -156,7 +314,8 @@ async fn invalid_json_or_an_unexpected_shape_from_the_backend_is_502() {
         let records = steps(&proxy);
         assert_eq!(records[0]["decision"], "error", "{body}");
     }
-    // The same mid-stream: an error event, then [DONE].
+    // Streamed: the backend answered within the stream's start grace, before the stream
+    // began, so the 502 is an HTTP status too.
     let backend = FakeBackend::start(vec![Scripted::Raw {
         status: 200,
         body: "<html>gateway</html>".into(),
@@ -165,9 +324,9 @@ async fn invalid_json_or_an_unexpected_shape_from_the_backend_is_502() {
     let proxy = Proxy::start(&backend.url()).await;
     let mut body = swe_request();
     body["stream"] = json!(true);
-    let (status, data) = proxy.post_stream(&body).await;
-    assert_eq!(status, 200);
-    assert_stream_error(&data, "backend_error");
+    let (status, err) = proxy.post(&body).await;
+    assert_eq!(status, 502, "{err}");
+    assert_error(&err, "server_error", "backend_error");
     // A 4xx that is not about the context is a 502 too (the proxy's request was refused).
     let backend = FakeBackend::start(vec![Scripted::Raw {
         status: 404,

@@ -281,3 +281,82 @@ async fn nudge_state_travels_in_call_id() {
     assert!(prompts[3].contains(hint), "{}", prompts[3]);
     assert_eq!(proxy.trace_files().len(), 1);
 }
+
+#[tokio::test]
+async fn request_fields_are_echoed_as_sent_and_defaults_follow_openai() {
+    let echoed = [
+        ("instructions", json!("Answer briefly.")),
+        ("max_output_tokens", json!(512)),
+        ("metadata", json!({"run": "3", "task": "q17"})),
+        ("parallel_tool_calls", json!(false)),
+        ("previous_response_id", Value::Null),
+        ("reasoning", json!({"effort": "low", "summary": "auto"})),
+        ("store", json!(true)),
+        ("temperature", json!(0.7)),
+        (
+            "text",
+            json!({"format": {"type": "text"}, "verbosity": "low"}),
+        ),
+        ("tool_choice", json!("required")),
+        ("tools", tools()),
+        ("top_p", json!(0.9)),
+        ("truncation", json!("auto")),
+        ("user", json!("user-42")),
+    ];
+    let script = || {
+        vec![Scripted::text(
+            "Search.\n<search>\n<query>q</query>\n</search>\n",
+        )]
+    };
+    let backend = FakeBackend::start([script(), script()].concat()).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = json!({"model": "m", "input": "Who signed the treaty?"});
+    for (key, value) in &echoed {
+        body[*key] = value.clone();
+    }
+    let (status, resp) = post(&proxy, &body).await;
+    assert_eq!(status, 200, "{resp}");
+    for (key, value) in &echoed {
+        assert_eq!(&resp[*key], value, "{key}");
+    }
+    // Streamed: the same fields on response.created and response.completed.
+    body["stream"] = json!(true);
+    let (status, events) = post_stream(&proxy, &body).await;
+    assert_eq!(status, 200);
+    for name in ["response.created", "response.completed"] {
+        let (_, data) = events.iter().find(|(n, _)| n == name).unwrap();
+        for (key, value) in &echoed {
+            assert_eq!(&data["response"][*key], value, "{name} {key}");
+        }
+    }
+
+    // Not sent: OpenAI's documented defaults, except temperature and top_p (the backend's
+    // own default applied, not known to the proxy) and store (the proxy stores nothing).
+    let backend = FakeBackend::start(script()).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let (status, resp) = post(&proxy, &json!({"model": "m", "input": "Hi"})).await;
+    assert_eq!(status, 200, "{resp}");
+    for (key, value) in [
+        ("instructions", Value::Null),
+        ("max_output_tokens", Value::Null),
+        ("metadata", json!({})),
+        ("parallel_tool_calls", json!(true)),
+        ("previous_response_id", Value::Null),
+        ("reasoning", json!({"effort": null, "summary": null})),
+        ("store", json!(false)),
+        ("temperature", Value::Null),
+        ("text", json!({"format": {"type": "text"}})),
+        ("tool_choice", json!("auto")),
+        ("tools", json!([])),
+        ("top_p", Value::Null),
+        ("truncation", json!("disabled")),
+        ("user", Value::Null),
+    ] {
+        assert_eq!(resp[key], value, "{key}");
+    }
+
+    // A truncation that is neither is OpenAI's 400.
+    let (status, err) = post(&proxy, &json!({"input": "Hi", "truncation": "middle"})).await;
+    assert_eq!(status, 400);
+    assert_eq!(err["error"]["param"], "truncation");
+}

@@ -6,9 +6,11 @@
 //! backend's `Retry-After` (when it asks for at most [`MAX_HONOURED_RETRY_AFTER`]), then passed
 //! on as 429 `rate_limit_error` with its `Retry-After`; a per-call timeout is 504
 //! (`backend_timeout`); a body that is not JSON or not an OpenAI completions object is 502
-//! (`backend_error`); other 4xx are 502 `backend_error`, or 400 `context_length_exceeded`
-//! when the backend says the prompt is too long. Every call also obeys the request's
-//! [`CallBudget`]: its deadline (504 `request_timeout`) and the shutdown cut-off (503).
+//! (`backend_error`); other 4xx are 502 `backend_error`. A backend's context-overflow answer,
+//! whatever its status (llama-server 500 or 400, vLLM and SGLang 400, TGI 422), is 400
+//! `context_length_exceeded` at once, without retries, in OpenAI's wording ([`Overflow`]).
+//! Every call also obeys the request's [`CallBudget`]: its deadline (504 `request_timeout`)
+//! and the shutdown cut-off (503).
 
 use std::future::Future;
 use std::time::Duration;
@@ -140,6 +142,8 @@ pub struct OpenAiCompletions {
     /// The context length the backend reports (`None`: it reports none); set once a
     /// discovery request got an answer.
     context_length: OnceCell<Option<u32>>,
+    /// `--context-length`, when set: words a context-overflow answer that names no length.
+    configured_context: Option<u32>,
     /// Cleared when `POST /tokenize` turns out not to exist.
     tokenize_works: std::sync::atomic::AtomicBool,
     /// Where retries and failed calls are counted.
@@ -173,6 +177,7 @@ impl OpenAiCompletions {
             retries,
             discovered: OnceCell::new(),
             context_length: OnceCell::new(),
+            configured_context: None,
             tokenize_works: std::sync::atomic::AtomicBool::new(true),
             metrics: None,
         })
@@ -182,6 +187,13 @@ impl OpenAiCompletions {
     /// (`asap_backend_retries_total`, `asap_backend_errors_total`).
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// The same client, naming `length` (`--context-length`) as the context length in a
+    /// context-overflow answer that names none.
+    pub fn with_context_length(mut self, length: Option<u32>) -> Self {
+        self.configured_context = length;
         self
     }
 
@@ -343,7 +355,9 @@ impl OpenAiCompletions {
             stream: false,
             cache_prompt: true,
         };
-        let result = self.post("completions", &body, prompt.len()).await;
+        let result = self
+            .post("completions", &body, prompt.len(), Some(params.max_tokens))
+            .await;
         self.observe(result.and_then(|(text, attempts)| decode(&text, model, attempts)))
     }
 
@@ -354,7 +368,7 @@ impl OpenAiCompletions {
         &self,
         body: &serde_json::Value,
     ) -> Result<(serde_json::Value, u32), ProxyError> {
-        let result = self.post("chat/completions", body, 0).await;
+        let result = self.post("chat/completions", body, 0, None).await;
         self.observe(result.and_then(|(text, attempts)| {
             let value = serde_json::from_str(&text).map_err(|e| {
                 ProxyError::Backend(format!(
@@ -369,12 +383,14 @@ impl OpenAiCompletions {
     /// POSTs JSON to `{base}/{path}` with bounded retries on connect errors, dropped
     /// connections, 5xx and 429 (see the module doc); returns the body of the first success
     /// and the attempts made. Each attempt's timeout is the backend timeout, shortened to the
-    /// request's deadline; the whole loop yields to the shutdown cut-off.
+    /// request's deadline; the whole loop yields to the shutdown cut-off. `max_tokens` (of a
+    /// completion call) words a context-overflow answer.
     async fn post<T: serde::Serialize + ?Sized>(
         &self,
         path: &str,
         body: &T,
         size_hint: usize,
+        max_tokens: Option<u32>,
     ) -> Result<(String, u32), ProxyError> {
         let url = format!("{}/{path}", self.base);
         let budget = CallBudget::current();
@@ -391,7 +407,7 @@ impl OpenAiCompletions {
             if let Some(key) = &self.api_key {
                 req = req.bearer_auth(key.expose());
             }
-            let (retryable, retry_after) = match budget.race(self.attempt(req)).await? {
+            let (retryable, retry_after) = match budget.race(self.attempt(req, max_tokens)).await? {
                 Attempt::Done(text) => return Ok((text, attempt)),
                 Attempt::Fail(e) => return Err(e),
                 Attempt::TimedOut => {
@@ -424,7 +440,7 @@ impl OpenAiCompletions {
     }
 
     /// One HTTP attempt, classified.
-    async fn attempt(&self, req: reqwest::RequestBuilder) -> Attempt {
+    async fn attempt(&self, req: reqwest::RequestBuilder, max_tokens: Option<u32>) -> Attempt {
         let resp = match req.send().await {
             Ok(resp) => resp,
             Err(e) if e.is_timeout() => return Attempt::TimedOut,
@@ -450,6 +466,20 @@ impl OpenAiCompletions {
             return Attempt::Done(text);
         }
         let message = self.scrub(&backend_message(&text));
+        // Before the 5xx retries: llama-server answers an over-long prompt with 500 in some
+        // builds, and the same prompt overflows again on every try.
+        if status != reqwest::StatusCode::TOO_MANY_REQUESTS {
+            if let Some(overflow) = Overflow::parse(&text, &message) {
+                let known = self
+                    .configured_context
+                    .or_else(|| self.context_length.get().copied().flatten());
+                return Attempt::Fail(ProxyError::ContextLengthExceeded(overflow.message(
+                    max_tokens,
+                    known,
+                    &format!("HTTP {status}: {message}"),
+                )));
+            }
+        }
         if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
             let seconds = retry_after.map_or(1, |d| d.as_secs_f64().ceil().max(1.0) as u64);
             return Attempt::Retry(
@@ -465,11 +495,6 @@ impl OpenAiCompletions {
                 ProxyError::BackendUnavailable(format!("HTTP {status}: {message}")),
                 retry_after,
             );
-        }
-        if is_context_error(&message) {
-            return Attempt::Fail(ProxyError::ContextLengthExceeded(format!(
-                "prompt does not fit the backend's context window: {message}"
-            )));
         }
         if status == reqwest::StatusCode::NOT_FOUND {
             // Almost always a `--backend` without its API root (`http://host:8000` for
@@ -596,20 +621,176 @@ fn backend_message(text: &str) -> String {
         .unwrap_or_else(|| truncate(text, 500).to_string())
 }
 
-/// Context-overflow messages of vLLM, SGLang, llama-server and TGI.
+/// Context-overflow messages of vLLM, SGLang, llama-server, TGI and Ollama (lower-case
+/// needles; the message is lower-cased first).
+const OVERFLOW_NEEDLES: &[&str] = &[
+    // OpenAI, vLLM ("This model's maximum context length is N tokens. However, …"), SGLang
+    // ("… exceeds the model's maximum context length of N tokens").
+    "maximum context length",
+    // SGLang: "The input (M tokens) is longer than the model's context length (N tokens)."
+    "longer than the model's context length",
+    // vLLM V1: "The decoder prompt (length M) is longer than the maximum model length of N."
+    "longer than the maximum model length",
+    // SGLang: "Input length (M tokens) exceeds the maximum allowed length (N tokens)."
+    "exceeds the maximum allowed length",
+    // llama-server: "request (M tokens) exceeds the available context size (N tokens), try
+    // increasing it", "the request exceeds the available context size. try increasing the
+    // context size or enable context shift", "Context size has been exceeded."
+    "exceeds the available context size",
+    "context size has been exceeded",
+    "exceed_context_size",
+    // TGI: "Input validation error: `inputs` tokens + `max_new_tokens` must be <= N. Given:
+    // M `inputs` tokens and K `max_new_tokens`", "`inputs` must have less than N tokens".
+    "`inputs` tokens + `max_new_tokens` must be",
+    "`inputs` must have less than",
+    // Ollama (native API with `truncate: false`): "the input length exceeds the context length".
+    "input length exceeds the context length",
+    // Generic wordings of OpenAI-compatible servers.
+    "context_length_exceeded",
+    "context length exceeded",
+    "context window exceeded",
+];
+
+/// Where a message states the context length: the number right after one of these.
+const CONTEXT_LENGTH_AFTER: &[&str] = &[
+    "maximum context length is",
+    "maximum context length of",
+    "available context size",
+    "model's context length",
+    "maximum model length of",
+    "maximum allowed length",
+    "must be <=",
+    "must have less than",
+];
+
+/// Where a message states the prompt's tokens.
+const PROMPT_TOKENS_AFTER: &[&str] = &[
+    "request (",
+    "your request has",
+    "your prompt contains at least",
+    "the input (",
+    "input length (",
+    "prompt (length",
+    "tokens (",
+    "tokens: ",
+    "given:",
+];
+
+/// Where a message states prompt and completion tokens together.
+const REQUESTED_AFTER: &[&str] = &["for a total of at least", "requested a total of"];
+
+/// Whether `message` is a backend's context-overflow answer.
 fn is_context_error(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
-    [
-        "context length",
-        "context size",
-        "context window",
-        "exceed_context",
-        "maximum context",
-        "longer than the model",
-        "must be <=",
-    ]
-    .iter()
-    .any(|needle| m.contains(needle))
+    OVERFLOW_NEEDLES.iter().any(|needle| m.contains(needle))
+}
+
+/// The integer that follows the first `needle` in `m` (after spaces and `(`, `:`, `=`), and
+/// the text after it.
+fn number_after<'a>(m: &'a str, needle: &str) -> Option<(u64, &'a str)> {
+    let at = m.find(needle)? + needle.len();
+    let rest = m[at..].trim_start_matches([' ', '(', ':', '=']);
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let n = rest[..digits].parse().ok()?;
+    Some((n, &rest[digits..]))
+}
+
+/// The first number after any of `needles`, in their order.
+fn first_after(m: &str, needles: &[&str]) -> Option<u64> {
+    needles
+        .iter()
+        .find_map(|needle| number_after(m, needle).map(|(n, _)| n))
+}
+
+/// What a backend's context-overflow answer says: the numbers each backend puts in it, as
+/// far as it does (see [`OVERFLOW_NEEDLES`] for the forms).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Overflow {
+    /// The backend's context length, tokens (llama-server's `n_ctx`).
+    context_length: Option<u32>,
+    /// Tokens of the prompt (llama-server's `n_prompt_tokens`).
+    prompt_tokens: Option<usize>,
+    /// Prompt and completion tokens together, when the backend says only that.
+    requested: Option<usize>,
+}
+
+impl Overflow {
+    /// The overflow an error answer reports (`body` as sent, `message` its error message),
+    /// or `None` when it is some other error: llama-server's `exceed_context_size_error`
+    /// type, or a message with one of [`OVERFLOW_NEEDLES`].
+    fn parse(body: &str, message: &str) -> Option<Self> {
+        let json: Option<serde_json::Value> = serde_json::from_str(body).ok();
+        let error = json.as_ref().and_then(|v| v.get("error"));
+        let field = |name: &str| {
+            error
+                .and_then(|e| e.get(name))
+                .and_then(serde_json::Value::as_u64)
+        };
+        let typed = error
+            .and_then(|e| e.get("type"))
+            .and_then(serde_json::Value::as_str)
+            == Some("exceed_context_size_error");
+        if !typed && !is_context_error(message) {
+            return None;
+        }
+        let m = message.to_ascii_lowercase();
+        // vLLM: "you requested 5000 tokens (4000 in the messages, 1000 in the completion)";
+        // its newer "you requested 1000 output tokens and …" names the completion only.
+        let requested = first_after(&m, REQUESTED_AFTER).or_else(|| {
+            number_after(&m, "you requested")
+                .filter(|(_, rest)| rest.starts_with(" tokens"))
+                .map(|(n, _)| n)
+        });
+        Some(Self {
+            context_length: field("n_ctx")
+                .or_else(|| first_after(&m, CONTEXT_LENGTH_AFTER))
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n > 0),
+            prompt_tokens: field("n_prompt_tokens")
+                .or_else(|| first_after(&m, PROMPT_TOKENS_AFTER))
+                .map(|n| n as usize),
+            requested: requested.map(|n| n as usize),
+        })
+    }
+
+    /// The client's message, in OpenAI's wording ("This model's maximum context length is N
+    /// tokens. However, you requested M tokens …", what LiteLLM maps to
+    /// `ContextWindowExceededError`), then the backend's own (`detail`). `max_tokens`: the
+    /// call's; `known_context`: the context length the backend reported before.
+    fn message(&self, max_tokens: Option<u32>, known_context: Option<u32>, detail: &str) -> String {
+        const REDUCE: &str = "Please reduce the length of the messages or completion.";
+        let head = match (
+            self.context_length.or(known_context),
+            self.prompt_tokens,
+            max_tokens,
+            self.requested,
+        ) {
+            (Some(n), Some(prompt), Some(max_tokens), _) => {
+                crate::context::too_long_message(n, prompt, max_tokens)
+            }
+            (Some(n), _, _, Some(total)) => format!(
+                "This model's maximum context length is {n} tokens. However, you requested \
+                 {total} tokens. {REDUCE}"
+            ),
+            (Some(n), Some(prompt), None, None) => format!(
+                "This model's maximum context length is {n} tokens. However, your messages \
+                 resulted in {prompt} tokens. Please reduce the length of the messages."
+            ),
+            (Some(n), None, _, None) => format!(
+                "This model's maximum context length is {n} tokens. However, you requested \
+                 more. {REDUCE}"
+            ),
+            (None, Some(prompt), Some(max_tokens), _) => format!(
+                "This model's maximum context length is exceeded: you requested {} tokens \
+                 ({prompt} in the messages, {max_tokens} in the completion). {REDUCE}",
+                prompt + max_tokens as usize
+            ),
+            (None, ..) => {
+                format!("This model's maximum context length is exceeded by this request. {REDUCE}")
+            }
+        };
+        format!("{head} (completion backend: {})", truncate(detail, 300))
+    }
 }
 
 fn truncate(text: &str, max: usize) -> &str {
@@ -667,17 +848,178 @@ mod tests {
         );
     }
 
+    /// Each backend's overflow answer (status, body), and what the proxy reads from it:
+    /// context length, prompt tokens, tokens requested in all.
+    const OVERFLOWS: &[(u16, &str, Overflow)] = &[
+        // llama-server, builds since 2025-09 (400, or 500 in some), with token counts.
+        (
+            400,
+            r#"{"error":{"code":400,"message":"request (4390 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":4390,"n_ctx":4096}}"#,
+            Overflow {
+                context_length: Some(4096),
+                prompt_tokens: Some(4390),
+                requested: None,
+            },
+        ),
+        (
+            500,
+            r#"{"error":{"code":500,"message":"the request exceeds the available context size. try increasing the context size or enable context shift","type":"exceed_context_size_error","n_prompt_tokens":1407,"n_ctx":256}}"#,
+            Overflow {
+                context_length: Some(256),
+                prompt_tokens: Some(1407),
+                requested: None,
+            },
+        ),
+        // llama-server, older builds and some paths: no numbers.
+        (
+            500,
+            r#"{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}"#,
+            Overflow {
+                context_length: None,
+                prompt_tokens: None,
+                requested: None,
+            },
+        ),
+        // vLLM, OpenAI's own wording.
+        (
+            400,
+            r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+            Overflow {
+                context_length: Some(4096),
+                prompt_tokens: Some(4000),
+                requested: Some(5000),
+            },
+        ),
+        // vLLM, newer wording.
+        (
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 4096 tokens. However, you requested 1000 output tokens and your prompt contains at least 4000 input tokens, for a total of at least 5000 tokens. Please reduce the length of the input prompt or the number of requested output tokens.","type":"BadRequestError","param":"input_tokens","code":400}}"#,
+            Overflow {
+                context_length: Some(4096),
+                prompt_tokens: Some(4000),
+                requested: Some(5000),
+            },
+        ),
+        // vLLM V1 engine's input check.
+        (
+            400,
+            r#"{"object":"error","message":"The decoder prompt (length 5000) is longer than the maximum model length of 4096. Make sure that `max_model_len` is no smaller than the number of text tokens.","type":"BadRequestError","param":null,"code":400}"#,
+            Overflow {
+                context_length: Some(4096),
+                prompt_tokens: Some(5000),
+                requested: None,
+            },
+        ),
+        // SGLang.
+        (
+            400,
+            r#"{"object":"error","message":"The input (5000 tokens) is longer than the model's context length (4096 tokens).","type":"BadRequestError","param":null,"code":400}"#,
+            Overflow {
+                context_length: Some(4096),
+                prompt_tokens: Some(5000),
+                requested: None,
+            },
+        ),
+        (
+            400,
+            r#"{"object":"error","message":"Requested token count exceeds the model's maximum context length of 4096 tokens. You requested a total of 5100 tokens: 5000 tokens from the input messages and 100 tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.","type":"BadRequestError","param":null,"code":400}"#,
+            Overflow {
+                context_length: Some(4096),
+                prompt_tokens: Some(5000),
+                requested: Some(5100),
+            },
+        ),
+        (
+            400,
+            r#"{"object":"error","message":"Input length (5000 tokens) exceeds the maximum allowed length (4096 tokens). Use a shorter input or enable --allow-auto-truncate.","type":"BadRequestError","param":null,"code":400}"#,
+            Overflow {
+                context_length: Some(4096),
+                prompt_tokens: Some(5000),
+                requested: None,
+            },
+        ),
+        // TGI (422).
+        (
+            422,
+            r#"{"error":"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and 1000 `max_new_tokens`","error_type":"validation"}"#,
+            Overflow {
+                context_length: Some(4096),
+                prompt_tokens: Some(4000),
+                requested: None,
+            },
+        ),
+        (
+            422,
+            r#"{"error":"Input validation error: `inputs` must have less than 4096 tokens. Given: 5000","error_type":"validation"}"#,
+            Overflow {
+                context_length: Some(4096),
+                prompt_tokens: Some(5000),
+                requested: None,
+            },
+        ),
+    ];
+
     #[test]
     fn context_errors_of_each_backend() {
-        for m in [
-            "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens",
-            "the request exceeds the available context size, try increasing it",
-            "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
-            "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096",
-        ] {
-            assert!(is_context_error(m), "{m}");
+        for (status, body, expected) in OVERFLOWS {
+            let message = backend_message(body);
+            let overflow = Overflow::parse(body, &message).unwrap_or_else(|| panic!("{body}"));
+            assert_eq!(&overflow, expected, "{status} {body}");
+            // Every form becomes OpenAI's wording, which LiteLLM matches.
+            let worded = overflow.message(Some(1000), None, &message);
+            assert!(
+                worded.starts_with("This model's maximum context length is "),
+                "{worded}"
+            );
+            assert!(worded.ends_with(&format!("(completion backend: {message})")));
         }
-        assert!(!is_context_error("model not found"));
+        for other in [
+            "model not found",
+            "temperature must be <= 2",
+            "max_tokens must be at least 1",
+        ] {
+            assert!(Overflow::parse("{}", other).is_none(), "{other}");
+        }
+    }
+
+    #[test]
+    fn overflow_messages_name_what_is_known() {
+        let overflow = |c, p, r| Overflow {
+            context_length: c,
+            prompt_tokens: p,
+            requested: r,
+        };
+        let head = |o: Overflow, max_tokens, known| {
+            let m = o.message(max_tokens, known, "x");
+            m.strip_suffix(" (completion backend: x)")
+                .unwrap()
+                .to_string()
+        };
+        // The proxy's own wording when context, prompt and max_tokens are known.
+        assert_eq!(
+            head(overflow(Some(4096), Some(4390), None), Some(256), None),
+            crate::context::too_long_message(4096, 4390, 256)
+        );
+        // The context length the backend reported earlier fills in.
+        assert_eq!(
+            head(overflow(None, Some(4390), None), Some(256), Some(4096)),
+            crate::context::too_long_message(4096, 4390, 256)
+        );
+        assert_eq!(
+            head(overflow(Some(4096), None, Some(5000)), Some(1000), None),
+            "This model's maximum context length is 4096 tokens. However, you requested 5000 \
+             tokens. Please reduce the length of the messages or completion."
+        );
+        assert_eq!(
+            head(overflow(Some(4096), Some(5000), None), None, None),
+            "This model's maximum context length is 4096 tokens. However, your messages \
+             resulted in 5000 tokens. Please reduce the length of the messages."
+        );
+        assert_eq!(
+            head(overflow(None, None, None), Some(10), None),
+            "This model's maximum context length is exceeded by this request. Please reduce \
+             the length of the messages or completion."
+        );
     }
 
     #[test]

@@ -57,8 +57,9 @@ pub struct ChatCompletionRequest {
 }
 
 /// A one-time signal that a request's step got as far as its first backend call: a
-/// streamed answer starts only then, so that what fails before (a prompt that cannot fit the
-/// context window, an unknown profile) still reaches the client as an HTTP status.
+/// streamed answer starts only then (and a short grace later, for the backend's own
+/// context-overflow answer), so that what fails before (a prompt that cannot fit the context
+/// window, an unknown profile) still reaches the client as an HTTP status.
 #[derive(Debug, Default)]
 pub struct StartSignal(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
 

@@ -162,28 +162,59 @@ impl ResponsesRequest {
             serde_json::to_vec(&decoded).map_err(|e| ProxyError::Internal(e.to_string()))?;
         let chat = ChatCompletionRequest::from_slice(&decoded)?;
 
-        let mut echo = Map::new();
-        let field = |key: &str, default: Value| request.get(key).cloned().unwrap_or(default);
-        echo.insert("instructions".into(), field("instructions", Value::Null));
-        echo.insert(
-            "max_output_tokens".into(),
-            field("max_output_tokens", Value::Null),
-        );
-        echo.insert("metadata".into(), field("metadata", json!({})));
-        echo.insert(
-            "parallel_tool_calls".into(),
-            field("parallel_tool_calls", json!(true)),
-        );
-        echo.insert("temperature".into(), field("temperature", Value::Null));
-        echo.insert("tool_choice".into(), field("tool_choice", json!("auto")));
-        echo.insert("tools".into(), Value::Array(tools.clone()));
-        echo.insert("top_p".into(), field("top_p", Value::Null));
+        match request.get("truncation") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(t)) if t == "auto" || t == "disabled" => {}
+            Some(_) => {
+                return Err(invalid(
+                    "`truncation` must be \"auto\" or \"disabled\"",
+                    "truncation",
+                ))
+            }
+        }
+        let echo = echo_fields(&request, tools);
         Ok(Self {
             chat,
             chat_body,
             echo,
         })
     }
+}
+
+/// The request fields the response object repeats (OpenAI's Response object), as sent, or
+/// the API's documented default when not sent (`null` sent is `null`): `instructions`,
+/// `max_output_tokens`, `previous_response_id` and `user` `null`, `metadata` `{}`,
+/// `parallel_tool_calls` `true`, `reasoning` `{"effort": null, "summary": null}`, `text`
+/// `{"format": {"type": "text"}}`, `tool_choice` `"auto"`, `tools` `[]` (also for `null`), `truncation`
+/// `"disabled"`. Two differ from OpenAI's defaults so as not to claim what did not happen:
+/// `temperature` and `top_p` are `null` when not sent (the proxy sends none, so the backend's
+/// own default applies, not necessarily OpenAI's 1), and `store` is `false` (the proxy stores
+/// nothing).
+fn echo_fields(request: &Map<String, Value>, tools: &[Value]) -> Map<String, Value> {
+    let defaults = [
+        ("instructions", Value::Null),
+        ("max_output_tokens", Value::Null),
+        ("metadata", json!({})),
+        ("parallel_tool_calls", json!(true)),
+        ("previous_response_id", Value::Null),
+        ("reasoning", json!({"effort": null, "summary": null})),
+        ("store", json!(false)),
+        ("temperature", Value::Null),
+        ("text", json!({"format": {"type": "text"}})),
+        ("tool_choice", json!("auto")),
+        ("top_p", Value::Null),
+        ("truncation", json!("disabled")),
+        ("user", Value::Null),
+    ];
+    let mut echo: Map<String, Value> = defaults
+        .into_iter()
+        .map(|(key, default)| {
+            let value = request.get(key).cloned().unwrap_or(default);
+            (key.to_string(), value)
+        })
+        .collect();
+    echo.insert("tools".into(), Value::Array(tools.to_vec()));
+    echo
 }
 
 /// Chat messages of the `input` items.

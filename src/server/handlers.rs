@@ -61,11 +61,17 @@ pub async fn chat_completions(
 /// A step that has not ended yet.
 pub(super) type RunningStep = Pin<Box<dyn Future<Output = Result<StepOutcome, ProxyError>> + Send>>;
 
-/// Runs a streamed request's step until its first backend call starts, so that what fails
-/// before the model is asked (a prompt that cannot fit the context window: 400
-/// `context_length_exceeded`, which LiteLLM maps to its context-window error only from an
-/// HTTP status; an unknown profile) is answered with its HTTP status, as for a request that
-/// does not stream. Then the stream begins and the step goes on inside it.
+/// How long a streamed request's first backend call may run before the stream begins: a
+/// backend rejects a prompt longer than its context window as soon as it has tokenized it
+/// (milliseconds), so that answer still becomes the HTTP 400 LiteLLM maps.
+pub const STREAM_START_GRACE: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// Runs a streamed request's step until its first backend call has run for
+/// [`STREAM_START_GRACE`], so that what fails before the model is asked (a prompt that cannot
+/// fit the context window: 400 `context_length_exceeded`, which LiteLLM maps to its
+/// context-window error only from an HTTP status; an unknown profile) or is refused by the
+/// backend at once (its own context-overflow answer) is answered with its HTTP status, as for
+/// a request that does not stream. Then the stream begins and the step goes on inside it.
 pub(super) async fn started_step(
     state: Arc<AppState>,
     mut request: ChatCompletionRequest,
@@ -80,7 +86,11 @@ pub(super) async fn started_step(
             let outcome = outcome?;
             Ok(Box::pin(std::future::ready(Ok(outcome))))
         }
-        _ = started => Ok(running),
+        _ = async {
+            if started.await.is_ok() {
+                tokio::time::sleep(STREAM_START_GRACE).await;
+            }
+        } => Ok(running),
     }
 }
 
@@ -146,7 +156,7 @@ pub(super) async fn step(
     joined.map_err(|e| ProxyError::Internal(format!("step task failed: {e}")))?
 }
 
-/// SSE: the role chunk once the step's backend call has started ([`started_step`]), the rest
+/// SSE: the role chunk once the step's backend call has run for the start grace ([`started_step`]), the rest
 /// once the action is complete, `[DONE]` last. A failure becomes one `{"error": …}` event before `[DONE]`.
 fn sse_stream(
     step: RunningStep,

@@ -132,6 +132,7 @@ impl AppState {
                     config.backend_timeout_s,
                     config.backend_retries,
                 )?
+                .with_context_length(config.context_length)
                 .with_metrics(metrics.clone()),
             ),
         };

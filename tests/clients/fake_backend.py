@@ -21,7 +21,9 @@ gone on to write the observation tag).
 A script entry is either a string (the continuation) or an object
 ``{"text": str, "finish_reason": str, "stop_reason": str|null}`` for cases
 that need another finish reason, or ``{"status": int, "message": str}`` to
-answer that call with an HTTP error and an OpenAI-style error body.
+answer that call with an HTTP error and an OpenAI-style error body, or
+``{"overflow": name}`` to answer it as that backend answers a prompt longer than
+its context window (``OVERFLOWS``: status and body as the real server sends them).
 
 Every request body received on a POST is appended to the record file as one
 JSON line (non-JSON bodies are recorded as ``{"_raw": "<text>"}``).
@@ -47,6 +49,31 @@ MODEL_ID = "fake-base"
 MAX_MODEL_LEN = 32768
 DEFAULT_STOP_REASON = "<observation>"
 
+# Each backend's answer to a prompt longer than its context window: (status, body).
+OVERFLOWS = {
+    # llama-server since 2025-09: 400 (500 in some builds) with the token counts.
+    "llama-server": (400, {"error": {
+        "code": 400,
+        "message": "request (40000 tokens) exceeds the available context size (32768 tokens), try increasing it",
+        "type": "exceed_context_size_error", "n_prompt_tokens": 40000, "n_ctx": 32768}}),
+    # llama-server, older builds and some paths: 500, no numbers.
+    "llama-server-500": (500, {"error": {
+        "code": 500, "message": "Context size has been exceeded.", "type": "server_error"}}),
+    "vllm": (400, {
+        "object": "error",
+        "message": "The decoder prompt (length 40000) is longer than the maximum model length of 32768. "
+                   "Make sure that `max_model_len` is no smaller than the number of text tokens.",
+        "type": "BadRequestError", "param": None, "code": 400}),
+    "sglang": (400, {
+        "object": "error",
+        "message": "The input (40000 tokens) is longer than the model's context length (32768 tokens).",
+        "type": "BadRequestError", "param": None, "code": 400}),
+    "tgi": (422, {
+        "error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 32768. "
+                 "Given: 40000 `inputs` tokens and 1024 `max_new_tokens`",
+        "error_type": "validation"}),
+}
+
 
 class Script:
     """Scripted continuations handed out in order, the last one repeating."""
@@ -62,6 +89,9 @@ class Script:
     def _normalise(entry) -> dict:
         if isinstance(entry, str):
             return {"text": entry, "finish_reason": "stop", "stop_reason": DEFAULT_STOP_REASON}
+        if isinstance(entry, dict) and entry.get("overflow") in OVERFLOWS:
+            status, body = OVERFLOWS[entry["overflow"]]
+            return {"status": status, "body": body}
         if isinstance(entry, dict) and isinstance(entry.get("status"), int):
             return {"status": entry["status"], "message": entry.get("message", "scripted error")}
         if isinstance(entry, dict) and isinstance(entry.get("text"), str):
@@ -198,6 +228,9 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         entry = self.server.script.take()  # type: ignore[attr-defined]
+        if "body" in entry:
+            self._send_json(entry["status"], entry["body"])
+            return
         if "status" in entry:
             self._send_json(entry["status"], {"error": {"message": entry["message"], "type": "server_error",
                                                         "param": None, "code": entry["status"]}})

@@ -7,6 +7,9 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at import
 
 import litellm  # noqa: E402
+import pytest  # noqa: E402
+
+import fake_backend  # noqa: E402
 
 import scenario  # noqa: E402
 from scenario import TOOLS, Reply, ToolCall  # noqa: E402
@@ -106,3 +109,25 @@ def test_a_prompt_beyond_the_context_window_is_litellms_context_window_error(sta
         raise AssertionError("no ContextWindowExceededError")
     # Only the token count reached the backend (`/tokenize`, 404 here), never a completion.
     assert not [r for r in stack.completion_requests() if "stop" in r], "no completion call"
+
+
+@pytest.mark.parametrize("backend", sorted(fake_backend.OVERFLOWS))
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_backends_own_context_overflow_is_litellms_context_window_error(start_stack, backend, stream):
+    """When the backend itself refuses the prompt as longer than its context window (the
+    proxy's count said it fits), the proxy answers OpenAI's 400 `context_length_exceeded` in
+    OpenAI's wording at once, streamed or not, and LiteLLM raises ContextWindowExceededError."""
+    stack = start_stack([{"overflow": backend}])
+    messages = [dict(m) for m in scenario.REQUEST["messages"]]
+    kw = {"stream": True} if stream else {}
+    try:
+        result = completion(stack, messages, **kw)
+        if stream:
+            list(result)
+    except litellm.ContextWindowExceededError as e:
+        assert e.status_code == 400
+        assert "This model's maximum context length is" in str(e), str(e)
+    else:
+        raise AssertionError("no ContextWindowExceededError")
+    calls = [r for r in stack.completion_requests() if "stop" in r]
+    assert len(calls) == 1, f"one backend call, no retries: {len(calls)}"

@@ -217,9 +217,19 @@ async fn complete(
     };
     match next {
         None => (StatusCode::INTERNAL_SERVER_ERROR, "script exhausted").into_response(),
-        Some(Scripted::Vllm { text, finish_reason }) => {
-            let stop_reason = if finish_reason == "stop" { json!("\n<observation>") } else { Value::Null };
-            ok(json!({"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": null, "stop_reason": stop_reason}), json!({}))
+        Some(Scripted::Vllm {
+            text,
+            finish_reason,
+        }) => {
+            let stop_reason = if finish_reason == "stop" {
+                json!("\n<observation>")
+            } else {
+                Value::Null
+            };
+            ok(
+                json!({"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": null, "stop_reason": stop_reason}),
+                json!({}),
+            )
         }
         Some(Scripted::LlamaServer { text }) => ok(
             json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null}),
@@ -233,17 +243,28 @@ async fn complete(
             json!({"index": 0, "text": text, "finish_reason": "length", "logprobs": null}),
             json!({}),
         ),
-        Some(Scripted::Error { status, message }) => (
-            StatusCode::from_u16(status).unwrap(),
-            Json(json!({"error": {"message": message, "type": "exceed_context_size_error", "code": status}})),
-        )
-            .into_response(),
+        Some(Scripted::Error { status, message }) => {
+            let kind = if status >= 500 {
+                "server_error"
+            } else {
+                "invalid_request_error"
+            };
+            (
+                StatusCode::from_u16(status).unwrap(),
+                Json(json!({"error": {"message": message, "type": kind, "code": status}})),
+            )
+                .into_response()
+        }
         Some(Scripted::Chat { content, tool_call }) => {
             let calls: Vec<Value> = tool_call
                 .iter()
                 .map(|(name, args)| json!({"id": "call_instruct_1", "type": "function", "function": {"name": name, "arguments": args}}))
                 .collect();
-            let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+            let finish = if calls.is_empty() {
+                "stop"
+            } else {
+                "tool_calls"
+            };
             let mut message = json!({"role": "assistant", "content": content});
             if !calls.is_empty() {
                 message["tool_calls"] = Value::Array(calls);
@@ -262,7 +283,8 @@ async fn complete(
             )
                 .into_response();
             if let Some(value) = retry_after {
-                resp.headers_mut().insert("retry-after", value.parse().unwrap());
+                resp.headers_mut()
+                    .insert("retry-after", value.parse().unwrap());
             }
             resp
         }
@@ -299,7 +321,10 @@ async fn complete(
             let mut watch = Watch(inner.clone(), false);
             tokio::time::sleep(delay).await;
             watch.1 = true;
-            ok(json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null, "stop_reason": "\n<observation>"}), json!({}))
+            ok(
+                json!({"index": 0, "text": text, "finish_reason": "stop", "logprobs": null, "stop_reason": "\n<observation>"}),
+                json!({}),
+            )
         }
     }
 }
