@@ -26,6 +26,7 @@ mod replay;
 mod report;
 mod responses;
 mod server;
+mod summary;
 mod trace;
 mod util;
 mod view;
