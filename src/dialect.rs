@@ -57,7 +57,8 @@ pub struct MiniFormat {
 /// The command block of a mini-swe-agent reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MiniBlock {
-    /// ```` ```LANG ```` … ```` ``` ```` (`action_regex` ```` ```LANG\s*\n(.*?)\n``` ````).
+    /// A fenced block opened by three backticks and `LANG` (mini's `action_regex`: three backticks,
+    /// `LANG\s*\n(.*?)\n`, three backticks).
     Fence(String),
     /// `<TAG>…</TAG>` (`action_regex` `<TAG>(.*?)</TAG>`).
     Tag(String),
