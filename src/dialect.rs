@@ -75,17 +75,19 @@ impl Default for MiniFormat {
 }
 
 impl MiniFormat {
-    /// The block form and completion command a mini-swe-agent prompt asks for: the first
-    /// fence with an info string (```` ```bash ````) or the first element whose
-    /// name holds `bash` or `command` and that is closed too (`<mswea_bash_command>`) in
-    /// the system prompt, whichever comes first; without one in the system prompt, the same
-    /// search over the task message, for a fence or element whose name holds `bash` or
-    /// `command` only (a task may quote code). The completion command is the first
+    /// The block form and completion command a mini-swe-agent prompt asks for: in the
+    /// system prompt, the first fence (```` ```bash ````) or closed element
+    /// (`<mswea_bash_command>…</mswea_bash_command>`) whose name holds `bash` or `command`,
+    /// else its first fence with any language; without one there, the first fenced block
+    /// opener or element in the task message whose name holds `bash` or `command` (a task
+    /// may quote other code). The completion command is the first
     /// `echo …FINAL_OUTPUT` in either. Anything not found keeps the default (2.x's text
     /// config).
     pub fn from_prompt(system: &str, task: &str) -> Self {
         let mut format = Self::default();
-        let block = mini_block(system, false).or_else(|| mini_block(task, true));
+        let block = mini_block(system, false, true)
+            .or_else(|| mini_block(system, false, false))
+            .or_else(|| mini_block(task, true, true));
         if let Some(block) = block {
             format.block = block;
         }
@@ -100,7 +102,10 @@ fn mini_name_ok(name: &str) -> bool {
     name.contains("bash") || name.contains("command")
 }
 
-fn mini_block(text: &str, strict: bool) -> Option<MiniBlock> {
+/// The first command block `text` shows. `opener`: only a fence opening its own line counts
+/// (not one named in a sentence); `shell_name`: only a fence or element whose name holds
+/// `bash` or `command`.
+fn mini_block(text: &str, opener: bool, shell_name: bool) -> Option<MiniBlock> {
     let fence = text.match_indices("```").find_map(|(i, _)| {
         let at_line_start = text[..i]
             .rsplit('\n')
@@ -113,15 +118,16 @@ fn mini_block(text: &str, strict: bool) -> Option<MiniBlock> {
         let rest = &text[i + 3 + info.len()..];
         let ends_line = rest.split('\n').next().is_some_and(|l| l.trim().is_empty());
         // In the system prompt a fence named in a sentence counts too ("exactly one
-        // ```bash block"); in the task only a block opener naming a shell.
-        let placed = if strict {
-            at_line_start && ends_line && mini_name_ok(&info)
+        // ```bash block"); in the task only a block opener.
+        let placed = if opener {
+            at_line_start && ends_line
         } else {
             rest.chars()
                 .next()
                 .is_none_or(|c| c.is_whitespace() || c == '.' || c == ',')
         };
-        (!info.is_empty() && placed).then_some((i, MiniBlock::Fence(info)))
+        (!info.is_empty() && placed && (!shell_name || mini_name_ok(&info)))
+            .then_some((i, MiniBlock::Fence(info)))
     });
     let tag = text.match_indices('<').find_map(|(i, _)| {
         let name: String = text[i + 1..]
@@ -647,6 +653,14 @@ mod tests {
         assert_eq!(
             MiniFormat::from_prompt("", "```python\nx\n```").block,
             fence("mswea_bash_command")
+        );
+        // A shell's block wins over other code quoted earlier; any language when none names one.
+        let quoted = "Example:\n```python\nx = 1\n```\nReply with one ```bash block.";
+        assert_eq!(MiniFormat::from_prompt(quoted, "").block, fence("bash"));
+        let sh = "Reply with one block:\n```sh\nls\n```";
+        assert_eq!(
+            MiniFormat::from_prompt(sh, "```bash\nls\n```").block,
+            fence("sh")
         );
     }
 
