@@ -155,7 +155,7 @@ done_phase agent
 [[ $agent_rc == 0 ]] || say "   mini-swe-agent crashed (exit $agent_rc): see above and $run_dir/proxy.log"
 
 say "6/6 summary"
-python3 scripts/summarize_trace.py "$run_dir/logs" --task-dir "$task" --test-cmd "python3 -m unittest -q"
+python3 scripts/summarize_trace.py "$run_dir/logs" --proxy-bin "$proxy_bin" --task-dir "$task" --test-cmd "python3 -m unittest -q"
 echo "mini-swe-agent trajectory: $run_dir/trajectory.json"
 echo "proxy log: $run_dir/proxy.log"
 echo "browse the trajectory: $proxy_bin view $run_dir/logs  (then open http://127.0.0.1:8200/ui)"

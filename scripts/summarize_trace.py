@@ -1,23 +1,30 @@
-#!/usr/bin/env python3
 """Summarize asap-proxy trace logs: what the model did, step by step.
 
-    scripts/summarize_trace.py LOG_DIR [--task-dir DIR --test-cmd "python3 -m unittest -q"]
+    scripts/summarize_trace.py LOG_DIR [--proxy-bin BIN] [--task-dir DIR --test-cmd "..."]
 
-Reads every `*.jsonl` trace file in LOG_DIR (one per session: a `session` record, then one
-`step` record per completion call) and prints the sessions, each step's parsed action or parse
-failure, counts of parse failures by class, finish reasons, nudges, backend time, the proxy
-errors returned to the client, and the trace file paths. With --task-dir it also shows what
+Reads the traces through the proxy's own code: it runs `asap-proxy report --format json
+--steps LOG_DIR` (the report's reading: the same parse classes, nudges, terminations and
+behaviour flags as `report` and the viewer) and prints each session with its profile and
+ending, one line per completion call (its step, the parsed action or the parse-failure
+class, and the nudge or termination decision), counts of parse failures by class, nudges,
+terminations and proxy errors, and the trace file paths. With --task-dir it also shows what
 changed in that git repository and whether its tests pass now (--test-cmd, run there).
-Standard library only. Exits 0 unless LOG_DIR is missing.
+The binary is --proxy-bin, else $ASAP_PROXY_BIN, else target/release/asap-proxy or
+target/debug/asap-proxy of this checkout, else `asap-proxy` on PATH. Standard library only.
+Exits 0 unless LOG_DIR is missing or the report cannot be made.
 """
 
 import argparse
 import json
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def short(text, limit=80):
@@ -25,26 +32,28 @@ def short(text, limit=80):
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def load(path):
-    """(session record data or None, [step data], torn/unreadable line count)"""
-    session, steps, bad = None, [], 0
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1  # a torn last line: readers skip it
-            continue
-        kind = rec.get("type")
-        if kind == "session":
-            session = rec.get("data", {})
-        elif kind == "step":
-            steps.append(dict(rec.get("data", {})))
-        elif kind in ("nudge", "terminate") and steps:
-            # Each follows the step it concerns (docs/trace-format.md).
-            steps[-1]["nudge" if kind == "nudge" else "termination"] = rec.get("data", {})
-    return session, steps, bad
+def proxy_binary(given):
+    if given:
+        return str(given)
+    if os.environ.get("ASAP_PROXY_BIN"):
+        return os.environ["ASAP_PROXY_BIN"]
+    for build in ("release", "debug"):
+        path = REPO / "target" / build / "asap-proxy"
+        if path.is_file():
+            return str(path)
+    return shutil.which("asap-proxy") or "asap-proxy"
+
+
+def report_steps(binary, log_dir):
+    """`asap-proxy report --format json --steps LOG_DIR` as a dict, or (None, error text)."""
+    try:
+        p = subprocess.run([binary, "report", "--format", "json", "--steps", str(log_dir)],
+                           capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"could not run {binary} report: {e}"
+    if p.returncode != 0:
+        return None, p.stderr.strip() or f"{binary} report exited {p.returncode}"
+    return json.loads(p.stdout), None
 
 
 def describe_action(action):
@@ -57,6 +66,20 @@ def describe_action(action):
         return f"bash: {short(args['command'])}"
     parts = [f"{k}={short(json.dumps(v) if not isinstance(v, str) else v, 40)}" for k, v in args.items()]
     return f"{tag}: {short(', '.join(parts))}" if parts else tag
+
+
+def describe_step(step, termination):
+    """One call: the action or failure class, with the nudge or termination decision."""
+    action = step.get("action")
+    what = describe_action(action) if action else f"parse failure {step.get('parse_error') or '?'}"
+    if step.get("nudge"):
+        return f"NUDGE {step['nudge']}: rejected {what}"
+    if step.get("terminated"):
+        return f"TERMINATED {termination or '?'}: replaced {what}"
+    flags = ["edit"] if step.get("is_edit") else []
+    if step.get("is_submit") and action.get("kind") != "submit":
+        flags.append("read as submit")
+    return what + (f"  ({', '.join(flags)})" if flags else "")
 
 
 def run_tests(task_dir, test_cmd):
@@ -83,6 +106,7 @@ def git_changes(task_dir):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("log_dir", type=Path)
+    ap.add_argument("--proxy-bin", help="asap-proxy binary that reads the traces")
     ap.add_argument("--task-dir", type=Path, help="task repository: show changes, run its tests")
     ap.add_argument("--test-cmd", default="python3 -m unittest -q", help="test command run in --task-dir")
     args = ap.parse_args(argv)
@@ -90,92 +114,47 @@ def main(argv=None):
     if not args.log_dir.is_dir():
         print(f"summarize_trace: no log directory {args.log_dir}", file=sys.stderr)
         return 2
-    files = sorted(args.log_dir.glob("*.jsonl"))
-    sessions = []
-    for f in files:
-        session, steps, bad = load(f)
-        start = (session or {}).get("time_ms") or min((s.get("time_ms", 0) for s in steps), default=0)
-        sessions.append((start, f, session or {}, steps, bad))
-    sessions.sort(key=lambda s: (s[0], s[1].name))
-
-    all_steps = [s for _, _, _, steps, _ in sessions for s in steps]
     print(f"== trace summary: {args.log_dir}")
-    print(f"sessions: {len(sessions)}   steps (completion calls): {len(all_steps)}")
+    report, error = report_steps(proxy_binary(args.proxy_bin), args.log_dir)
+    if report is None:
+        print(f"summarize_trace: {error}", file=sys.stderr)
+        return 1
+    rows = report.get("trajectories", [])
+    calls = [s for t in rows for s in t.get("steps", [])]
+    print(f"sessions: {len(rows)}   completion calls: {len(calls)}")
 
-    failures, backend_finish, response_finish, tools = Counter(), Counter(), Counter(), Counter()
-    errors, nudges, terminations = [], Counter(), []
-    backend_ms = total_ms = 0.0
-    prompt_tokens = completion_tokens = cached_tokens = 0
-    cache_reported = False
+    failures, tools, nudges = Counter(), Counter(), Counter()
+    terminations, errors = [], []
     n = 0
-    for start, f, session, steps, bad in sessions:
-        head = f"session {session.get('session', f.stem)}"
-        if session:
-            head += f" (profile {session.get('profile')}, format {session.get('format')})"
-        print(f"{head}: {len(steps)} step(s)" + (f", {bad} unreadable line(s) skipped" if bad else ""))
+    for t in rows:
+        behaviour = t.get("behaviour") or {}
+        steps = t.get("steps", [])
+        print(f"session {t.get('session')} (profile {t.get('profile')}, task {t.get('instance_id')}, "
+              f"run {t.get('run')}): {len(steps)} call(s), ending {behaviour.get('ending', '?')}")
         for s in steps:
             n += 1
-            t = s.get("timings") or {}
-            backend_ms += t.get("backend_ms") or 0.0
-            total_ms += t.get("total_ms") or 0.0
-            comp = s.get("completion") or {}
-            usage = comp.get("usage") or {}
-            prompt_tokens += usage.get("prompt_tokens") or 0
-            completion_tokens += usage.get("completion_tokens") or 0
-            details = usage.get("prompt_tokens_details") or {}
-            if "cached_tokens" in details:
-                cache_reported = True
-                cached_tokens += details["cached_tokens"] or 0
-            if comp:
-                backend_finish[comp.get("finish_reason") or "none"] += 1
-            resp = s.get("response") or {}
-            if resp:
-                response_finish[resp.get("finish_reason") or "none"] += 1
+            if s.get("action") and not s.get("nudge") and not s.get("terminated"):
+                tools[describe_action(s["action"]).split(":")[0]] += 1
+            if s.get("parse_error"):
+                failures[s["parse_error"]] += 1
             if s.get("nudge"):
-                nudges[s["nudge"].get("kind", "?")] += 1
-            if s.get("termination"):
-                terminations.append(s["termination"].get("reason", "?"))
-            parse = s.get("parse") or {}
-            if s.get("nudge"):
-                what = f"NUDGE {s['nudge'].get('kind')}: rejected " + (
-                    describe_action(parse["action"]) if parse.get("action") else "output")
-            elif s.get("error"):
-                errors.append(s["error"])
-                what = f"PROXY ERROR: {short(s['error'], 90)}"
-            elif parse.get("action"):
-                what = describe_action(parse["action"])
-                tools[what.split(":")[0]] += 1
-                tc = resp.get("tool_call")
-                fn = (tc or {}).get("function") or {}
-                if fn and (parse["action"].get("kind") == "submit" or fn.get("name") != parse["action"].get("tag")):
-                    what += f"  (sent as {fn.get('name')} {short(fn.get('arguments', ''), 60)})"
-            elif parse.get("error"):
-                cls = parse["error"].get("class", "?")
-                failures[cls] += 1
-                what = f"parse failure {cls}: {short(parse['error'].get('detail', ''), 70)}"
-            else:
-                what = "(no parse record)"
-            if s.get("termination"):
-                term = s["termination"]
-                what = (f"TERMINATED {term.get('reason', '?')} ({term.get('on_terminate', '?')}): "
-                        f"replaced {what}")
-            extra = []
-            if comp:
-                extra.append(f"{usage.get('completion_tokens', '?')} tok, {comp.get('finish_reason')}")
-            extra.append(f"{(t.get('total_ms') or 0) / 1000:.1f} s")
-            print(f"  #{n:<3} step {s.get('step', '?'):<3} {what}  [{'; '.join(extra)}]")
+                nudges[s["nudge"]] += 1
+            print(f"  #{n:<3} step {s.get('step', '?'):<3} {describe_step(s, t.get('termination'))}")
+        if t.get("termination"):
+            terminations.append(t["termination"])
+        if t.get("error"):
+            errors.append(t["error"])
+            print(f"  proxy error: {short(t['error'], 100)}")
 
-    ok = sum(tools.values())
-    print(f"parsed actions: {ok} of {len(all_steps)}" + (f" ({', '.join(f'{k} {v}' for k, v in tools.most_common())})" if tools else ""))
-    print(f"parse failures: {sum(failures.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in failures.most_common())})" if failures else ""))
-    print("backend finish reasons: " + (", ".join(f"{k} {v}" for k, v in backend_finish.most_common()) or "-"))
-    print("reply finish reasons: " + (", ".join(f"{k} {v}" for k, v in response_finish.most_common()) or "-"))
-    print(f"nudges: {sum(nudges.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in nudges.items())})" if nudges else ""))
+    parsed = sum(1 for s in calls if s.get("action"))
+    print(f"parsed actions: {parsed} of {len(calls)}"
+          + (f" (sent: {', '.join(f'{k} {v}' for k, v in tools.most_common())})" if tools else ""))
+    print(f"parse failures: {sum(failures.values())}"
+          + (f" ({', '.join(f'{k} {v}' for k, v in failures.most_common())})" if failures else ""))
+    print(f"nudges: {sum(nudges.values())}"
+          + (f" ({', '.join(f'{k} {v}' for k, v in nudges.items())})" if nudges else ""))
     print("terminated by the proxy: " + (", ".join(terminations) if terminations else "no"))
     print(f"proxy errors: {len(errors)}")
-    print(f"backend time: {backend_ms / 1000:.1f} s of {total_ms / 1000:.1f} s in the proxy; "
-          f"tokens: prompt {prompt_tokens}" + (f" (cached {cached_tokens})" if cache_reported else "")
-          + f", generated {completion_tokens}")
 
     if args.task_dir:
         changes = git_changes(args.task_dir)
@@ -186,7 +165,7 @@ def main(argv=None):
         print(f"tests ({args.test_cmd}): {verdict}" + (f" (exit {rc})" if rc not in (0, None) else "")
               + (f": {short(last, 80)}" if last else ""))
     print("trace files:")
-    for _, f, _, _, _ in sessions:
+    for f in sorted(args.log_dir.glob("*.jsonl")):
         print(f"  {f.resolve()}")
     return 0
 

@@ -349,6 +349,11 @@ pub struct ReportArgs {
     /// Write SVG plots (Pass@k curves, behaviour bars) into this directory.
     #[arg(long)]
     pub plots: Option<PathBuf>,
+    /// With `--format json`: each trajectory also lists its completion calls (`steps`: step,
+    /// attempt, parsed action or parse-failure class, nudge, termination, edit and submit
+    /// flags), with its profile and the proxy's termination reason and last error.
+    #[arg(long)]
+    pub steps: bool,
     /// Paired comparison of two labels, aligned by task and run index.
     #[arg(long, num_args = 2, value_names = ["A", "B"])]
     pub pair: Option<Vec<String>>,

@@ -3,9 +3,13 @@
 //! replies back into actions (for the history) and writes a new action in the scaffold's
 //! format.
 //!
-//! - `mini_text`: mini-swe-agent's text mode: a thought, then exactly one fenced block with
-//!   the info string `mswea_bash_command` (`bash` is read too, for v1). Finishing is the
-//!   command `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`.
+//! - `mini_text`: mini-swe-agent's text mode: a thought, then exactly one command block in the
+//!   form the scaffold's own prompt asks for ([`MiniFormat::from_prompt`]): a fenced block
+//!   with the info string `mswea_bash_command` (2.x's text config), `bash` (1.x), or an XML
+//!   element such as `<mswea_bash_command>…</mswea_bash_command>` (the XML configs).
+//!   Finishing is the completion command the prompt names (`echo
+//!   COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`; early 1.x: `echo MINI_SWE_AGENT_FINAL_OUTPUT`).
+//!   Every one of these forms is read back from the history.
 //! - `terminus_json`: Terminus-2's JSON: `{"analysis", "plan", "commands": [{"keystrokes",
 //!   "duration"}], "task_complete"}`. A shell action becomes keystrokes ending in a newline
 //!   with a duration of 1 s; finishing is `task_complete: true` with no commands, and the
@@ -30,8 +34,126 @@ use crate::conversation::Action;
 use crate::openai::chat::Tool;
 use crate::profile::{ScaffoldReply, ToolSet, SHELL_TAG};
 
-/// mini-swe-agent's completion command.
+/// mini-swe-agent's completion command (1.x from 1.9 and 2.x).
 pub const MINI_SUBMIT: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
+
+/// Completion commands mini-swe-agent has used: read back as `<submit/>` whatever the
+/// prompt names.
+const MINI_SUBMITS: [&str; 2] = [MINI_SUBMIT, "echo MINI_SWE_AGENT_FINAL_OUTPUT"];
+
+/// Command block forms mini-swe-agent's configs use: read back from the history in any
+/// case.
+const MINI_FENCES: [&str; 2] = ["mswea_bash_command", "bash"];
+const MINI_TAGS: [&str; 2] = ["mswea_bash_command", "bash_code"];
+
+/// How one mini-swe-agent run wants its command block, read from its prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MiniFormat {
+    pub block: MiniBlock,
+    /// The completion command, e.g. `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`.
+    pub submit: String,
+}
+
+/// The command block of a mini-swe-agent reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MiniBlock {
+    /// A fenced block opened by three backticks and `LANG` (mini's `action_regex`: three backticks,
+    /// `LANG\s*\n(.*?)\n`, three backticks).
+    Fence(String),
+    /// `<TAG>…</TAG>` (`action_regex` `<TAG>(.*?)</TAG>`).
+    Tag(String),
+}
+
+impl Default for MiniFormat {
+    /// mini-swe-agent 2.x's `mini_textbased.yaml`.
+    fn default() -> Self {
+        Self {
+            block: MiniBlock::Fence(MINI_FENCES[0].to_string()),
+            submit: MINI_SUBMIT.to_string(),
+        }
+    }
+}
+
+impl MiniFormat {
+    /// The block form and completion command a mini-swe-agent prompt asks for: in the
+    /// system prompt, the first fence (```` ```bash ````) or closed element
+    /// (`<mswea_bash_command>…</mswea_bash_command>`) whose name holds `bash` or `command`,
+    /// else its first fence with any language; without one there, the first fenced block
+    /// opener or element in the task message whose name holds `bash` or `command` (a task
+    /// may quote other code). The completion command is the first
+    /// `echo …FINAL_OUTPUT` in either. Anything not found keeps the default (2.x's text
+    /// config).
+    pub fn from_prompt(system: &str, task: &str) -> Self {
+        let mut format = Self::default();
+        let block = mini_block(system, false, true)
+            .or_else(|| mini_block(system, false, false))
+            .or_else(|| mini_block(task, true, true));
+        if let Some(block) = block {
+            format.block = block;
+        }
+        if let Some(submit) = mini_submit(system).or_else(|| mini_submit(task)) {
+            format.submit = submit;
+        }
+        format
+    }
+}
+
+fn mini_name_ok(name: &str) -> bool {
+    name.contains("bash") || name.contains("command")
+}
+
+/// The first command block `text` shows. `opener`: only a fence opening its own line counts
+/// (not one named in a sentence); `shell_name`: only a fence or element whose name holds
+/// `bash` or `command`.
+fn mini_block(text: &str, opener: bool, shell_name: bool) -> Option<MiniBlock> {
+    let fence = text.match_indices("```").find_map(|(i, _)| {
+        let at_line_start = text[..i]
+            .rsplit('\n')
+            .next()
+            .is_some_and(|l| l.trim().is_empty());
+        let info: String = text[i + 3..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+            .collect();
+        let rest = &text[i + 3 + info.len()..];
+        let ends_line = rest.split('\n').next().is_some_and(|l| l.trim().is_empty());
+        // In the system prompt a fence named in a sentence counts too ("exactly one
+        // ```bash block"); in the task only a block opener.
+        let placed = if opener {
+            at_line_start && ends_line
+        } else {
+            rest.chars()
+                .next()
+                .is_none_or(|c| c.is_whitespace() || c == '.' || c == ',')
+        };
+        (!info.is_empty() && placed && (!shell_name || mini_name_ok(&info)))
+            .then_some((i, MiniBlock::Fence(info)))
+    });
+    let tag = text.match_indices('<').find_map(|(i, _)| {
+        let name: String = text[i + 1..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let closed = text[i + 1..].get(name.len()..)?.starts_with('>')
+            && text[i..].contains(&format!("</{name}>"));
+        (!name.is_empty() && closed && mini_name_ok(&name)).then_some((i, MiniBlock::Tag(name)))
+    });
+    match (fence, tag) {
+        (Some(f), Some(t)) => Some(if f.0 < t.0 { f.1 } else { t.1 }),
+        (f, t) => f.or(t).map(|x| x.1),
+    }
+}
+
+fn mini_submit(text: &str) -> Option<String> {
+    text.match_indices("echo ").find_map(|(i, _)| {
+        let word: String = text[i + 5..]
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+            .collect();
+        word.ends_with("FINAL_OUTPUT")
+            .then(|| format!("echo {word}"))
+    })
+}
 
 /// Seconds Terminus-2 waits after a command the proxy sends.
 pub const TERMINUS_DURATION_S: f64 = 1.0;
@@ -73,19 +195,34 @@ impl Dialect {
             (Self::OpenhandsFunction, Some(_)) => unreachable_written(thought),
             (Self::MiniText, Some(a)) => {
                 let cmd = match a {
-                    Action::Submit { .. } => MINI_SUBMIT.to_string(),
+                    Action::Submit { .. } => tools.mini.submit.clone(),
                     other => command(other).unwrap_or_default(),
                 };
-                // mini reads the block up to the first line starting with ```: a command
-                // with such a line cannot be written, so it goes back as a format error.
-                if cmd.starts_with("```") || cmd.contains("\n```") {
-                    return thought.to_string();
+                let block = match &tools.mini.block {
+                    MiniBlock::Fence(lang) => {
+                        // mini reads the block up to the first line starting with ```: a
+                        // command with such a line cannot be written, so it goes back as a
+                        // format error.
+                        if cmd.starts_with("```") || cmd.contains("\n```") {
+                            return thought.to_string();
+                        }
+                        format!("```{lang}\n{cmd}\n```")
+                    }
+                    MiniBlock::Tag(tag) => {
+                        if cmd.contains(&format!("</{tag}>")) {
+                            return thought.to_string();
+                        }
+                        format!("<{tag}>{cmd}</{tag}>")
+                    }
+                };
+                // Fences or tags quoted in the thought would be a second block for mini.
+                let mut thought = thought.replace("```", "~~~");
+                if let MiniBlock::Tag(tag) = &tools.mini.block {
+                    thought = thought
+                        .replace(&format!("<{tag}>"), tag)
+                        .replace(&format!("</{tag}>"), tag);
                 }
-                // Fences quoted in the thought would be a second block for mini.
-                let thought = thought.replace("```", "~~~");
-                format!("{thought}\n\n```mswea_bash_command\n{cmd}\n```")
-                    .trim_start()
-                    .to_string()
+                format!("{thought}\n\n{block}").trim_start().to_string()
             }
             (Self::TerminusXml, Some(a)) => {
                 let (commands, done) = match a {
@@ -136,7 +273,7 @@ impl Dialect {
     pub fn read(self, content: &str, tools: &ToolSet) -> (String, Option<Action>) {
         match self {
             Self::OpenhandsFunction => read_function(content, tools),
-            Self::MiniText => read_mini(content),
+            Self::MiniText => read_mini(content, &tools.mini),
             Self::TerminusJson => read_terminus(content),
             Self::TerminusXml => read_terminus_xml(content),
         }
@@ -310,7 +447,65 @@ pub fn tools_from_prompt(text: &str) -> Vec<Tool> {
     tools
 }
 
-fn read_mini(content: &str) -> (String, Option<Action>) {
+/// A mini command read back: `<submit/>` for a completion command.
+fn mini_action(cmd: &str, format: &MiniFormat) -> Action {
+    let first = cmd.trim_start();
+    if first.starts_with(format.submit.as_str())
+        || MINI_SUBMITS.iter().any(|s| first.starts_with(s))
+    {
+        Action::Submit { message: None }
+    } else {
+        shell(cmd)
+    }
+}
+
+fn read_mini(content: &str, format: &MiniFormat) -> (String, Option<Action>) {
+    let fence = read_mini_fence(content, format);
+    let tag = read_mini_tag(content, format);
+    match (fence, tag) {
+        (Some(f), Some(t)) => {
+            if f.0 <= t.0 {
+                f.1
+            } else {
+                t.1
+            }
+        }
+        (Some(f), None) => f.1,
+        (None, Some(t)) => t.1,
+        (None, None) => (content.trim().to_string(), None),
+    }
+}
+
+/// The first `<TAG>…</TAG>` of a known or the configured name: (offset, thought, action).
+fn read_mini_tag(content: &str, format: &MiniFormat) -> Option<(usize, (String, Option<Action>))> {
+    let configured = match &format.block {
+        MiniBlock::Tag(t) => Some(t.as_str()),
+        MiniBlock::Fence(_) => None,
+    };
+    MINI_TAGS
+        .iter()
+        .copied()
+        .chain(configured)
+        .filter_map(|tag| {
+            let open = format!("<{tag}>");
+            let start = content.find(&open)?;
+            let body = &content[start + open.len()..];
+            let end = body.find(&format!("</{tag}>"))?;
+            let thought = content[..start].trim().to_string();
+            let cmd = body[..end].trim();
+            Some((start, (thought, Some(mini_action(cmd, format)))))
+        })
+        .min_by_key(|(start, _)| *start)
+}
+
+fn read_mini_fence(
+    content: &str,
+    format: &MiniFormat,
+) -> Option<(usize, (String, Option<Action>))> {
+    let configured = match &format.block {
+        MiniBlock::Fence(l) => Some(l.as_str()),
+        MiniBlock::Tag(_) => None,
+    };
     let mut offset = 0;
     while offset < content.len() {
         let line_end = content[offset..]
@@ -318,7 +513,8 @@ fn read_mini(content: &str) -> (String, Option<Action>) {
             .map_or(content.len(), |i| offset + i);
         let line = content[offset..line_end].trim_start();
         if let Some((ch, len, info)) = crate::parse::scan::fence_marker(line) {
-            if matches!(info.trim(), "mswea_bash_command" | "bash") {
+            let info = info.trim();
+            if MINI_FENCES.contains(&info) || Some(info) == configured {
                 let body_start = (line_end + 1).min(content.len());
                 let rest = &content[body_start..];
                 let close = rest
@@ -333,17 +529,12 @@ fn read_mini(content: &str) -> (String, Option<Action>) {
                     close.map_or(rest, |c| rest[..c].strip_suffix('\n').unwrap_or(&rest[..c]));
                 let thought = content[..offset].trim().to_string();
                 let cmd = body.trim_end_matches('\n');
-                let action = if cmd.trim_start().starts_with(MINI_SUBMIT) {
-                    Action::Submit { message: None }
-                } else {
-                    shell(cmd)
-                };
-                return (thought, Some(action));
+                return Some((offset, (thought, Some(mini_action(cmd, format)))));
             }
         }
         offset = line_end + 1;
     }
-    (content.trim().to_string(), None)
+    None
 }
 
 /// Text of the first `<tag…>…</tag>` element (attributes allowed).
@@ -442,6 +633,76 @@ mod tests {
                 ("just text".to_string(), None)
             );
         }
+    }
+
+    #[test]
+    fn mini_format_comes_from_the_prompt() {
+        let fence = |l: &str| MiniBlock::Fence(l.to_string());
+        let v1 = "Your response must contain exactly ONE bash code block.\n<format_example>\nThoughts.\n\n```bash\nyour_command_here\n```\n</format_example>";
+        let f = MiniFormat::from_prompt(v1, "6. Submit: `echo MINI_SWE_AGENT_FINAL_OUTPUT`.");
+        assert_eq!(f.block, fence("bash"));
+        assert_eq!(f.submit, "echo MINI_SWE_AGENT_FINAL_OUTPUT");
+        let v2 = v1.replace("```bash", "```mswea_bash_command");
+        assert_eq!(MiniFormat::from_prompt(&v2, ""), MiniFormat::default());
+        let xml = "<format_example>\nTHOUGHT: here\n\n<mswea_bash_command>your_command_here</mswea_bash_command>\n</format_example>";
+        let f = MiniFormat::from_prompt(xml, "```mswea_bash_command\nls\n```");
+        assert_eq!(f.block, MiniBlock::Tag("mswea_bash_command".into()));
+        // Nothing in the system prompt: the task's fence counts only when it names a shell.
+        let f = MiniFormat::from_prompt("Be brief.", "```python\nx\n```\n```bash\nls\n```");
+        assert_eq!(f.block, fence("bash"));
+        assert_eq!(
+            MiniFormat::from_prompt("", "```python\nx\n```").block,
+            fence("mswea_bash_command")
+        );
+        // A shell's block wins over other code quoted earlier; any language when none names one.
+        let quoted = "Example:\n```python\nx = 1\n```\nReply with one ```bash block.";
+        assert_eq!(MiniFormat::from_prompt(quoted, "").block, fence("bash"));
+        let sh = "Reply with one block:\n```sh\nls\n```";
+        assert_eq!(
+            MiniFormat::from_prompt(sh, "```bash\nls\n```").block,
+            fence("sh")
+        );
+    }
+
+    #[test]
+    fn mini_writes_and_reads_every_form() {
+        for (block, submit) in [
+            (
+                MiniBlock::Fence("bash".into()),
+                "echo MINI_SWE_AGENT_FINAL_OUTPUT",
+            ),
+            (MiniBlock::Tag("mswea_bash_command".into()), MINI_SUBMIT),
+            (MiniBlock::Tag("bash_code".into()), MINI_SUBMIT),
+        ] {
+            let mut tools = ToolSet::empty();
+            tools.mini = MiniFormat {
+                block: block.clone(),
+                submit: submit.into(),
+            };
+            for a in [
+                shell("grep -n '<b>' x.html"),
+                Action::Submit { message: None },
+            ] {
+                let content =
+                    Dialect::MiniText.write("Because <mswea_bash_command>.", Some(&a), &tools);
+                let (_, read) = Dialect::MiniText.read(&content, &tools);
+                assert_eq!(read, Some(a.clone()), "{block:?} {content}");
+                // Read back with the default format too: a history in any form is understood.
+                let (_, read) = Dialect::MiniText.read(&content, &ToolSet::empty());
+                assert_eq!(read, Some(a), "{block:?} {content}");
+            }
+            let submit_text =
+                Dialect::MiniText.write("", Some(&Action::Submit { message: None }), &tools);
+            assert!(submit_text.contains(submit), "{submit_text}");
+        }
+        let mut tools = ToolSet::empty();
+        tools.mini.block = MiniBlock::Tag("mswea_bash_command".into());
+        let a = shell("echo '</mswea_bash_command>'");
+        assert_eq!(
+            Dialect::MiniText.write("t", Some(&a), &tools),
+            "t",
+            "not writable: format error"
+        );
     }
 
     #[test]

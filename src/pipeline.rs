@@ -109,7 +109,15 @@ pub fn prepare(
     } else {
         &prompt_tools
     };
-    let tools = ToolSet::build(profile, offered);
+    let mut tools = ToolSet::build(profile, offered);
+    if profile.dialect == Some(Dialect::MiniText) {
+        // mini-swe-agent 1.x wants ```bash, 2.x ```mswea_bash_command, its XML configs an
+        // element: answer in the form its own prompt asks for.
+        tools.mini = crate::dialect::MiniFormat::from_prompt(
+            &request.system_text(),
+            request.first_user_text(),
+        );
+    }
     let mut base = Conversation::from_messages(&request.messages, &tools);
     let explicit = request.explicit_task();
     let selected = prefixes.select(

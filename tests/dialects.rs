@@ -124,6 +124,120 @@ async fn mini_swe_agent_text_mode_gets_one_command_block() {
     assert_eq!(records[0]["data"]["profile"], "mini-swe-agent-text");
 }
 
+/// mini-swe-agent's `action_regex` for a fenced block ```` ```LANG\s*\n(.*?)\n``` ````, or
+/// `<TAG>(.*?)</TAG>` for an element: every match, as mini collects them (it accepts
+/// exactly one).
+fn mini_actions(text: &str, open: &str, close: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(open) {
+        let body = rest[i + open.len()..].trim_start_matches([' ', '\t', '\n']);
+        let Some(end) = body.find(close) else { break };
+        out.push(body[..end].trim().to_string());
+        rest = &body[end + close.len()..];
+    }
+    out
+}
+
+/// Requests recorded from the real mini-swe-agent 1.17.5 (`mini.yaml`: ```` ```bash ````)
+/// and 2.4.6 (`mini_textbased.yaml`: ```` ```mswea_bash_command ````), each at its second
+/// turn: the proxy answers in the block form the request's own system prompt asks for, and
+/// the completion command that prompt names ends the run.
+#[tokio::test]
+async fn mini_swe_agent_text_mode_answers_in_the_prompts_own_block_form() {
+    for (fixture, lang, replace) in [
+        ("requests/mini-swe-agent-v1-text-1.json", "bash", None),
+        (
+            "requests/mini-swe-agent-v2-text-1.json",
+            "mswea_bash_command",
+            None,
+        ),
+        // Early 1.x named another completion command.
+        (
+            "requests/mini-swe-agent-v1-text-1.json",
+            "bash",
+            Some("MINI_SWE_AGENT_FINAL_OUTPUT"),
+        ),
+    ] {
+        let backend = FakeBackend::start(vec![
+            Scripted::text("Check it.\n\n<bash>cat note.txt</bash>\n"),
+            Scripted::text("Done.\n\n<submit/>\n"),
+            Scripted::text("Done.\n\n<submit/>\n"),
+        ])
+        .await;
+        let proxy = Proxy::start(&backend.url()).await;
+        let mut body = fixture_json(fixture);
+        let submit = format!(
+            "echo {}",
+            replace.unwrap_or("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
+        );
+        if let Some(word) = replace {
+            body = serde_json::from_str(
+                &body
+                    .to_string()
+                    .replace("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", word),
+            )
+            .unwrap();
+        }
+        let open = format!("```{lang}");
+        let (_, r1) = proxy.post(&body).await;
+        let text = content(&r1);
+        assert_eq!(
+            mini_actions(&text, &open, "\n```"),
+            ["cat note.txt"],
+            "{fixture}: {text}"
+        );
+        assert!(text.starts_with("Check it."), "{text}");
+        let prompt = &backend.prompts()[0];
+        assert!(
+            prompt.contains("<bash>echo hi > note.txt</bash>"),
+            "{fixture}: the history's block is read back"
+        );
+        let messages = body["messages"].as_array_mut().unwrap();
+        messages.push(json!({"role": "assistant", "content": text}));
+        messages.push(json!({"role": "user", "content": "<returncode>0</returncode>\n<output>\nhi\n</output>"}));
+        let (_, r2) = proxy.post(&body).await;
+        let text = content(&r2);
+        assert_eq!(
+            mini_actions(&text, &open, "\n```"),
+            [submit],
+            "{fixture}: {text}"
+        );
+        let records = read_trace(&proxy.trace_files()[0]);
+        assert_eq!(records[0]["data"]["profile"], "mini-swe-agent-text");
+        assert!(
+            !records
+                .iter()
+                .any(|r| r["type"] == "nudge" || r["type"] == "terminate"),
+            "{fixture}: {records:?}"
+        );
+    }
+}
+
+/// mini-swe-agent's XML configs (`swebench_xml.yaml`, 2.4.6's system prompt) ask for one
+/// `<mswea_bash_command>` element.
+#[tokio::test]
+async fn mini_swe_agent_xml_config_gets_one_element() {
+    let backend = FakeBackend::start(vec![Scripted::text(
+        "Check it.\n\n<bash>cat note.txt</bash>\n",
+    )])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/mini-swe-agent-v2-text-1.json");
+    body["messages"][0]["content"] = json!(MINI_XML_SYSTEM);
+    body["messages"][2]["content"] =
+        json!("I will write it.\n\n<mswea_bash_command>echo hi > note.txt</mswea_bash_command>");
+    let (_, r1) = proxy.post(&body).await;
+    let text = content(&r1);
+    let tags = mini_actions(&text, "<mswea_bash_command>", "</mswea_bash_command>");
+    assert_eq!(tags, ["cat note.txt"], "{text}");
+    assert!(!text.contains("```"), "{text}");
+    assert!(backend.prompts()[0].contains("<bash>echo hi > note.txt</bash>"));
+}
+
+/// The system prompt of mini-swe-agent 2.4.6's `benchmarks/swebench_xml.yaml`.
+const MINI_XML_SYSTEM: &str = "You are a helpful assistant that can interact multiple times with a computer shell to solve programming tasks.\nYour response must contain exactly ONE bash code block with ONE command (or commands connected with && or ||).\n\nInclude a THOUGHT section before your command where you explain your reasoning process.\nFormat your response as shown in <format_example>.\n\n<format_example>\nTHOUGHT: Your reasoning and analysis here\n\n<mswea_bash_command>your_command_here</mswea_bash_command>\n</format_example>\n\nFailure to follow these rules will cause your response to be rejected.\n";
+
 #[tokio::test]
 async fn terminus_2_xml_variant_gets_xml_keystrokes() {
     let backend = FakeBackend::start(vec![Scripted::text(

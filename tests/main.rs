@@ -27,6 +27,7 @@ mod replay;
 mod report;
 mod responses;
 mod server;
+mod summary;
 mod trace;
 mod util;
 mod view;

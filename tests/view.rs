@@ -440,3 +440,88 @@ async fn terminated_sessions_and_results_are_shown() {
     assert!(page.contains("(on_terminate: submit)"));
     assert!(page.contains("Nudge: submit_before_edit"));
 }
+
+/// mini-swe-agent (tool mode) sends each observation as `{"returncode", "output"}` JSON: the
+/// page shows it decoded as the proxy decodes it for the model (the output, a non-zero
+/// return code as `[exit status N]`), not the raw JSON.
+#[tokio::test]
+async fn mini_observations_are_shown_decoded() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Look.\n<bash>ls</bash>\n"),
+        Scripted::text("Test.\n<bash>python -m pytest -q</bash>\n"),
+        Scripted::text("Look again.\n<bash>cat slug.py</bash>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    for output in [
+        json!({"returncode": 0, "output": "slug.py\ntest_slug.py\n"}),
+        json!({"returncode": 1, "output": "1 failed\n"}),
+    ] {
+        let (status, resp) = proxy.post(&body).await;
+        assert_eq!(status, 200, "{resp}");
+        continue_with(&mut body, &resp, &output.to_string());
+    }
+    let (status, _) = proxy.post(&body).await;
+    assert_eq!(status, 200);
+    let id = proxy.trace_files()[0]
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let viewer = Viewer::new(vec![proxy.log_dir.path().to_path_buf()], None);
+    let steps = viewer.session(&id).unwrap().steps;
+    assert_eq!(
+        steps.steps[0].observation.as_deref(),
+        Some("slug.py\ntest_slug.py")
+    );
+    assert_eq!(
+        steps.steps[1].observation.as_deref(),
+        Some("1 failed\n[exit status 1]")
+    );
+    let page = text(&viewer.session_html(&id).unwrap());
+    assert!(!page.contains("returncode"), "{page}");
+}
+
+/// A terminated step's card shows the model's rejected action, marked as replaced, and the
+/// finish action actually sent.
+#[tokio::test]
+async fn terminated_card_shows_the_model_action_and_what_was_sent() {
+    let backend = FakeBackend::start(vec![
+        Scripted::text("Done.\n<submit/>\n"),
+        Scripted::text("Done!\n<submit/>\n"),
+    ])
+    .await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let body = fixture_json("requests/mini-swe-agent-1.json");
+    let (status, resp) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{resp}");
+    let id = proxy.trace_files()[0]
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let viewer = Viewer::new(vec![proxy.log_dir.path().to_path_buf()], None);
+    let steps = viewer.session(&id).unwrap().steps;
+    let last = steps.steps.last().unwrap();
+    assert_eq!(last.decision, "terminate");
+    assert_eq!(last.action.as_ref().unwrap().tool, "submit");
+    let sent = last.sent.as_ref().expect("what was sent instead");
+    let call = sent.tool_call.as_ref().unwrap();
+    assert_eq!(call.tool, "bash");
+    assert_eq!(
+        call.arguments,
+        [(
+            "command".to_string(),
+            "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT".to_string()
+        )]
+    );
+    assert!(steps.steps[0].sent.is_none(), "a nudged step sent nothing");
+    let page = text(&viewer.session_html(&id).unwrap());
+    assert!(page.contains("replaced: not sent"), "{page}");
+    assert!(page.contains("Sent instead"), "{page}");
+    assert!(
+        page.contains("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
+        "{page}"
+    );
+}

@@ -125,14 +125,17 @@ impl ChatCompletionRequest {
     /// System text and the first user message: where a scaffold states its reply format
     /// (used to detect content dialects).
     pub fn detection_text(&self) -> String {
-        let system = self
-            .messages
+        format!("{}\n{}", self.system_text(), self.first_user_text())
+    }
+
+    /// Text of the system and developer messages, joined by newlines.
+    pub fn system_text(&self) -> String {
+        self.messages
             .iter()
             .filter(|m| matches!(m.role, Role::System | Role::Developer))
             .map(|m| m.content.as_str())
             .collect::<Vec<_>>()
-            .join("\n");
-        format!("{system}\n{}", self.first_user_text())
+            .join("\n")
     }
 
     /// Text of the first user message (where scaffolds put the task).

@@ -231,6 +231,9 @@ pub struct ToolSet {
     pub default_prefix: Option<String>,
     /// Content dialect (no tools offered; the reply is written in the scaffold's format).
     pub dialect: Option<crate::dialect::Dialect>,
+    /// mini-swe-agent text mode: the block form and completion command its prompt asks for
+    /// (set from the request; the default is 2.x's text config).
+    pub mini: crate::dialect::MiniFormat,
     /// Profile `tool_output`: how tool messages wrap command output.
     pub tool_output: super::ToolOutput,
     defaults: Map<String, Value>,
@@ -427,6 +430,7 @@ impl ToolSet {
             hints: profile.hints.clone(),
             default_prefix: profile.default_prefix.clone(),
             dialect: profile.dialect,
+            mini: crate::dialect::MiniFormat::default(),
             tool_output: profile.tool_output,
             defaults: profile.parameter_defaults.clone(),
             modifying_commands: profile
@@ -443,6 +447,7 @@ impl ToolSet {
             hints: Hints::default(),
             default_prefix: None,
             dialect: None,
+            mini: crate::dialect::MiniFormat::default(),
             tool_output: super::ToolOutput::Text,
             profile: "generic".to_string(),
             tools: vec![synthetic_submit()],

@@ -330,10 +330,14 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstRe
         .then(|| serde_json::to_vec(&request.body()).ok())
         .flatten()
         .and_then(|body| ChatCompletionRequest::from_slice(&body).ok());
-    let tools = ToolSet::build(
+    let mut tools = ToolSet::build(
         profile,
         decoded.as_ref().map_or(&[][..], |r| r.tools.as_slice()),
     );
+    if let (Some(crate::dialect::Dialect::MiniText), Some(r)) = (tools.dialect, &decoded) {
+        // The block form the scaffold asked for, as the proxy read it (src/pipeline.rs).
+        tools.mini = crate::dialect::MiniFormat::from_prompt(&r.system_text(), r.first_user_text());
+    }
     let observations: Vec<Option<String>> = decoded
         .map(|r| Conversation::from_messages(&r.messages, &tools))
         .map(|c| {

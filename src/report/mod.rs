@@ -66,6 +66,50 @@ pub struct Trajectory {
     pub error: Option<String>,
 }
 
+/// `report --steps`: adds to each trajectory of the JSON document (matched by session) its
+/// `profile`, `termination`, `error` and `steps`, one per completion call: `step`,
+/// `attempt`, `action` (neutral form, or null), `parse_error` (class, or null), `nudge`
+/// (kind, or null), `terminated`, `is_edit`, `is_submit`.
+pub fn add_steps(json: &mut serde_json::Value, trajectories: &[Trajectory]) {
+    let Some(rows) = json
+        .get_mut("trajectories")
+        .and_then(serde_json::Value::as_array_mut)
+    else {
+        return;
+    };
+    for row in rows {
+        let Some(t) = row
+            .get("session")
+            .and_then(serde_json::Value::as_str)
+            .and_then(|s| trajectories.iter().find(|t| t.session == s))
+        else {
+            continue;
+        };
+        let steps: Vec<serde_json::Value> = t
+            .turns
+            .iter()
+            .map(|turn| {
+                serde_json::json!({
+                    "step": turn.step,
+                    "attempt": turn.attempt,
+                    "action": turn.action,
+                    "parse_error": turn.parse_error,
+                    "nudge": turn.nudge,
+                    "terminated": turn.terminated,
+                    "is_edit": turn.is_edit,
+                    "is_submit": turn.is_submit,
+                })
+            })
+            .collect();
+        if let serde_json::Value::Object(m) = row {
+            m.insert("profile".into(), t.profile.clone().into());
+            m.insert("termination".into(), serde_json::json!(t.termination));
+            m.insert("error".into(), serde_json::json!(t.error));
+            m.insert("steps".into(), steps.into());
+        }
+    }
+}
+
 /// One completion call of the model within a trajectory.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Turn {
@@ -186,9 +230,22 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    output::write(&report, args.format, &mut out)
-        .and_then(|()| out.flush())
-        .map_err(|e| (1, format!("writing the report: {e}")))?;
+    if args.steps {
+        if args.format != crate::cli::ReportFormat::Json {
+            return Err((2, "--steps needs --format json".into()));
+        }
+        let mut json = output::to_json(&report);
+        add_steps(&mut json, &trajectories);
+        serde_json::to_writer_pretty(&mut out, &json)
+            .map_err(std::io::Error::other)
+            .and_then(|()| writeln!(out))
+            .and_then(|()| out.flush())
+            .map_err(|e| (1, format!("writing the report: {e}")))?;
+    } else {
+        output::write(&report, args.format, &mut out)
+            .and_then(|()| out.flush())
+            .map_err(|e| (1, format!("writing the report: {e}")))?;
+    }
     if let Some(dir) = &args.plots {
         let written = plots::write(&report, dir).map_err(|e| (1, e.to_string()))?;
         if !report.has_results {

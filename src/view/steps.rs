@@ -32,6 +32,14 @@ pub struct ActionView {
     pub arguments: Vec<(String, String)>,
 }
 
+/// The reply sent to the scaffold: its tool call (scaffold tool name and arguments) and/or
+/// content.
+#[derive(Debug, Clone, Serialize)]
+pub struct SentView {
+    pub tool_call: Option<ActionView>,
+    pub content: Option<String>,
+}
+
 /// What the parser rejected.
 #[derive(Debug, Clone, Serialize)]
 pub struct FailureView {
@@ -113,6 +121,9 @@ pub struct StepView {
     /// The `finish_reason` sent to the scaffold, and the tool it was asked to call.
     pub sent_finish: Option<String>,
     pub sent_tool: Option<String>,
+    /// The reply actually sent to the scaffold, when it is not the parsed action: a
+    /// terminated step sends the finish action (or an error) instead of the model's.
+    pub sent: Option<SentView>,
     /// `prompt_tokens` and `completion_tokens` reported by the backend.
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
@@ -271,6 +282,13 @@ fn step_view(index: usize, record: &Record, prompt: &str, turn: Option<&Turn>) -
         matched_stop: text(&["completion", "matched_stop"]).map(|s| format!("{s:?}")),
         sent_finish: text(&["response", "finish_reason"]),
         sent_tool: text(&["response", "tool_call", "function", "name"]),
+        sent: (record.str("decision") == Some("terminate"))
+            .then(|| {
+                data.get("response")
+                    .filter(|r| r.is_object())
+                    .map(sent_view)
+            })
+            .flatten(),
         prompt_tokens: get(&["completion", "usage", "prompt_tokens"]).and_then(Value::as_u64),
         completion_tokens: get(&["completion", "usage", "completion_tokens"])
             .and_then(Value::as_u64),
@@ -311,6 +329,43 @@ fn dropped(data: &Value) -> Option<u64> {
         Some(tail) if tail.trim().is_empty() => None,
         _ => Some(n),
     }
+}
+
+/// The trace's `response` (content and/or `tool_call` with its JSON `arguments` string).
+fn sent_view(response: &Value) -> SentView {
+    let tool_call = response
+        .get("tool_call")
+        .and_then(|c| c.get("function"))
+        .map(|f| {
+            let arguments = f.get("arguments").and_then(Value::as_str).unwrap_or("{}");
+            let arguments = match serde_json::from_str::<Value>(arguments) {
+                Ok(Value::Object(map)) => map
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let shown = match v {
+                            Value::String(s) => s,
+                            other => serde_json::to_string_pretty(&other).unwrap_or_default(),
+                        };
+                        (k, shown)
+                    })
+                    .collect(),
+                _ => vec![("arguments".to_string(), arguments.to_string())],
+            };
+            ActionView {
+                tool: f
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                arguments,
+            }
+        });
+    let content = response
+        .get("content")
+        .and_then(Value::as_str)
+        .filter(|c| !c.trim().is_empty())
+        .map(str::to_string);
+    SentView { tool_call, content }
 }
 
 fn action_view(action: &Action) -> ActionView {

@@ -3,7 +3,7 @@
 #
 # Creates or reuses a virtualenv at ${ASAP_CACHE:-$HOME/.cache/asap-proxy}/venv-clients,
 # rebuilt whenever tests/clients/requirements.txt changes (its sha256 is stamped in the
-# venv). Needs only PyPI. The proxy binary comes from ASAP_PROXY_BIN or
+# venv), and mini-swe-agent 1.x (requirements-mini1.txt) in ${ASAP_CACHE}/mini-swe-agent-1. Needs only PyPI. The proxy binary comes from ASAP_PROXY_BIN or
 # target/debug/asap-proxy (build it first). Extra arguments go to pytest.
 set -euo pipefail
 
@@ -23,6 +23,19 @@ if [[ "$want" != "$have" || ! -x "$venv/bin/python" ]]; then
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt"
     echo "$want" > "$venv/.requirements.sha256"
 fi
+
+# mini-swe-agent 1.x beside the venv's 2.x: its own --target folder (same stamp scheme).
+mini1="$cache/mini-swe-agent-1"
+want1="$(sha256sum "$here/requirements-mini1.txt" | cut -d' ' -f1)"
+have1="$(cat "$mini1/.requirements.sha256" 2>/dev/null || true)"
+if [[ "$want1" != "$have1" ]]; then
+    echo "run.sh: installing mini-swe-agent 1.x into $mini1" >&2
+    rm -rf "$mini1"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+        --target "$mini1" -r "$here/requirements-mini1.txt"
+    echo "$want1" > "$mini1/.requirements.sha256"
+fi
+export ASAP_MINI1_PATH="$mini1"
 
 # LiteLLM would otherwise fetch its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP=True

@@ -6,6 +6,11 @@ mini_textbased.yaml`: no tools, one ```mswea_bash_command block per reply) and i
 (`-c mini.yaml`: one `bash` tool). The scripted model writes a file, then submits; mini must
 run the command, end with `Submitted`, and the proxy must have traced one session in the
 expected profile. If this test breaks, the recipe in docs/recipes.md is wrong too.
+
+mini-swe-agent 1.x (1.17.5, installed by run.sh into its own folder, ASAP_MINI1_PATH) runs
+the same script in its default text mode (`mini.yaml`: one ```bash block per reply): the
+proxy must answer in 1.x's block form, so no turn is a format error, and the completion
+command must end the run.
 """
 
 from __future__ import annotations
@@ -27,15 +32,21 @@ def read_traces(log_dir: Path) -> list[list[dict]]:
             for f in sorted(log_dir.glob("*.jsonl"))]
 
 
+MINI1_PATH = os.environ.get("ASAP_MINI1_PATH")
+
+
 @pytest.mark.parametrize(
     ("mode", "args", "profile"),
     [
         ("text", ["--model-class", "litellm_textbased", "-c", "mini_textbased.yaml"],
          "mini-swe-agent-text"),
         ("tool", ["-c", "mini.yaml"], "mini-swe-agent"),
+        ("text-v1", [], "mini-swe-agent-text"),
     ],
 )
 def test_mini_recipe(start_stack, tmp_path, mode, args, profile):
+    if mode == "text-v1" and not MINI1_PATH:
+        pytest.skip("mini-swe-agent 1.x not installed (tests/clients/run.sh sets ASAP_MINI1_PATH)")
     stack = start_stack(SCRIPT)
     work = tmp_path / "work"
     work.mkdir()
@@ -49,15 +60,22 @@ def test_mini_recipe(start_stack, tmp_path, mode, args, profile):
         LITELLM_LOCAL_MODEL_COST_MAP="True",
     )
     traj = tmp_path / "traj.json"
+    if mode == "text-v1":
+        # 1.x's `mini` takes one config file and no overrides; a wrong block form would
+        # loop on format errors, which the api_calls check below catches.
+        env["PYTHONPATH"] = MINI1_PATH
+        command = [sys.executable, "-m", "minisweagent.run.mini", "-m", "openai/base-model"]
+    else:
+        command = [str(MINI), "-m", "openai/base-model", *args, "-c", "agent.step_limit=10"]
     result = subprocess.run(
-        [str(MINI), "-m", "openai/base-model", *args, "-c", "agent.step_limit=10",
-         "-t", "Write hi into note.txt", "-y", "--exit-immediately", "-o", str(traj)],
+        [*command, "-t", "Write hi into note.txt", "-y", "--exit-immediately", "-o", str(traj)],
         cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180,
     )
     assert result.returncode == 0, f"mini failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
 
     info = json.loads(traj.read_text())["info"]
     assert info["exit_status"] == "Submitted", info
+    assert info["mini_version"].startswith("1." if mode == "text-v1" else "2."), info
     assert info["model_stats"]["api_calls"] == 2, info
     assert (work / "note.txt").read_text() == "hi\n"
 
