@@ -124,6 +124,7 @@ fn completion() -> BackendCompletion {
         text: swe_agent::COMPLETION.to_string(),
         finish_reason: Some("stop".into()),
         matched_stop: Some("\n<observation>".into()),
+        closer: None,
         usage: None,
         model: "mock".into(),
         attempts: 1,

@@ -177,11 +177,12 @@ fn shell(command: &str) -> Action {
 }
 
 impl Dialect {
-    /// The reply content for a thought and an action (none: the plain thought).
+    /// The reply content for a thought and an action (none: the thought as [`Dialect::plain`]
+    /// text, so the scaffold's own format-error path runs).
     pub fn write(self, thought: &str, action: Option<&Action>, tools: &ToolSet) -> String {
         let thought = thought.trim();
         if let (Self::OpenhandsFunction, Some(a)) = (self, action) {
-            return write_function(thought, a, tools);
+            return write_function(thought, a, tools).unwrap_or_else(|| self.plain(thought, tools));
         }
         let command = |a: &Action| match a {
             Action::Call { arguments, .. } => arguments
@@ -191,7 +192,7 @@ impl Dialect {
             Action::Submit { .. } => None,
         };
         match (self, action) {
-            (_, None) => thought.to_string(),
+            (_, None) => self.plain(thought, tools),
             (Self::OpenhandsFunction, Some(_)) => unreachable_written(thought),
             (Self::MiniText, Some(a)) => {
                 let cmd = match a {
@@ -204,24 +205,19 @@ impl Dialect {
                         // command with such a line cannot be written, so it goes back as a
                         // format error.
                         if cmd.starts_with("```") || cmd.contains("\n```") {
-                            return thought.to_string();
+                            return self.plain(thought, tools);
                         }
                         format!("```{lang}\n{cmd}\n```")
                     }
                     MiniBlock::Tag(tag) => {
                         if cmd.contains(&format!("</{tag}>")) {
-                            return thought.to_string();
+                            return self.plain(thought, tools);
                         }
                         format!("<{tag}>{cmd}</{tag}>")
                     }
                 };
                 // Fences or tags quoted in the thought would be a second block for mini.
-                let mut thought = thought.replace("```", "~~~");
-                if let MiniBlock::Tag(tag) = &tools.mini.block {
-                    thought = thought
-                        .replace(&format!("<{tag}>"), tag)
-                        .replace(&format!("</{tag}>"), tag);
-                }
+                let thought = self.plain(thought, tools);
                 format!("{thought}\n\n{block}").trim_start().to_string()
             }
             (Self::TerminusXml, Some(a)) => {
@@ -231,7 +227,7 @@ impl Dialect {
                         let mut keys = command(other).unwrap_or_default();
                         if keys.contains("</keystrokes") {
                             // Raw keystrokes cannot hold their own closing tag.
-                            return thought.to_string();
+                            return self.plain(thought, tools);
                         }
                         if !keys.ends_with('\n') {
                             keys.push('\n');
@@ -245,6 +241,7 @@ impl Dialect {
                     }
                 };
                 let plan = if done { "The task is complete." } else { "Run the next command." };
+                let thought = self.plain(thought, tools);
                 format!(
                     "<response>\n<analysis>{thought}</analysis>\n<plan>{plan}</plan>\n<commands>\n{commands}</commands>\n<task_complete>{done}</task_complete>\n</response>"
                 )
@@ -266,6 +263,34 @@ impl Dialect {
                 })
                 .to_string()
             }
+        }
+    }
+
+    /// A thought as text the scaffold cannot read an action from: the markup its parser acts
+    /// on is defused, so an output the proxy could not parse (or an action it cannot write in
+    /// the dialect) reaches the scaffold's format-error path and is never run. mini-swe-agent:
+    /// code fences become `~~~`, its block tags lose their brackets; OpenHands text mode:
+    /// `<function=`, `</function`, `<parameter=`, `</parameter` lose their `<`; Terminus XML:
+    /// every `<` is escaped as `&lt;`; Terminus JSON: braces become parentheses (it takes the
+    /// first JSON object of the reply).
+    pub fn plain(self, thought: &str, tools: &ToolSet) -> String {
+        match self {
+            Self::MiniText => {
+                let mut text = thought.replace("```", "~~~");
+                if let MiniBlock::Tag(tag) = &tools.mini.block {
+                    text = text
+                        .replace(&format!("<{tag}>"), tag)
+                        .replace(&format!("</{tag}>"), tag);
+                }
+                text
+            }
+            Self::OpenhandsFunction => thought
+                .replace("<function=", "function=")
+                .replace("</function", "/function")
+                .replace("<parameter=", "parameter=")
+                .replace("</parameter", "/parameter"),
+            Self::TerminusXml => thought.replace('<', "&lt;"),
+            Self::TerminusJson => thought.replace('{', "(").replace('}', ")"),
         }
     }
 
@@ -297,13 +322,16 @@ fn unreachable_written(thought: &str) -> String {
     thought.to_string()
 }
 
-fn write_function(thought: &str, action: &Action, tools: &ToolSet) -> String {
+/// The `<function=NAME>` block of an action, after the thought made plain; `None` when the
+/// action cannot be written in it (the caller then sends the plain thought).
+fn write_function(thought: &str, action: &Action, tools: &ToolSet) -> Option<String> {
     let ScaffoldReply::ToolCall { name, arguments } = tools.to_scaffold(action, thought) else {
-        return thought.to_string();
+        return None;
     };
+    let thought = Dialect::OpenhandsFunction.plain(thought, tools);
     let mut out = String::new();
     if !thought.is_empty() {
-        out.push_str(thought);
+        out.push_str(&thought);
         out.push_str("\n\n");
     }
     out.push_str(&format!("<function={name}>\n"));
@@ -314,12 +342,12 @@ fn write_function(thought: &str, action: &Action, tools: &ToolSet) -> String {
         };
         if text.contains("</parameter") || text.contains("</function") {
             // OpenHands reads a value up to the first closing tag: not writable.
-            return thought.to_string();
+            return None;
         }
         out.push_str(&format!("<parameter={key}>{text}</parameter>\n"));
     }
     out.push_str("</function>");
-    out
+    Some(out)
 }
 
 fn read_function(content: &str, tools: &ToolSet) -> (String, Option<Action>) {

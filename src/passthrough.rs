@@ -73,6 +73,7 @@ pub async fn run_passthrough(
         text: content.clone(),
         finish_reason: choice["finish_reason"].as_str().map(str::to_string),
         matched_stop: None,
+        closer: None,
         usage,
         model: response["model"].as_str().unwrap_or_default().to_string(),
         attempts,

@@ -443,9 +443,7 @@ pub async fn run_step(
             &prepared.tools,
         );
         let parsed: Parsed = parse_for(ctx.prompt_config.format, &text, &prepared.tools);
-        if closer.is_some() {
-            completion.matched_stop = closer;
-        }
+        completion.closer = closer;
         let decision = policy::decide(
             &prepared.conversation,
             &parsed.outcome,

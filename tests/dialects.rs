@@ -539,3 +539,70 @@ async fn identical_parallel_runs_of_a_content_dialect_stay_apart_by_run_header()
         assert!(run.as_u64().unwrap() < runs as u64);
     }
 }
+
+/// An output the proxy cannot parse reaches a content-dialect scaffold as text its own parser
+/// reads no action from, even when the model quoted the scaffold's block syntax in prose (its
+/// prompt shows the model those examples): the scaffold's format-error path runs, and what the
+/// trace calls unparsable is never executed.
+#[tokio::test]
+async fn unparsable_outputs_carry_no_runnable_markup_in_any_dialect() {
+    // (fixture, system prompt override, the model's unparsable output, markup that must not
+    // reach the scaffold)
+    let terminus_xml = "Answer in this XML format:\n<response>\n<analysis>…</analysis>\n<plan>…</plan>\n<commands>\n<keystrokes duration=\"0.1\">ls -la\n</keystrokes>\n</commands>\n<task_complete>true</task_complete>\n</response>\n\nTask Description:\nCompile /app/hello.c.";
+    let cases: Vec<(&str, Option<&str>, &str, Vec<&str>)> = vec![
+        (
+            "requests/mini-swe-agent-v1-text-1.json",
+            None,
+            "The fix is to run\n```bash\nrm -rf build && make\n```\nthen check.",
+            vec!["```"],
+        ),
+        (
+            "requests/mini-swe-agent-v2-text-1.json",
+            None,
+            "Maybe\n```mswea_bash_command\nrm -rf build\n```\nlater.",
+            vec!["```"],
+        ),
+        (
+            "requests/openhands-codeact-text-1.json",
+            None,
+            "I could run\n<function=execute_bash>\n<parameter=command>rm -rf /tmp/x</parameter>\n</function>\nbut won't.",
+            vec!["<function=", "<parameter=", "</function", "</parameter"],
+        ),
+        (
+            "requests/terminus-2-1.json",
+            None,
+            "Something like {\"analysis\": \"a\", \"plan\": \"b\", \"commands\": [{\"keystrokes\": \"rm -rf build\\n\", \"duration\": 0.1}]}",
+            vec!["{", "}"],
+        ),
+        (
+            "requests/terminus-2-1.json",
+            Some(terminus_xml),
+            "Perhaps <response><commands><keystrokes duration=\"0.1\">rm -rf build\n</keystrokes></commands></response>",
+            vec!["<keystrokes", "<response", "<commands"],
+        ),
+    ];
+    for (fixture, system, output, forbidden) in cases {
+        let backend = FakeBackend::start(vec![Scripted::text(output)]).await;
+        let proxy = Proxy::start(&backend.url()).await;
+        let mut body = fixture_json(fixture);
+        if let Some(system) = system {
+            body["messages"][0]["content"] = json!(system);
+        }
+        let (status, r) = proxy.post(&body).await;
+        assert_eq!(status, 200, "{fixture}: {r}");
+        let text = content(&r);
+        for markup in &forbidden {
+            assert!(!text.contains(markup), "{fixture}: {markup:?} in {text:?}");
+        }
+        assert!(
+            text.contains("rm -rf"),
+            "the thought is kept as text: {text}"
+        );
+        let records = read_trace(&proxy.trace_files()[0]);
+        let step = records.iter().find(|r| r["type"] == "step").unwrap();
+        assert!(
+            step["data"]["parse"]["error"].is_object(),
+            "{fixture}: the trace calls it unparsable: {step}"
+        );
+    }
+}

@@ -260,3 +260,50 @@ async fn a_responses_request_with_a_lone_surrogate_is_accepted_too() {
     assert_eq!(status, 200, "{text}");
     assert!(backend.prompts()[0].contains("find caf\u{fffd} and \u{fffd}"));
 }
+
+/// Turns whose completion ends in a cut-off stop string, with no stop reported (llama-server's
+/// OpenAI endpoint), replay with no difference: the trace keeps the backend's own answer and
+/// the closer the proxy put back apart, so `replay --check` recomputes the same text.
+#[tokio::test]
+async fn cut_off_stop_strings_replay_with_no_difference() {
+    let raw = |text: &str| Scripted::Raw {
+        status: 200,
+        body: json!({
+            "id": "cmpl-fake", "object": "text_completion", "created": 1, "model": "fake-base",
+            "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": null}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+        })
+        .to_string(),
+    };
+    let texts = [
+        "Run.\n\n### Action\n\n<bash>ls -la\n</observ",
+        "Run.\n\n### Action\n\n<bash>ls -a\n<obs",
+        "Run.\n\n### Action\n\n<bash>ls -l\n## Think",
+        "Run.\n\n### Action\n\n<bash>pwd</sub",
+    ];
+    let backend = FakeBackend::start(texts.iter().map(|t| raw(t)).collect()).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut commands = Vec::new();
+    for _ in texts {
+        let (status, resp) = proxy.post(&body).await;
+        assert_eq!(status, 200, "{resp}");
+        let call = &resp["choices"][0]["message"]["tool_calls"][0]["function"];
+        let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        commands.push(args["command"].as_str().unwrap().to_string());
+        continue_with(&mut body, &resp, "ok");
+    }
+    assert_eq!(commands, ["ls -la", "ls -a", "ls -l", "pwd"]);
+    let out = Command::new(BIN)
+        .args(["replay", "--check"])
+        .arg(proxy.log_dir.path())
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("steps 4  prompt differences 0  parse differences 0"),
+        "{stdout}"
+    );
+}

@@ -68,6 +68,7 @@ fn golden_parse_cases() {
             text: text.to_string(),
             finish_reason: Some(finish_reason.to_string()),
             matched_stop: None,
+            closer: None,
             usage: None,
             model: "m".into(),
             attempts: 1,
@@ -513,4 +514,70 @@ fn known_scaffolds_are_unaffected_by_the_generic_shell() {
             .collect();
         assert_eq!(shells, shell.into_iter().collect::<Vec<_>>(), "{fixture}");
     }
+}
+
+/// Unfinished or malformed closing tags other than a cut-off closer (what a base model writes
+/// when it misspells or half-writes the tag and the backend stops on another stop string)
+/// never reach a command either.
+#[test]
+fn malformed_closing_tags_never_reach_a_command() {
+    use asap_proxy::parse::{parse_for, with_closing_stop};
+    use asap_proxy::render::Format;
+    let tools = tools_for("swe-agent-1.json");
+    for tail in [
+        "</bash\n", "</sub", "</submit", "</Bas", "</BASH", "</bash >", "</Bash>",
+    ] {
+        let text = format!("Run it.\n\n<bash>ls -la{tail}");
+        let (full, _) = with_closing_stop(Format::MarkdownXml, &text, Some("stop"), None, &tools);
+        let parsed = parse_for(Format::MarkdownXml, &full, &tools);
+        match &parsed.outcome {
+            Ok(asap_proxy::conversation::Action::Call { arguments, .. }) => {
+                assert_eq!(arguments["command"], json!("ls -la"), "{tail:?}")
+            }
+            other => panic!("{tail:?}: {other:?}"),
+        }
+    }
+    // A parameter's own closing tag inside an editor action stays.
+    let editor = "<str_replace_editor>\n<command>view</command>\n<path>/a.py</path>\n";
+    let (full, closer) = with_closing_stop(Format::MarkdownXml, editor, Some("stop"), None, &tools);
+    assert_eq!(closer.as_deref(), Some("</str_replace_editor>"));
+    assert!(full.contains("<path>/a.py</path>"), "{full}");
+}
+
+/// A generic shell's optional parameters are not lost: documented beside the command, and a
+/// history call that used one is written with child tags (which the parser reads back); a
+/// call with the command alone stays `<bash>COMMAND</bash>`.
+#[test]
+fn a_generic_shells_optional_parameters_are_kept() {
+    use asap_proxy::conversation::Action;
+    use asap_proxy::render::xml;
+    let tools = generic_tools(json!([function(
+        "Bash",
+        json!({"cmd": {"type": "string"}, "timeout": {"type": "integer", "description": "seconds"}}),
+        &["cmd"]
+    )]));
+    assert!(tools.generic_shell);
+    let call = |args: Value| Action::Call {
+        tag: "bash".into(),
+        arguments: args.as_object().unwrap().clone(),
+    };
+    assert_eq!(
+        xml::action(&call(json!({"cmd": "ls"})), &tools),
+        "<bash>ls</bash>"
+    );
+    let with_timeout = xml::action(&call(json!({"cmd": "ls", "timeout": 30})), &tools);
+    assert!(
+        with_timeout.contains("<cmd>ls</cmd>") && with_timeout.contains("<timeout>30</timeout>"),
+        "{with_timeout}"
+    );
+    let parsed = asap_proxy::parse::parse_completion(&format!("Run.\n{with_timeout}\n"), &tools);
+    match parsed.outcome {
+        Ok(Action::Call { arguments, .. }) => {
+            assert_eq!(arguments["cmd"], json!("ls"));
+            assert_eq!(arguments["timeout"], json!(30));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A known scaffold's shell is unaffected: SWE-agent's bash stays `<bash>…</bash>`.
+    assert!(!tools_for("swe-agent-1.json").generic_shell);
 }

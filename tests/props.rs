@@ -358,6 +358,7 @@ fn completion(text: &str) -> BackendCompletion {
         text: text.to_string(),
         finish_reason: Some("stop".into()),
         matched_stop: None,
+        closer: None,
         usage: None,
         model: "m".into(),
         attempts: 1,

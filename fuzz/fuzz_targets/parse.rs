@@ -65,6 +65,7 @@ fuzz_target!(|data: &[u8]| {
                 text: text.to_string(),
                 finish_reason: Some("stop".into()),
                 matched_stop: None,
+                closer: None,
                 usage: None,
                 model: "m".into(),
                 attempts: 1,

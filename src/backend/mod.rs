@@ -92,6 +92,13 @@ pub struct BackendCompletion {
     /// The stop string the backend reports as matched (vLLM `stop_reason`, SGLang
     /// `matched_stop`, llama-server `stopping_word`).
     pub matched_stop: Option<String>,
+    /// The action's closing tag the proxy put back before parsing
+    /// ([`crate::parse::with_closing_stop`]): the parser read `text` (less a cut-off stop
+    /// fragment) + this. Kept apart from `matched_stop`, so `replay` recomputes it from the
+    /// backend's own answer exactly as the live turn did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closer: Option<String>,
+    /// Token counts the backend reported.
     pub usage: Option<Usage>,
     /// Model name the backend was asked for.
     pub model: String,

@@ -574,6 +574,7 @@ fn decode(text: &str, model: String, attempts: u32) -> Result<BackendCompletion,
         text: choice.text.clone(),
         finish_reason: choice.finish_reason.clone(),
         matched_stop,
+        closer: None,
         usage: response.usage.map(|mut usage| {
             // llama-server reports the cache in `timings.cache_n`; older builds have no
             // `prompt_tokens_details`.

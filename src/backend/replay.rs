@@ -298,6 +298,7 @@ fn completion_of(data: &Value) -> Option<BackendCompletion> {
         text: text("text")?,
         finish_reason: text("finish_reason"),
         matched_stop: text("matched_stop"),
+        closer: None,
         usage: c
             .get("usage")
             .and_then(|u| serde_json::from_value(u.clone()).ok()),

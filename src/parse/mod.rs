@@ -107,7 +107,8 @@ pub fn parse_for(format: crate::render::Format, text: &str, tools: &ToolSet) -> 
 /// a backend that cut the stop string only partly), and an inferred closer also replaces
 /// a proper prefix (two bytes or more) of one of the format's line-anchored stops
 /// (`\n<obs`, `\n## Th`); a fragment of another tool's closer (`</str_rep` in `<bash>`)
-/// infers nothing. With `finish_reason: "length"` nothing is put back or dropped: the
+/// infers nothing; any other unfinished or malformed closing tag at the very end (`</sub`,
+/// `</Bas`, `</bash >`, `</bash` and a line break) is dropped before the closer is inferred. With `finish_reason: "length"` nothing is put back or dropped: the
 /// model did not finish its command, the action stays unclosed (`unclosed_tag`) and is never
 /// run.
 pub fn with_closing_stop<'a>(
@@ -148,7 +149,15 @@ pub fn with_closing_stop<'a>(
         .unwrap_or(text);
     // A fragment of another tool's closer (`…</str_replace_ed` inside `<bash>`) is not
     // this action's end: no closer is inferred and the action stays unclosed.
-    let fragment = |closer: &str| base.len() - without_fragment(base, closer).len();
+    let fragment_in = |base: &str, closer: &str| base.len() - without_fragment(base, closer).len();
+    // Any other unfinished or malformed closing tag at the very end (`</sub`, `</Bas`,
+    // `</bash >`, `</bash` then a line break) is not part of the command either.
+    let base = if closers.iter().all(|c| fragment_in(base, c) == 0) {
+        without_trailing_tag(base, &closers)
+    } else {
+        base
+    };
+    let fragment = |closer: &str| fragment_in(base, closer);
     let longest = closers.iter().map(|c| fragment(c)).max().unwrap_or(0);
     for closer in closers.iter().filter(|c| fragment(c) == longest) {
         let candidate = format!("{}{closer}", without_fragment(base, closer));
@@ -160,6 +169,39 @@ pub fn with_closing_stop<'a>(
         }
     }
     (Cow::Borrowed(text), None)
+}
+
+/// `text` without a closing tag it ends with that no closer matched, followed only by
+/// whitespace: an unfinished one (`</NAME` with no `>`: `</sub`, `</Bas`), or a finished one
+/// whose NAME is an action closer's in another case or spacing (`</Bash>`, `</bash >`). NAME
+/// is letters, digits, `_` or `-` (possibly empty). A parameter's own closing tag (`</path>`
+/// inside an editor action) is kept.
+fn without_trailing_tag<'a>(text: &'a str, closers: &[String]) -> &'a str {
+    let trimmed = text.trim_end();
+    let Some(i) = trimmed.rfind("</") else {
+        return text;
+    };
+    let tail = &trimmed[i + 2..];
+    let (name, finished) = match tail.strip_suffix('>') {
+        Some(inner) => (inner.trim_end(), true),
+        None => (tail, false),
+    };
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return text;
+    }
+    let an_action_closer = closers.iter().any(|c| {
+        c.strip_prefix("</")
+            .and_then(|c| c.strip_suffix('>'))
+            .is_some_and(|tag| tag.eq_ignore_ascii_case(name))
+    });
+    if !finished || an_action_closer {
+        &text[..i]
+    } else {
+        text
+    }
 }
 
 /// `text` without the longest proper prefix of `stop` it ends with (a stop string the backend

@@ -236,6 +236,11 @@ pub struct ToolSet {
     pub mini: crate::dialect::MiniFormat,
     /// Profile `tool_output`: how tool messages wrap command output.
     pub tool_output: super::ToolOutput,
+    /// The shell is an unknown scaffold's (profile `shell_names`, not a known profile's
+    /// `shell`): its optional parameters are documented and, when a call uses them, written as
+    /// child tags ([`ToolSet::shell_command`]). Known scaffolds' shells are written
+    /// `<bash>COMMAND</bash>` as they always were.
+    pub generic_shell: bool,
     defaults: Map<String, Value>,
     modifying_commands: Vec<String>,
 }
@@ -374,6 +379,7 @@ impl ToolSet {
             .shell
             .clone()
             .or_else(|| shell_like(&profile.shell_names, tools, &profile.hidden_parameters));
+        let shell_spec_found = shell_spec.is_some();
 
         let mut shell = Vec::new();
         let mut editor = Vec::new();
@@ -432,6 +438,7 @@ impl ToolSet {
             dialect: profile.dialect,
             mini: crate::dialect::MiniFormat::default(),
             tool_output: profile.tool_output,
+            generic_shell: profile.shell.is_none() && shell_spec_found,
             defaults: profile.parameter_defaults.clone(),
             modifying_commands: profile
                 .editor
@@ -449,12 +456,35 @@ impl ToolSet {
             dialect: None,
             mini: crate::dialect::MiniFormat::default(),
             tool_output: super::ToolOutput::Text,
+            generic_shell: false,
             profile: "generic".to_string(),
             tools: vec![synthetic_submit()],
             submit: SubmitTarget::Content,
             task_user_messages: None,
             defaults: Map::new(),
             modifying_commands: Vec::new(),
+        }
+    }
+
+    /// The command of a shell call written `<bash>COMMAND</bash>`; `None` when the call is
+    /// written with child tags instead: not a shell, no string command, or a generic shell
+    /// ([`ToolSet::generic_shell`]) called with other visible arguments beside the command (a
+    /// `timeout`), so none is lost.
+    pub fn shell_command<'a>(
+        &self,
+        spec: &ToolSpec,
+        arguments: &'a Map<String, Value>,
+    ) -> Option<&'a str> {
+        let ToolRole::Shell { command_parameter } = &spec.role else {
+            return None;
+        };
+        let others = self.generic_shell
+            && arguments
+                .keys()
+                .any(|k| k != command_parameter && spec.param(k).is_none_or(|p| !p.hidden));
+        match arguments.get(command_parameter) {
+            Some(Value::String(command)) if !others => Some(command),
+            _ => None,
         }
     }
 

@@ -66,10 +66,8 @@ pub fn action(action: &Action, tools: &ToolSet) -> String {
         Action::Submit { .. } => fenced(SUBMIT_TAG, ""),
         Action::Call { tag, arguments } => {
             let spec = tools.get(tag);
-            if let Some(ToolRole::Shell { command_parameter }) = spec.map(|s| &s.role) {
-                if let Some(Value::String(command)) = arguments.get(command_parameter) {
-                    return fenced(tag, command);
-                }
+            if let Some(command) = spec.and_then(|s| tools.shell_command(s, arguments)) {
+                return fenced(tag, command);
             }
             fenced(tag, &params_body(arguments, spec))
         }

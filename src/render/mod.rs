@@ -325,9 +325,18 @@ impl Renderer {
             .map(|t| ToolDoc {
                 tag: t.tag.clone(),
                 description: t.description.clone(),
-                params: match t.role {
-                    crate::profile::ToolRole::Other | crate::profile::ToolRole::Editor => t
-                        .visible_params()
+                params: {
+                    // A shell documents its optional parameters beside the command (a generic
+                    // shell's `timeout`); the command itself is the tag's text.
+                    let shown = |p: &&crate::profile::ParamSpec| match &t.role {
+                        crate::profile::ToolRole::Shell { command_parameter } => {
+                            tools.generic_shell && &p.name != command_parameter
+                        }
+                        crate::profile::ToolRole::Other | crate::profile::ToolRole::Editor => true,
+                        _ => false,
+                    };
+                    t.visible_params()
+                        .filter(shown)
                         .map(|p| ParamDoc {
                             name: p.name.clone(),
                             r#type: p.type_label(),
@@ -335,8 +344,7 @@ impl Renderer {
                             r#enum: p.enum_values(),
                             description: p.description.clone(),
                         })
-                        .collect(),
-                    _ => Vec::new(),
+                        .collect()
                 },
                 usage: format.usage(t),
             })

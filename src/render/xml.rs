@@ -23,10 +23,8 @@ pub fn action(action: &Action, tools: &ToolSet) -> String {
                 return element(tag, &value_text(raw));
             }
             let spec = tools.get(tag);
-            if let Some(ToolRole::Shell { command_parameter }) = spec.map(|s| &s.role) {
-                if let Some(Value::String(command)) = arguments.get(command_parameter) {
-                    return element(tag, command);
-                }
+            if let Some(command) = spec.and_then(|s| tools.shell_command(s, arguments)) {
+                return element(tag, command);
             }
             // One buffer for the whole call (this runs for every step of every request).
             let children = ordered(arguments, spec);
