@@ -9,7 +9,8 @@
 //! before the body is parsed. The replacement has the same length as the escape it
 //! replaces, so nothing else in the body moves; a body without a lone surrogate (almost all)
 //! is returned as it is, scanned once and not copied. The rewritten body is the one the
-//! trace stores, so the recorded request is the one the proxy answered.
+//! trace stores, so the recorded request is the one the proxy answered. A UTF-8 byte-order
+//! mark before the body (some Windows tools write one) is dropped the same way.
 //!
 //! Raw control characters inside strings are invalid JSON and stay refused; their escapes
 //! (`\u0000`, `\u001b`) are valid and accepted as they always were.
@@ -70,6 +71,8 @@ fn lone_surrogates(body: &[u8]) -> Vec<usize> {
 /// `body` with every lone surrogate escape replaced by `\uFFFD` (see the module doc);
 /// borrowed when there is none.
 pub fn replace_lone_surrogates(body: &[u8]) -> Cow<'_, [u8]> {
+    // A UTF-8 byte-order mark before the JSON (Windows tools, PowerShell) is no part of it.
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
     let found = lone_surrogates(body);
     if found.is_empty() {
         return Cow::Borrowed(body);
@@ -85,7 +88,8 @@ pub fn replace_lone_surrogates(body: &[u8]) -> Cow<'_, [u8]> {
 /// nothing to replace.
 pub fn replace_lone_surrogates_bytes(body: bytes::Bytes) -> bytes::Bytes {
     match replace_lone_surrogates(&body) {
-        Cow::Borrowed(_) => body,
+        Cow::Borrowed(rest) if rest.len() == body.len() => body,
+        Cow::Borrowed(rest) => body.slice(body.len() - rest.len()..),
         Cow::Owned(fixed) => bytes::Bytes::from(fixed),
     }
 }
@@ -93,6 +97,13 @@ pub fn replace_lone_surrogates_bytes(body: bytes::Bytes) -> bytes::Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_byte_order_mark_is_dropped() {
+        assert_eq!(fix("\u{feff}{\"a\": 1}"), "{\"a\": 1}");
+        let body = bytes::Bytes::from_static(b"\xEF\xBB\xBF{}");
+        assert_eq!(&replace_lone_surrogates_bytes(body)[..], b"{}");
+    }
 
     fn fix(text: &str) -> String {
         String::from_utf8(replace_lone_surrogates(text.as_bytes()).into_owned()).unwrap()
