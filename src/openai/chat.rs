@@ -402,7 +402,11 @@ fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(o)) => o,
         Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(&s) {
+        // The arguments string is JSON of its own: a lone surrogate escape inside it (Python's
+        // `json.dumps` of terminal text) is read as U+FFFD, as in the body.
+        Some(Value::String(s)) => match serde_json::from_slice::<Value>(
+            &super::lenient::replace_lone_surrogates(s.as_bytes()),
+        ) {
             Ok(Value::Object(o)) => o,
             _ => Map::from_iter([(RAW_ARGUMENTS.to_string(), Value::String(s))]),
         },
@@ -425,6 +429,16 @@ fn json_kind(v: &Value) -> &'static str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn lone_surrogates_inside_tool_call_arguments_read_as_replacement_characters() {
+        let body = br#"{"model": "m", "messages": [{"role": "user", "content": "t"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "bash", "arguments": "{\"command\": \"echo \\udce9 x\"}"}}]}]}"#;
+        let request = ChatCompletionRequest::from_slice(body).unwrap();
+        let call = &request.messages[1].tool_calls[0];
+        assert_eq!(call.function.arguments["command"], json!("echo \u{fffd} x"));
+    }
 
     fn decode(v: Value) -> Result<ChatCompletionRequest, ProxyError> {
         ChatCompletionRequest::from_slice(v.to_string().as_bytes())
