@@ -67,13 +67,12 @@ type Digest16 = [u8; 16];
 /// none. Strings are copied byte for byte (a raw line break cannot occur in a valid JSON
 /// string), numbers keep their spelling.
 pub fn compact_json(json: &str) -> std::borrow::Cow<'_, str> {
-    let bytes = json.as_bytes();
     let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut first = None;
-    for (i, &b) in bytes.iter().enumerate() {
-        if in_string {
+    let (mut in_string, mut escaped) = (false, false);
+    // Allocated at the first whitespace between tokens; `None` while there has been none.
+    let mut out: Option<Vec<u8>> = None;
+    for (i, &b) in json.as_bytes().iter().enumerate() {
+        let skip = if in_string {
             if escaped {
                 escaped = false;
             } else if b == b'\\' {
@@ -81,36 +80,24 @@ pub fn compact_json(json: &str) -> std::borrow::Cow<'_, str> {
             } else if b == b'"' {
                 in_string = false;
             }
-        } else if b == b'"' {
-            in_string = true;
-        } else if is_space(b) {
-            first = Some(i);
-            break;
+            false
+        } else {
+            in_string = b == b'"';
+            is_space(b)
+        };
+        match (&mut out, skip) {
+            (None, true) => out = Some(json.as_bytes()[..i].to_vec()),
+            (Some(out), false) => out.push(b),
+            _ => {}
         }
     }
-    let Some(first) = first else {
-        return std::borrow::Cow::Borrowed(json);
-    };
-    let mut out = Vec::with_capacity(bytes.len());
-    out.extend_from_slice(&bytes[..first]);
-    for &b in &bytes[first..] {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-        } else if b == b'"' {
-            in_string = true;
-        } else if is_space(b) {
-            continue;
+    match out {
+        None => std::borrow::Cow::Borrowed(json),
+        // Only ASCII whitespace outside strings was removed: still UTF-8.
+        Some(out) => {
+            std::borrow::Cow::Owned(String::from_utf8(out).unwrap_or_else(|_| json.to_string()))
         }
-        out.push(b);
     }
-    // Only ASCII whitespace outside strings was removed: still valid UTF-8.
-    std::borrow::Cow::Owned(String::from_utf8(out).unwrap_or_else(|_| json.to_string()))
 }
 
 /// A raw JSON value compacted by [`compact_json`].
