@@ -13,6 +13,30 @@ use crate::util::{continue_with, fixture_json, read_trace};
 
 const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
 
+/// Runs the real `replay --check` on one session's logs: exit 0, `steps` steps, no prompt or
+/// parse difference, nothing unreadable.
+fn replay_is_clean(logs: &std::path::Path, steps: usize) {
+    let out = Command::new(BIN)
+        .args(["replay", "--check"])
+        .arg(logs)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.ends_with(&format!(
+            "files 1  steps {steps}  prompt differences 0  parse differences 0  unreadable 0\n"
+        )),
+        "{stdout}"
+    );
+}
+
 /// `body` pretty-printed with tab indentation and CRLF line ends.
 fn pretty_crlf(body: &Value) -> String {
     let mut out = Vec::new();
@@ -83,25 +107,7 @@ async fn a_pretty_printed_crlf_body_gives_one_line_records_that_report_and_repla
         .unwrap();
     assert_eq!(trajectory.turns.len(), 2);
 
-    let out = Command::new(BIN)
-        .args(["replay", "--check"])
-        .arg(proxy.log_dir.path())
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.ends_with(
-            "files 1  steps 2  prompt differences 0  parse differences 0  unreadable 0\n"
-        ),
-        "{stdout}"
-    );
+    replay_is_clean(proxy.log_dir.path(), 2);
 }
 
 #[tokio::test]
@@ -177,19 +183,7 @@ async fn terminal_output_with_lone_surrogates_and_control_characters_is_accepted
         let messages = reader.request().messages();
         let output = messages.last().unwrap()["content"].as_str().unwrap();
         assert!(output.contains(&expected), "{shown}");
-        let out = Command::new(BIN)
-            .args(["replay", "--check"])
-            .arg(proxy.log_dir.path())
-            .env_remove("RUST_LOG")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            stdout.ends_with(
-                "files 1  steps 2  prompt differences 0  parse differences 0  unreadable 0\n"
-            ),
-            "{shown}: {stdout}"
-        );
+        replay_is_clean(proxy.log_dir.path(), 2);
     }
 }
 
@@ -294,16 +288,5 @@ async fn cut_off_stop_strings_replay_with_no_difference() {
         continue_with(&mut body, &resp, "ok");
     }
     assert_eq!(commands, ["ls -la", "ls -a", "ls -l", "pwd"]);
-    let out = Command::new(BIN)
-        .args(["replay", "--check"])
-        .arg(proxy.log_dir.path())
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
-    assert!(
-        stdout.contains("steps 4  prompt differences 0  parse differences 0"),
-        "{stdout}"
-    );
+    replay_is_clean(proxy.log_dir.path(), 4);
 }
