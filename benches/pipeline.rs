@@ -38,7 +38,7 @@ use asap_proxy::profile::Profiles;
 use asap_proxy::render::{Format, Renderer};
 use asap_proxy::respond::{self, ChunkBuilder};
 use asap_proxy::session::{CallId, SessionIndex};
-use asap_proxy::trace::{RequestInput, StepRecord, TraceSettings, TraceWriter};
+use asap_proxy::trace::{RequestInput, TraceSettings, TraceWriter};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 const TURNS: [usize; 4] = [2, 20, 100, 1000];
@@ -297,7 +297,7 @@ fn stages(c: &mut Criterion) {
         // Steady state: each record's prompt extends the one stored before it (here: equals
         // it), so the file grows by a small delta per record, as in a real session.
         let record = || {
-            let mut record = StepRecord::new(call.step, 0, p);
+            let mut record = p.record(call.step, 0);
             record.input = Some(input.clone());
             record.set_completion(&completion, &parsed, &reply);
             record

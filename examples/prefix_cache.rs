@@ -38,8 +38,8 @@ use std::sync::{Arc, Mutex};
 
 use asap_proxy::cli::ServeArgs;
 use asap_proxy::config::Config;
-use asap_proxy::conversation::Action;
 use asap_proxy::openai::chat::Tool;
+use asap_proxy::profile::Action;
 use asap_proxy::profile::{Profiles, ToolSet};
 use asap_proxy::server::{app, AppState};
 use axum::extract::State;

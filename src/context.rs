@@ -161,20 +161,11 @@ pub fn with_elided(
 
 /// The 400 for a prompt that cannot fit, in OpenAI's wording.
 pub fn too_long(context_length: u32, prompt_tokens: usize, max_tokens: u32) -> ProxyError {
-    ProxyError::ContextLengthExceeded(too_long_message(context_length, prompt_tokens, max_tokens))
-}
-
-/// OpenAI's message for a prompt of `prompt_tokens` that leaves no room for `max_tokens` in
-/// `context_length` ("This model's maximum context length is N tokens. However, you requested
-/// M tokens …"): the wording LiteLLM maps to `ContextWindowExceededError`. Also used for a
-/// backend's own overflow answer (`crate::backend`).
-pub fn too_long_message(context_length: u32, prompt_tokens: usize, max_tokens: u32) -> String {
-    format!(
-        "This model's maximum context length is {context_length} tokens. However, you \
-         requested {} tokens ({prompt_tokens} in the messages, {max_tokens} in the \
-         completion). Please reduce the length of the messages or completion.",
-        prompt_tokens + max_tokens as usize
-    )
+    ProxyError::ContextLengthExceeded(crate::error::too_long_message(
+        context_length,
+        prompt_tokens,
+        max_tokens,
+    ))
 }
 
 /// Fits `conversation` (rendered by `render` as `prompt`) into `context_length` tokens with

@@ -23,25 +23,11 @@
 
 use std::borrow::Cow;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::openai::chat::{ChatMessage, Role};
-use crate::profile::{ToolOutput, ToolSet};
+use crate::profile::{Action, ToolOutput, ToolSet};
 use crate::session::NudgeKind;
-
-/// An action in the neutral vocabulary. Serialised in traces as
-/// `{"kind": "call", "tag": …, "arguments": {…}}` or `{"kind": "submit", "message": …}`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Action {
-    /// A tool call written as `<tag>…</tag>`; `arguments` are already coerced to the schema.
-    Call {
-        tag: String,
-        arguments: Map<String, Value>,
-    },
-    /// `<submit/>`, with an optional message (`<submit>message</submit>`).
-    Submit { message: Option<String> },
-}
 
 /// One step of a trajectory.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -277,6 +263,7 @@ mod tests {
     use crate::openai::chat::ChatCompletionRequest;
     use crate::profile::Profiles;
     use serde_json::json;
+    use serde_json::Map;
 
     fn conv(body: Value) -> Conversation {
         let req = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();

@@ -188,3 +188,15 @@ impl IntoResponse for ProxyError {
         response
     }
 }
+/// OpenAI's message for a prompt of `prompt_tokens` that leaves no room for `max_tokens` in
+/// `context_length` ("This model's maximum context length is N tokens. However, you requested
+/// M tokens …"): the wording LiteLLM maps to `ContextWindowExceededError`. Used for the proxy's own
+/// check (`crate::context`) and for a backend's overflow answer (`crate::backend`).
+pub fn too_long_message(context_length: u32, prompt_tokens: usize, max_tokens: u32) -> String {
+    format!(
+        "This model's maximum context length is {context_length} tokens. However, you \
+         requested {} tokens ({prompt_tokens} in the messages, {max_tokens} in the \
+         completion). Please reduce the length of the messages or completion.",
+        prompt_tokens + max_tokens as usize
+    )
+}

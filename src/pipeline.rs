@@ -8,13 +8,14 @@ use std::time::Instant;
 use crate::backend::{Backend, BackendCompletion, CallContext, GenerationParams};
 use crate::config::{ProfileChoice, PromptConfig};
 use crate::context::{self, ContextRecord, ContextSettings, TokenCounter};
-use crate::conversation::{Action, Conversation, Example};
-use crate::dialect::Dialect;
+use crate::conversation::{Conversation, Example};
 use crate::error::ProxyError;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::parse::{parse_for, with_closing_stop, Parsed};
 use crate::policy::{self, Decision, Limits};
 use crate::prefix::PrefixStore;
+use crate::profile::Action;
+use crate::profile::Dialect;
 use crate::profile::{Profiles, ToolSet};
 use crate::render::Renderer;
 use crate::respond::{self, Reply};
@@ -23,7 +24,8 @@ use crate::side_call;
 use std::sync::Arc;
 
 use crate::trace::{
-    NudgeRecord, RequestInput, StepDecision, StepRecord, TerminateRecord, Timings, TraceWriter,
+    NudgeRecord, PrefixInfo, RequestInput, StepDecision, StepRecord, TerminateRecord, Timings,
+    TraceWriter,
 };
 
 /// A request turned into a prompt.
@@ -45,6 +47,26 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// A trace record for a completion call of this prepared turn, with a copy of its prompt
+    /// (for [`TraceWriter::write_step`]).
+    pub fn record(&self, step: usize, attempt: usize) -> StepRecord {
+        let mut record = self.record_without_prompt(step, attempt);
+        record.full_prompt = self.prompt.clone();
+        record
+    }
+
+    /// A record whose prompt goes to [`TraceWriter::begin`] by reference.
+    fn record_without_prompt(&self, step: usize, attempt: usize) -> StepRecord {
+        StepRecord {
+            step,
+            attempt,
+            profile: self.tools.profile.clone(),
+            nudges_used: self.session.nudges.0.clone(),
+            prefix: self.prefix.clone(),
+            ..StepRecord::default()
+        }
+    }
+
     /// Remembers a turn answered with `content` and no tool call, so the next request of
     /// the session (which carries no minted id) is recognised: by that content and by this
     /// request's prompt, within the request's task and run.
@@ -63,20 +85,6 @@ impl Prepared {
             nudges,
         );
     }
-}
-
-/// Which prefix a request got (for the trace's session record).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct PrefixInfo {
-    /// `instance_id` of the prefix (`shell-demo` for the built-in demonstration).
-    pub id: String,
-    /// `header`, `metadata`, `fingerprint` or `default`.
-    pub matched_by: &'static str,
-    /// Steps rendered.
-    pub k: usize,
-    /// The demonstration rendered with a task prefix that names one (`example`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub example: Option<String>,
 }
 
 /// Session, profile, conversation and prompt for a request. No I/O; `sessions` is consulted
@@ -100,7 +108,7 @@ pub fn prepare(
     // OpenHands' text mode describes its tools in the system prompt instead of `tools`.
     let prompt_tools = match (profile.dialect, request.tools.is_empty()) {
         (Some(Dialect::OpenhandsFunction), true) => {
-            crate::dialect::tools_from_prompt(&request.detection_text())
+            crate::profile::tools_from_prompt(&request.detection_text())
         }
         _ => Vec::new(),
     };
@@ -113,7 +121,7 @@ pub fn prepare(
     if profile.dialect == Some(Dialect::MiniText) {
         // mini-swe-agent 1.x wants ```bash, 2.x ```mswea_bash_command, its XML configs an
         // element: answer in the form its own prompt asks for.
-        tools.mini = crate::dialect::MiniFormat::from_prompt(
+        tools.mini = crate::profile::MiniFormat::from_prompt(
             &request.system_text(),
             request.first_user_text(),
         );
@@ -305,7 +313,7 @@ pub fn new_record(
     attempt: usize,
     prepared: &Prepared,
 ) -> StepRecord {
-    let mut record = StepRecord::new(step, attempt, prepared);
+    let mut record = prepared.record(step, attempt);
     record.input = Some(input.clone());
     record.ignored_fields = request.ignored_fields();
     record.stream = request.is_stream();
@@ -389,7 +397,7 @@ pub async fn run_step(
         };
         request.backend_call_starts();
         let attempt_started = Instant::now();
-        let mut record = StepRecord::without_prompt(step, attempt, &prepared);
+        let mut record = prepared.record_without_prompt(step, attempt);
         record.input = Some(input.clone());
         record.ignored_fields = request.ignored_fields();
         record.stream = request.is_stream();

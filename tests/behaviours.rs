@@ -16,9 +16,9 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Map, Value};
 
-use asap_proxy::conversation::Action;
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::policy::{self, edit::edit_targets};
+use asap_proxy::profile::Action;
 use asap_proxy::profile::{Profiles, ToolRole, ToolSet};
 use asap_proxy::report::behaviour::Ending;
 use asap_proxy::report::{load, Behaviour, Report, Trajectory, Turn};

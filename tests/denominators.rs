@@ -12,7 +12,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use asap_proxy::cli::ReportFormat;
-use asap_proxy::conversation::Action;
+use asap_proxy::profile::Action;
 use asap_proxy::report::protocol::{Rules, SessionProtocol};
 use asap_proxy::report::results::{self, Entry, Parsed};
 use asap_proxy::report::summary::Options;

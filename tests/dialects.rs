@@ -399,9 +399,9 @@ async fn openhands_sdk_text_mode_names_the_sdk_tools_and_keeps_its_session() {
 /// Golden replies of every content dialect for the same actions.
 #[test]
 fn golden_dialect_replies() {
-    use asap_proxy::conversation::Action;
-    use asap_proxy::dialect::Dialect;
     use asap_proxy::openai::chat::ChatCompletionRequest;
+    use asap_proxy::profile::Action;
+    use asap_proxy::profile::Dialect;
     use asap_proxy::profile::{Profiles, ToolSet};
     let shell = Action::Call {
         tag: "bash".into(),
@@ -425,7 +425,7 @@ fn golden_dialect_replies() {
         let request = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
         let profiles = Profiles::builtin().unwrap();
         let tools_in = if name == "openhands_function" {
-            asap_proxy::dialect::tools_from_prompt(&request.detection_text())
+            asap_proxy::profile::tools_from_prompt(&request.detection_text())
         } else {
             Vec::new()
         };
@@ -453,8 +453,8 @@ fn golden_dialect_replies() {
 
 #[test]
 fn actions_a_dialect_cannot_carry_become_format_errors() {
-    use asap_proxy::conversation::Action;
-    use asap_proxy::dialect::Dialect;
+    use asap_proxy::profile::Action;
+    use asap_proxy::profile::Dialect;
     use asap_proxy::profile::ToolSet;
     let shell = |c: &str| Action::Call {
         tag: "bash".into(),

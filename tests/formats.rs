@@ -1,9 +1,9 @@
 //! The four-way format ablation minus Markdown (issue 6): golden documents in every format,
 //! parse ∘ render = identity per format, and nudges and prefixes over HTTP per format.
 
-use asap_proxy::conversation::Action;
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_for;
+use asap_proxy::profile::Action;
 use asap_proxy::profile::{Profiles, ToolSet};
 use asap_proxy::render::{Format, FORMATS};
 use proptest::prelude::*;

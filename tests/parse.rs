@@ -129,7 +129,7 @@ fn runs_of_angle_brackets_in_a_body_do_not_panic() {
             let parsed = parse_for(format, &text, &tools);
             assert_eq!(
                 parsed.outcome.as_ref().ok(),
-                Some(&asap_proxy::conversation::Action::Call {
+                Some(&asap_proxy::profile::Action::Call {
                     tag: "bash".into(),
                     arguments: [("command".to_string(), json!(body))].into_iter().collect(),
                 }),
@@ -179,7 +179,7 @@ fn closing_tag_stop_is_rebuilt() {
     assert_eq!(closer.as_deref(), Some("</bash>"));
     let parsed = parse_for(Format::MarkdownXml, &text, &tools);
     assert!(
-        matches!(parsed.outcome, Ok(asap_proxy::conversation::Action::Call { ref tag, .. }) if tag == "bash"),
+        matches!(parsed.outcome, Ok(asap_proxy::profile::Action::Call { ref tag, .. }) if tag == "bash"),
         "{:?}",
         parsed.outcome
     );
@@ -213,8 +213,8 @@ fn closing_tag_stop_is_rebuilt() {
 /// the model did not finish its command and the action stays unclosed. Every format.
 #[test]
 fn partial_closing_stop_never_reaches_a_command() {
-    use asap_proxy::conversation::Action;
     use asap_proxy::parse::{parse_for, with_closing_stop, FailureClass};
+    use asap_proxy::profile::Action;
     use asap_proxy::render::Format;
     let tools = tools_for("swe-agent-1.json");
     let command = "python -m pytest tests/test_x.py::test_total";
@@ -326,7 +326,7 @@ fn function(name: &str, properties: Value, required: &[&str]) -> Value {
 /// parameter; the form with the tool's own name and child tags is still read.
 #[test]
 fn a_generic_shell_reads_like_the_paper() {
-    use asap_proxy::conversation::Action;
+    use asap_proxy::profile::Action;
     use asap_proxy::profile::{ScaffoldReply, ToolRole};
     let notes = function(
         "read_notes",
@@ -531,7 +531,7 @@ fn malformed_closing_tags_never_reach_a_command() {
         let (full, _) = with_closing_stop(Format::MarkdownXml, &text, Some("stop"), None, &tools);
         let parsed = parse_for(Format::MarkdownXml, &full, &tools);
         match &parsed.outcome {
-            Ok(asap_proxy::conversation::Action::Call { arguments, .. }) => {
+            Ok(asap_proxy::profile::Action::Call { arguments, .. }) => {
                 assert_eq!(arguments["command"], json!("ls -la"), "{tail:?}")
             }
             other => panic!("{tail:?}: {other:?}"),
@@ -549,7 +549,7 @@ fn malformed_closing_tags_never_reach_a_command() {
 /// call with the command alone stays `<bash>COMMAND</bash>`.
 #[test]
 fn a_generic_shells_optional_parameters_are_kept() {
-    use asap_proxy::conversation::Action;
+    use asap_proxy::profile::Action;
     use asap_proxy::render::xml;
     let tools = generic_tools(json!([function(
         "Bash",

@@ -6,12 +6,13 @@
 
 use asap_proxy::backend::BackendCompletion;
 use asap_proxy::config::{ProfileChoice, PromptConfig};
-use asap_proxy::conversation::{Action, Conversation};
+use asap_proxy::conversation::Conversation;
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_for;
 use asap_proxy::pipeline::prepare;
 use asap_proxy::policy::edit::shell_writes_files;
 use asap_proxy::prefix::PrefixStore;
+use asap_proxy::profile::Action;
 use asap_proxy::profile::{Profiles, ToolSet};
 use asap_proxy::render::{Renderer, FORMATS};
 use asap_proxy::respond;

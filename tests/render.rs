@@ -2,10 +2,10 @@
 //! neutralisation of observations, and parse ∘ render = identity for actions.
 
 use asap_proxy::config::{ProfileChoice, PromptConfig};
-use asap_proxy::conversation::Action;
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_completion;
 use asap_proxy::pipeline::prepare;
+use asap_proxy::profile::Action;
 use asap_proxy::profile::Profiles;
 use asap_proxy::render::{xml, Format, Renderer, CUE};
 use proptest::prelude::*;

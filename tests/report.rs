@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{json, Map};
 
 use asap_proxy::cli::ReportFormat;
-use asap_proxy::conversation::Action;
+use asap_proxy::profile::Action;
 use asap_proxy::report::behaviour::Ending;
 use asap_proxy::report::results::{self, Entry, Parsed, Spec};
 use asap_proxy::report::{
@@ -1102,7 +1102,7 @@ fn report_warns_about_files_and_lines_it_skips() {
 #[cfg(unix)]
 #[test]
 fn trace_files_are_listed_once_and_link_loops_end() {
-    use asap_proxy::report::load::trace_files;
+    use asap_proxy::trace::read::trace_files;
 
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");

@@ -413,7 +413,7 @@ async fn kill_9_during_a_run_loses_only_the_records_in_flight() {
 
 #[tokio::test]
 async fn a_recorded_session_loads_as_a_report_trajectory() {
-    use asap_proxy::conversation::Action;
+    use asap_proxy::profile::Action;
     use asap_proxy::report::load;
     use asap_proxy::session::NudgeKind;
 

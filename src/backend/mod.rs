@@ -3,10 +3,8 @@
 //! answers from recorded trace logs (offline, deterministic re-runs).
 
 mod openai_completions;
-mod replay;
 
 pub use openai_completions::{CallBudget, OpenAiCompletions, MAX_HONOURED_RETRY_AFTER};
-pub use replay::ReplayBackend;
 
 use crate::error::ProxyError;
 use crate::openai::completions::Usage;
@@ -113,12 +111,30 @@ impl BackendCompletion {
     }
 }
 
+/// Completions answered from a record instead of a model (`--backend replay:DIR`, implemented
+/// by `crate::replay::ReplayBackend`): declared here so that the backend does not depend on
+/// the trace readers.
+pub trait Recorded: std::fmt::Debug + Send + Sync {
+    /// The recorded completion for `prompt`, called as `call` says.
+    ///
+    /// Errors: [`ProxyError::ReplayMiss`] when nothing recorded matches.
+    fn complete(
+        &self,
+        prompt: &str,
+        call: CallContext<'_>,
+    ) -> Result<BackendCompletion, ProxyError>;
+
+    /// The model the recorded calls were made with, if one was.
+    fn model_name(&self) -> Option<String>;
+}
+
 /// The configured backend.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per server; boxing would only add a pointer hop
 pub enum Backend {
     OpenAiCompletions(OpenAiCompletions),
     /// `--backend replay:DIR`: recorded completions.
-    Replay(ReplayBackend),
+    Replay(Box<dyn Recorded>),
 }
 
 impl Backend {

@@ -767,7 +767,7 @@ impl Overflow {
             self.requested,
         ) {
             (Some(n), Some(prompt), Some(max_tokens), _) => {
-                crate::context::too_long_message(n, prompt, max_tokens)
+                crate::error::too_long_message(n, prompt, max_tokens)
             }
             (Some(n), _, _, Some(total)) => format!(
                 "This model's maximum context length is {n} tokens. However, you requested \
@@ -999,12 +999,12 @@ mod tests {
         // The proxy's own wording when context, prompt and max_tokens are known.
         assert_eq!(
             head(overflow(Some(4096), Some(4390), None), Some(256), None),
-            crate::context::too_long_message(4096, 4390, 256)
+            crate::error::too_long_message(4096, 4390, 256)
         );
         // The context length the backend reported earlier fills in.
         assert_eq!(
             head(overflow(None, Some(4390), None), Some(256), Some(4096)),
-            crate::context::too_long_message(4096, 4390, 256)
+            crate::error::too_long_message(4096, 4390, 256)
         );
         assert_eq!(
             head(overflow(Some(4096), None, Some(5000)), Some(1000), None),

@@ -9,7 +9,7 @@
 use serde_json::{Map, Value};
 
 use super::{check_required, coerce, FailureClass, ParseFailure, Parsed};
-use crate::conversation::Action;
+use crate::profile::Action;
 use crate::profile::{ToolRole, ToolSet, SUBMIT_TAG};
 use crate::render::json::CUE;
 

@@ -8,10 +8,10 @@
 
 use serde_json::Map;
 
-use super::scan::fence_marker;
 use super::{check_required, coerce, lookup, FailureClass, ParseFailure, Parsed};
-use crate::conversation::Action;
+use crate::profile::Action;
 use crate::profile::{ToolRole, ToolSet, ToolSpec};
+use crate::util::fence_marker;
 
 fn failure(thought: &str, class: FailureClass, detail: String, dropped: usize) -> Parsed {
     Parsed {

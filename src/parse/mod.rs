@@ -27,7 +27,7 @@ pub use coerce::coerce;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::conversation::Action;
+use crate::profile::Action;
 use crate::profile::{ToolRole, ToolSet, ToolSpec};
 use scan::{find_close, heading_is_step, line_tag, strip_pad, LineTag};
 
@@ -245,7 +245,7 @@ pub fn parse_completion(text: &str, tools: &ToolSet) -> Parsed {
         let line = &text[offset..line_end];
         let trimmed = line.trim_start_matches([' ', '\t']);
         let indent = line.len() - trimmed.len();
-        if let Some((ch, len, rest)) = scan::fence_marker(trimmed) {
+        if let Some((ch, len, rest)) = crate::util::fence_marker(trimmed) {
             // CommonMark: a fence closes only with the same character, at least as many of
             // them, and nothing else on the line.
             fence = match fence {

@@ -33,14 +33,6 @@ pub fn line_tag(line: &str) -> Option<LineTag<'_>> {
     }
 }
 
-/// A Markdown code fence at the start of a (blank-stripped) line: its character, its length
-/// (at least 3) and the rest of the line.
-pub fn fence_marker(line: &str) -> Option<(char, usize, &str)> {
-    let ch = line.chars().next().filter(|c| *c == '`' || *c == '~')?;
-    let len = line.len() - line.trim_start_matches(ch).len();
-    (len >= 3).then(|| (ch, len, &line[len..]))
-}
-
 /// Whether a line is nothing but a closing tag (`</bash>`, `</old_str>`).
 pub fn is_stray_closing_tag(line: &str) -> bool {
     line.strip_prefix("</")

@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use crate::conversation::Action;
+use crate::profile::Action;
 use crate::profile::{ToolRole, ToolSet, EDITOR_TAG};
 
 /// Whether a shell command writes or modifies a file in the working tree.

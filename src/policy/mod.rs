@@ -35,8 +35,9 @@ pub mod observe;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::conversation::{Action, Conversation, Step};
+use crate::conversation::{Conversation, Step};
 use crate::parse::ParseFailure;
+use crate::profile::Action;
 use crate::profile::{SubmitTarget, ToolRole, ToolSet};
 use crate::session::{NudgeKind, NudgeState};
 

@@ -33,7 +33,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::conversation::{Action, Step};
+use crate::conversation::Step;
+use crate::profile::Action;
 use crate::profile::SUBMIT_TAG;
 
 /// Built-in demonstrations, selected by a profile's `default_prefix`.

@@ -4,7 +4,14 @@
 //! Profiles are data (`profiles/*.toml`, compiled in) so that a new scaffold is a file, not
 //! code. Detection tries them in [`PROFILE_ORDER`] and falls back to `generic`.
 
+mod action;
+mod dialect;
 mod toolset;
+
+pub use action::Action;
+pub use dialect::{
+    tools_from_prompt, Dialect, MiniBlock, MiniFormat, MINI_SUBMIT, TERMINUS_DURATION_S,
+};
 
 pub use toolset::{
     check_tools, is_tag_name, neutralise_description, ParamSpec, ScaffoldReply, SubmitTarget,
@@ -89,7 +96,7 @@ pub struct Profile {
     /// Content dialect of a scaffold that sends no tools (`mini_text`, `terminus_json`): the
     /// model gets a shell and `<submit/>`, the reply is written in the scaffold's format.
     #[serde(default)]
-    pub dialect: Option<crate::dialect::Dialect>,
+    pub dialect: Option<crate::profile::Dialect>,
     /// Built-in demonstration rendered when no task prefix matches (`prefix::BUILTIN`).
     #[serde(default)]
     pub default_prefix: Option<String>,

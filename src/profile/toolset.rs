@@ -8,8 +8,8 @@
 use serde_json::{Map, Value};
 
 use super::{Hints, Profile};
-use crate::conversation::Action;
 use crate::openai::chat::Tool;
+use crate::profile::Action;
 
 /// Tag the model writes for the shell tool.
 pub const SHELL_TAG: &str = "bash";
@@ -230,10 +230,10 @@ pub struct ToolSet {
     /// Profile `default_prefix`.
     pub default_prefix: Option<String>,
     /// Content dialect (no tools offered; the reply is written in the scaffold's format).
-    pub dialect: Option<crate::dialect::Dialect>,
+    pub dialect: Option<crate::profile::Dialect>,
     /// mini-swe-agent text mode: the block form and completion command its prompt asks for
     /// (set from the request; the default is 2.x's text config).
-    pub mini: crate::dialect::MiniFormat,
+    pub mini: crate::profile::MiniFormat,
     /// Profile `tool_output`: how tool messages wrap command output.
     pub tool_output: super::ToolOutput,
     /// The shell is an unknown scaffold's (profile `shell_names`, not a known profile's
@@ -436,7 +436,7 @@ impl ToolSet {
             hints: profile.hints.clone(),
             default_prefix: profile.default_prefix.clone(),
             dialect: profile.dialect,
-            mini: crate::dialect::MiniFormat::default(),
+            mini: crate::profile::MiniFormat::default(),
             tool_output: profile.tool_output,
             generic_shell: profile.shell.is_none() && shell_spec_found,
             defaults: profile.parameter_defaults.clone(),
@@ -454,7 +454,7 @@ impl ToolSet {
             hints: Hints::default(),
             default_prefix: None,
             dialect: None,
-            mini: crate::dialect::MiniFormat::default(),
+            mini: crate::profile::MiniFormat::default(),
             tool_output: super::ToolOutput::Text,
             generic_shell: false,
             profile: "generic".to_string(),

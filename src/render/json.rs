@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::conversation::Action;
+use crate::profile::Action;
 use crate::profile::{ToolRole, ToolSet, ToolSpec, SUBMIT_TAG};
 
 use super::xml::{ordered, placeholder};

@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::conversation::Action;
+use crate::profile::Action;
 use crate::profile::{ToolRole, ToolSet, ToolSpec, SUBMIT_TAG};
 
 use super::xml::{ordered, placeholder};

@@ -134,7 +134,7 @@ impl Format {
     }
 
     /// An action written in this format.
-    pub fn action(self, action: &crate::conversation::Action, tools: &ToolSet) -> String {
+    pub fn action(self, action: &crate::profile::Action, tools: &ToolSet) -> String {
         match self {
             Self::MarkdownXml | Self::Xml => xml::action(action, tools),
             Self::Markdown => markdown::action(action, tools),

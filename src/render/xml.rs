@@ -8,8 +8,8 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
-use crate::conversation::Action;
 use crate::openai::chat::RAW_ARGUMENTS;
+use crate::profile::Action;
 use crate::profile::{ParamSpec, ToolRole, ToolSet, ToolSpec, SUBMIT_TAG};
 
 /// Writes a neutral action as XML.

@@ -29,6 +29,7 @@
 //! read, a record of a newer schema, a record whose delta does not apply or that cannot be
 //! replayed), else 1 under `--check` when anything differed, else 0.
 
+mod backend;
 mod diff;
 mod step;
 
@@ -48,6 +49,7 @@ use crate::profile::Profiles;
 use crate::render::{Renderer, FORMATS};
 use crate::session::{NudgeKind, SessionId, SessionIndex, DEFAULT_INDEX_CAPACITY};
 use crate::trace::read::{Record, TraceReader};
+pub use backend::ReplayBackend;
 use step::FileReplay;
 
 /// Counts for the summary line.
@@ -105,7 +107,7 @@ type Fatal = (u8, String);
 /// Errors: `(exit code, message)`: 2 for unreadable input or a bad option (template override,
 /// prefix directory), 1 under `--check` when a step differs or when writing the report fails.
 pub fn run(args: &ReplayArgs) -> Result<(), Fatal> {
-    let files = crate::report::load::trace_files(&args.logs).map_err(|e| (2, e.to_string()))?;
+    let files = crate::trace::read::trace_files(&args.logs).map_err(|e| (2, e.to_string()))?;
     let profiles = Profiles::builtin().map_err(|e| (1, e.to_string()))?;
     let renderer =
         Renderer::with_templates(args.templates.as_deref()).map_err(|e| (2, e.to_string()))?;

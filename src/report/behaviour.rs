@@ -10,10 +10,10 @@ use super::failure::shows_test_failure;
 use super::results::Outcome;
 use super::testcmd::is_test_command;
 use super::{Trajectory, Turn};
-use crate::conversation::Action;
 use crate::policy::edit::{WriteKind, WriteTarget};
 use crate::policy::observe::{base_name, edit_failed, mentions, reports_error, EditTool};
 use crate::policy::same_action;
+use crate::profile::Action;
 use crate::session::NudgeKind;
 
 /// Parse failure classes that still mean "the model wrote an action in the format": the tag

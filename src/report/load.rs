@@ -1,6 +1,6 @@
 //! Trace files → [`Trajectory`] values.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -8,13 +8,14 @@ use serde_json::Value;
 
 use super::protocol::{self, SessionProtocol};
 use super::{Trajectory, Turn};
-use crate::conversation::{tool_output_text, Action, Conversation};
+use crate::conversation::{tool_output_text, Conversation};
 use crate::openai::chat::{ChatCompletionRequest, ChatMessage};
 use crate::policy;
+use crate::profile::Action;
 use crate::profile::{Profiles, ScaffoldReply, ToolRole, ToolSet};
 use crate::session::CallId;
 use crate::trace::delta::RequestState;
-use crate::trace::read::{ReadError, Record, TraceReader};
+use crate::trace::read::{ReadError, Record, TraceFilesError, TraceReader};
 
 /// Errors reading trace files.
 #[derive(Debug, thiserror::Error)]
@@ -28,53 +29,13 @@ pub enum LoadError {
     Invalid { path: PathBuf, message: String },
 }
 
-/// Every `*.jsonl` file under `paths` (files are taken as given; directories are searched
-/// recursively, symbolic links followed), sorted, each file once: a file reached by several
-/// paths (a path given twice, a file inside a directory also given, a link) is read once, and
-/// a directory already searched (a link loop) is not searched again.
-///
-/// Errors: a path that cannot be read.
-pub fn trace_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
-    let mut found = Vec::new();
-    let mut dirs = HashSet::new();
-    for path in paths {
-        collect(path, &mut found, &mut dirs)?;
-    }
-    found.sort();
-    let mut seen = HashSet::new();
-    Ok(found
-        .into_iter()
-        .filter(|path| seen.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone())))
-        .collect())
-}
-
-fn collect(
-    path: &Path,
-    files: &mut Vec<PathBuf>,
-    dirs: &mut HashSet<PathBuf>,
-) -> Result<(), LoadError> {
-    let io = |source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    if !path.is_dir() {
-        std::fs::metadata(path).map_err(io)?;
-        files.push(path.to_path_buf());
-        return Ok(());
-    }
-    if !dirs.insert(std::fs::canonicalize(path).map_err(io)?) {
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(path).map_err(io)? {
-        let entry = entry.map_err(io)?;
-        let child = entry.path();
-        if child.is_dir() {
-            collect(&child, files, dirs)?;
-        } else if child.extension().is_some_and(|e| e == "jsonl") {
-            files.push(child);
+impl From<TraceFilesError> for LoadError {
+    fn from(e: TraceFilesError) -> Self {
+        Self::Io {
+            path: e.path,
+            source: e.source,
         }
     }
-    Ok(())
 }
 
 /// One file's trajectory (`None`: no `session` record) and the lines skipped in it.
@@ -334,9 +295,9 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstRe
         profile,
         decoded.as_ref().map_or(&[][..], |r| r.tools.as_slice()),
     );
-    if let (Some(crate::dialect::Dialect::MiniText), Some(r)) = (tools.dialect, &decoded) {
+    if let (Some(crate::profile::Dialect::MiniText), Some(r)) = (tools.dialect, &decoded) {
         // The block form the scaffold asked for, as the proxy read it (src/pipeline.rs).
-        tools.mini = crate::dialect::MiniFormat::from_prompt(&r.system_text(), r.first_user_text());
+        tools.mini = crate::profile::MiniFormat::from_prompt(&r.system_text(), r.first_user_text());
     }
     let observations: Vec<Option<String>> = decoded
         .map(|r| Conversation::from_messages(&r.messages, &tools))

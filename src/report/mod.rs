@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::ReportArgs;
-use crate::conversation::Action;
+use crate::profile::Action;
 use crate::session::NudgeKind;
 
 pub use behaviour::{Aggregate, Behaviour, Rate, Unit};
@@ -155,7 +155,7 @@ pub struct Turn {
 pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     let (dirs, result_files) =
         crate::cli::trace_paths_and_results(&args.dirs, &args.results).map_err(|e| (2, e))?;
-    let files = load::trace_files(&dirs).map_err(|e| (2, e.to_string()))?;
+    let files = crate::trace::read::trace_files(&dirs).map_err(|e| (2, e.to_string()))?;
     let (trajectories, skipped) = load_all(&files)?;
     let mut stderr = std::io::stderr();
     for line in &skipped {

@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tower_http::trace::TraceLayer;
 
-use crate::backend::{Backend, OpenAiCompletions, ReplayBackend, RequestClock};
+use crate::backend::{Backend, OpenAiCompletions, RequestClock};
 use crate::config::{Config, ProfileChoice, PromptConfig, ServerLimits, REPLAY_BACKEND};
 use crate::context::{ContextSettings, LocalTokenizer};
 use crate::error::ProxyError;
@@ -30,6 +30,7 @@ use crate::policy::Limits;
 use crate::prefix::PrefixStore;
 use crate::profile::Profiles;
 use crate::render::Renderer;
+use crate::replay::ReplayBackend;
 use crate::session::{SessionIndex, DEFAULT_INDEX_CAPACITY};
 use crate::trace::{TraceSettings, TraceWriter};
 
@@ -119,7 +120,7 @@ impl AppState {
                         "--mode passthrough needs a chat backend, not replay:",
                     ));
                 }
-                Backend::Replay(ReplayBackend::load(Path::new(path))?)
+                Backend::Replay(Box::new(ReplayBackend::load(Path::new(path))?))
             }
             None => Backend::OpenAiCompletions(
                 OpenAiCompletions::new(

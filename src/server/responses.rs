@@ -19,8 +19,9 @@ use super::limits::{self, Admission};
 use super::AppState;
 use crate::backend::RequestClock;
 use crate::error::ProxyError;
-use crate::openai::responses::{ResponseBuilder, ResponsesRequest};
+use crate::openai::responses::ResponsesRequest;
 use crate::respond::now_s;
+use crate::respond::ResponseBuilder;
 
 /// `POST /v1/responses`.
 pub async fn create(

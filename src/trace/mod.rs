@@ -32,11 +32,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::backend::BackendCompletion;
-use crate::conversation::Action;
 use crate::openai::response::ToolCallOut;
 use crate::parse::{ParseFailure, Parsed};
-use crate::pipeline::{PrefixInfo, Prepared};
 use crate::policy::{Limits, LoopRule, Termination};
+use crate::profile::Action;
 use crate::respond::Reply;
 use crate::session::{NudgeKind, SessionId};
 
@@ -290,6 +289,19 @@ pub enum StepDecision {
     Aborted,
 }
 
+impl StepDecision {
+    /// The trace's `decision` value (also the `decision` label of `asap_steps_total`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Accept => "accept",
+            Self::Nudge => "nudge",
+            Self::Terminate => "terminate",
+            Self::Error => "error",
+            Self::Aborted => "aborted",
+        }
+    }
+}
+
 /// The request a record belongs to, as received (for the request delta and the session
 /// record; never serialised itself).
 #[derive(Debug, Clone, Default)]
@@ -395,29 +407,41 @@ pub fn utc(ms: u64) -> String {
     )
 }
 
+/// Which prefix a request got (for the trace's session record).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PrefixInfo {
+    /// `instance_id` of the prefix (`shell-demo` for the built-in demonstration).
+    pub id: String,
+    /// `header`, `metadata`, `fingerprint` or `default`.
+    pub matched_by: &'static str,
+    /// Steps rendered.
+    pub k: usize,
+    /// The demonstration rendered with a task prefix that names one (`example`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub example: Option<String>,
+}
+
 /// Hex SHA-256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
 }
 
 impl StepRecord {
-    /// A record for a prepared step, with a copy of its prompt (for
-    /// [`TraceWriter::write_step`]).
-    pub fn new(step: usize, attempt: usize, prepared: &Prepared) -> Self {
-        let mut record = Self::without_prompt(step, attempt, prepared);
-        record.full_prompt = prepared.prompt.clone();
-        record
-    }
-
-    /// A record for a prepared step whose prompt goes to [`TraceWriter::begin`] by reference.
-    pub fn without_prompt(step: usize, attempt: usize, prepared: &Prepared) -> Self {
-        Self {
-            step,
-            attempt,
-            profile: prepared.tools.profile.clone(),
-            nudges_used: prepared.session.nudges.0.clone(),
-            prefix: prepared.prefix.clone(),
-            ..Self::default()
+    /// What the server's metrics count of this record ([`crate::metrics::Metrics::record_step`]).
+    pub fn counts(&self) -> crate::metrics::StepCounts<'_> {
+        crate::metrics::StepCounts {
+            profile: &self.profile,
+            decision: self.decision.as_str(),
+            render_ms: self.timings.render_ms,
+            backend_ms: self.timings.backend_ms,
+            parse_ms: self.timings.parse_ms,
+            parse_failure: self
+                .parse
+                .as_ref()
+                .and_then(|p| p.error.as_ref())
+                .map(|f| f.class.as_str()),
+            nudge: self.nudge.as_ref().map(|n| n.kind),
+            termination: self.termination.as_ref().map(|t| &t.termination),
         }
     }
 
@@ -761,7 +785,7 @@ impl TraceWriter {
                 break;
             };
             if let Some(metrics) = &self.metrics {
-                metrics.record_step(&record);
+                metrics.record_step(&record.counts());
             }
             if let Err(e) = self.write_blocking(session, &mut state, &record) {
                 tracing::error!(error = %e, dir = %self.settings.dir.display(), "writing trace record failed");
@@ -927,6 +951,21 @@ impl RequestInput {
 #[cfg(test)]
 mod tests {
     use super::utc;
+    use super::StepDecision;
+
+    #[test]
+    fn decision_names_are_the_serialised_ones() {
+        // `as_str` is the metrics label; it must be the trace's own value.
+        for d in [
+            StepDecision::Accept,
+            StepDecision::Nudge,
+            StepDecision::Terminate,
+            StepDecision::Error,
+            StepDecision::Aborted,
+        ] {
+            assert_eq!(serde_json::to_value(d).unwrap(), d.as_str());
+        }
+    }
 
     #[test]
     fn a_record_embedding_raw_line_breaks_is_written_on_one_line() {

@@ -7,12 +7,71 @@
 //! session. A record spread over several lines (older writers copied a pretty-printed
 //! request's line breaks into it) is joined back and read as one, numbered by its first line.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use super::delta::RequestState;
 use super::{sha256_hex, SCHEMA_VERSION};
+
+/// A path given to [`trace_files`] that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("reading {path}: {source}")]
+pub struct TraceFilesError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Every `*.jsonl` file under `paths` (files are taken as given; directories are searched
+/// recursively, symbolic links followed), sorted, each file once: a file reached by several
+/// paths (a path given twice, a file inside a directory also given, a link) is read once, and
+/// a directory already searched (a link loop) is not searched again.
+///
+/// Errors: a path that cannot be read.
+pub fn trace_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TraceFilesError> {
+    let mut found = Vec::new();
+    let mut dirs = HashSet::new();
+    for path in paths {
+        collect(path, &mut found, &mut dirs)?;
+    }
+    found.sort();
+    let mut seen = HashSet::new();
+    Ok(found
+        .into_iter()
+        .filter(|path| seen.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone())))
+        .collect())
+}
+
+fn collect(
+    path: &Path,
+    files: &mut Vec<PathBuf>,
+    dirs: &mut HashSet<PathBuf>,
+) -> Result<(), TraceFilesError> {
+    let io = |source| TraceFilesError {
+        path: path.to_path_buf(),
+        source,
+    };
+    if !path.is_dir() {
+        std::fs::metadata(path).map_err(io)?;
+        files.push(path.to_path_buf());
+        return Ok(());
+    }
+    if !dirs.insert(std::fs::canonicalize(path).map_err(io)?) {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(path).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let child = entry.path();
+        if child.is_dir() {
+            collect(&child, files, dirs)?;
+        } else if child.extension().is_some_and(|e| e == "jsonl") {
+            files.push(child);
+        }
+    }
+    Ok(())
+}
 
 /// Errors reading a trace file.
 #[derive(Debug, thiserror::Error)]

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 use crate::cli::ViewArgs;
-use crate::report::load::trace_files;
 use crate::report::Results;
+use crate::trace::read::trace_files;
 
 pub use routes::router;
 pub use sessions::{SessionList, SessionSummary};

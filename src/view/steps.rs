@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::conversation::Action;
+use crate::profile::Action;
 use crate::report::failure::shows_test_failure;
 use crate::report::load::{self, is_turn};
 use crate::report::testcmd::is_test_command;

@@ -63,8 +63,8 @@ use serde_json::{Map, Value};
 
 use super::leak::{check, GoldPatches, Leak, LeakCheck};
 use super::{Prefix, PrefixAction, PrefixError, PrefixStep, Source};
-use crate::conversation::Action;
 use crate::openai::chat::Tool;
+use crate::profile::Action;
 use crate::profile::{Profile, ProfileError, Profiles, ToolSet, EDITOR_TAG, SHELL_TAG, SUBMIT_TAG};
 
 /// Parameters that are scaffold metadata, never part of a neutral action.

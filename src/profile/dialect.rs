@@ -30,8 +30,8 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::conversation::Action;
 use crate::openai::chat::Tool;
+use crate::profile::Action;
 use crate::profile::{ScaffoldReply, ToolSet, SHELL_TAG};
 
 /// mini-swe-agent's completion command (1.x from 1.9 and 2.x).
@@ -540,7 +540,7 @@ fn read_mini_fence(
             .find('\n')
             .map_or(content.len(), |i| offset + i);
         let line = content[offset..line_end].trim_start();
-        if let Some((ch, len, info)) = crate::parse::scan::fence_marker(line) {
+        if let Some((ch, len, info)) = crate::util::fence_marker(line) {
             let info = info.trim();
             if MINI_FENCES.contains(&info) || Some(info) == configured {
                 let body_start = (line_end + 1).min(content.len());

@@ -24,7 +24,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use super::{BackendCompletion, CallContext};
+use crate::backend::{BackendCompletion, CallContext, Recorded};
 use crate::error::ProxyError;
 use crate::session::SessionId;
 use crate::trace::read::TraceReader;
@@ -82,7 +82,7 @@ impl ReplayBackend {
     /// that cannot be rebuilt are skipped with a warning.
     pub fn load(source: &Path) -> Result<Self, ProxyError> {
         let invalid = |message: String| ProxyError::invalid(format!("replay backend: {message}"));
-        let files = crate::report::load::trace_files(&[source.to_path_buf()])
+        let files = crate::trace::read::trace_files(&[source.to_path_buf()])
             .map_err(|e| invalid(e.to_string()))?;
         let mut backend = Self {
             source: source.to_path_buf(),
@@ -305,6 +305,20 @@ fn completion_of(data: &Value) -> Option<BackendCompletion> {
         model: text("model").unwrap_or_default(),
         attempts: 1,
     })
+}
+
+impl Recorded for ReplayBackend {
+    fn complete(
+        &self,
+        prompt: &str,
+        call: CallContext<'_>,
+    ) -> Result<BackendCompletion, ProxyError> {
+        ReplayBackend::complete(self, prompt, call)
+    }
+
+    fn model_name(&self) -> Option<String> {
+        ReplayBackend::model_name(self)
+    }
 }
 
 #[cfg(test)]

@@ -6,10 +6,13 @@
 //! is HTTP 200 with the thought as content and no tool call, so the scaffold's own
 //! format-error path runs (SWE-agent, OpenHands and mini-swe-agent all have one).
 
+mod responses;
+
+pub use responses::{output_items, ResponseBuilder};
+
 use serde_json::Value;
 
 use crate::backend::BackendCompletion;
-use crate::conversation::Action;
 use crate::openai::completions::Usage;
 use crate::openai::response::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChunkChoice, Delta,
@@ -17,6 +20,7 @@ use crate::openai::response::{
 };
 use crate::parse::{ParseFailure, Parsed};
 use crate::policy::Termination;
+use crate::profile::Action;
 use crate::profile::{ScaffoldReply, ToolSet};
 use crate::session::{CallId, NudgeState, SessionId};
 
