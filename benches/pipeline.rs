@@ -31,7 +31,7 @@ use asap_proxy::backend::{Backend, BackendCompletion, OpenAiCompletions};
 use asap_proxy::config::{ProfileChoice, PromptConfig, DEFAULT_PREFIX_K};
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_for;
-use asap_proxy::pipeline::{OnTerminate, Prepared, StepContext};
+use asap_proxy::pipeline::{Mode, OnTerminate, Prepared, RequestMeta, Scope};
 use asap_proxy::policy::{self, Limits, LoopRule};
 use asap_proxy::prefix::PrefixStore;
 use asap_proxy::profile::Profiles;
@@ -97,8 +97,9 @@ impl Fixture {
         }
     }
 
-    fn ctx(&self) -> StepContext<'_> {
-        StepContext {
+    fn ctx(&self) -> Scope<'_> {
+        Scope {
+            mode: Mode::Proxy,
             profiles: &self.profiles,
             renderer: &self.renderer,
             prompt_config: &self.config,
@@ -114,7 +115,9 @@ impl Fixture {
     }
 
     fn prepare(&self, request: &ChatCompletionRequest) -> Prepared {
-        self.ctx().prepare(request).unwrap()
+        self.ctx()
+            .prepare(request, &RequestMeta::default())
+            .unwrap()
     }
 }
 
@@ -135,7 +138,7 @@ fn completion() -> BackendCompletion {
 fn handle(fx: &Fixture, body: &[u8]) -> Vec<u8> {
     let ctx = fx.ctx();
     let request = ChatCompletionRequest::from_slice(body).unwrap();
-    let prepared = ctx.prepare(&request).unwrap();
+    let prepared = ctx.prepare(&request, &RequestMeta::default()).unwrap();
     let completion = completion();
     let parsed = parse_for(fx.config.format, &completion.text, &prepared.tools);
     let decision = policy::decide(
@@ -286,7 +289,7 @@ fn stages(c: &mut Criterion) {
         .unwrap();
     let mut group = c.benchmark_group("trace");
     for ((turns, bytes, p), (_, _, request)) in prepared.iter().zip(&requests) {
-        let input = Arc::new(RequestInput::from_request(request));
+        let input = Arc::new(RequestInput::from_request(request, &Default::default()));
         let parsed = parse_for(fx.config.format, &completion.text, &p.tools);
         let call = CallId {
             session: p.session.session.clone(),

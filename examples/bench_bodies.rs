@@ -68,7 +68,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::fs::write(args.out.join(format!("chat-{turns}{suffix}.json")), &chat)?;
             let request = ChatCompletionRequest::from_slice(&chat)?;
             let prepared = prepare(
-                &request, &profiles, &renderer, &config, &sessions, &prefixes,
+                &request,
+                &Default::default(),
+                &profiles,
+                &renderer,
+                &config,
+                &sessions,
+                &prefixes,
             )?;
             let completions = CompletionRequest {
                 model: args.model.clone(),

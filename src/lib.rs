@@ -17,7 +17,6 @@ pub mod logging;
 pub mod metrics;
 pub mod openai;
 pub mod parse;
-pub mod passthrough;
 pub mod pipeline;
 pub mod policy;
 pub mod prefix;

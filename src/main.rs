@@ -82,7 +82,13 @@ fn run_render(args: &RenderArgs) -> RunResult {
     let prefixes =
         PrefixStore::load(&config.prefixes, config.prefix_k).map_err(|e| (2, e.to_string()))?;
     let prepared = prepare(
-        &request, &profiles, &renderer, &config, &sessions, &prefixes,
+        &request,
+        &Default::default(),
+        &profiles,
+        &renderer,
+        &config,
+        &sessions,
+        &prefixes,
     )
     .map_err(|e| (2, e.to_string()))?;
     std::io::stdout()

@@ -1,229 +1,46 @@
-//! The stages of one request, called in order (DESIGN.md "One request, start to end"):
-//! decode → session → profile → conversation → render → backend → parse → policy → respond
-//! → trace. [`prepare`] is the I/O-free front half, shared by `serve` and `render`;
-//! [`run_step`] adds the backend calls, the parse, the nudge/termination policy and the trace.
+//! One turn: a scaffold's request in, the reply out, one trace record per completion call.
+//! The stages, in order (docs/architecture.md, "The pipeline"):
+//!
+//! 1. [`prepare`] (no I/O): decode ([`crate::openai`]) → profile ([`crate::profile`]) →
+//!    conversation ([`crate::conversation`]) → prefix ([`crate::prefix`]) → render
+//!    ([`crate::render`]) → session ([`crate::session`]).
+//! 2. [`run_turn`], the async driver: the context window ([`crate::context`]), then per
+//!    attempt the backend call ([`crate::backend`]) under the request's budget, fed to
+//! 3. the attempt machine ([`Attempts`], no I/O): parse ([`crate::parse`]) → policy
+//!    ([`crate::policy`]) → a nudge and the next attempt, or the reply ([`crate::respond`]).
+//! 4. `finish`: the one place a turn ends (timings, the record, the turn remembered).
+//!
+//! Side calls ([`crate::side_call`]) and passthrough mode are other drivers over the same
+//! [`prepare`] and `finish`; `replay` runs [`prepare`] and the attempt machine over a trace.
 
+mod attempt;
+mod finish;
+mod passthrough;
+mod prepare;
+
+pub use attempt::{parse_completion, AttemptSettings, Attempts, Verdict};
+pub use prepare::{prepare, Prepared};
+
+use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{Backend, BackendCompletion, CallContext, GenerationParams};
-use crate::config::{ProfileChoice, PromptConfig};
+use crate::backend::{Backend, CallContext, GenerationParams, RequestClock};
+use crate::config::PromptConfig;
 use crate::context::{self, ContextRecord, ContextSettings, TokenCounter};
-use crate::conversation::{Conversation, Example};
+use crate::conversation::Conversation;
 use crate::error::ProxyError;
-use crate::openai::chat::ChatCompletionRequest;
-use crate::parse::{parse_for, with_closing_stop, Parsed};
-use crate::policy::{self, Decision, Limits};
+use crate::openai::chat::{AsapHeaders, ChatCompletionRequest};
+use crate::policy::Limits;
 use crate::prefix::PrefixStore;
-use crate::profile::Action;
-use crate::profile::Dialect;
-use crate::profile::{Profiles, ToolSet};
+use crate::profile::{Action, Profiles};
 use crate::render::Renderer;
-use crate::respond::{self, Reply};
-use crate::session::{CallId, SessionId, SessionIndex, SessionState};
+use crate::respond::Reply;
+use crate::session::SessionIndex;
 use crate::side_call;
-use std::sync::Arc;
-
 use crate::trace::{
-    NudgeRecord, PrefixInfo, RequestInput, StepDecision, StepRecord, TerminateRecord, Timings,
-    TraceWriter,
+    NudgeRecord, RequestInput, StepDecision, TerminateRecord, Timings, TraceWriter,
 };
-
-/// A request turned into a prompt.
-#[derive(Debug, Clone)]
-pub struct Prepared {
-    pub tools: ToolSet,
-    /// The conversation with this session's nudged steps in place.
-    pub conversation: Conversation,
-    pub prompt: String,
-    /// The session the history belongs to (fresh if none is found).
-    pub session: SessionState,
-    /// Index key of the prompt of the history alone (no nudged steps): what a turn answered
-    /// without a tool call is remembered under ([`crate::session::prompt_key`]).
-    base_prompt_key: crate::session::IndexKey,
-    /// The reference prefix rendered, if any.
-    pub prefix: Option<PrefixInfo>,
-    /// The session index scope of the request ([`crate::session::index_scope`]).
-    index_scope: String,
-}
-
-impl Prepared {
-    /// A trace record for a completion call of this prepared turn, with a copy of its prompt
-    /// (for [`TraceWriter::write_step`]).
-    pub fn record(&self, step: usize, attempt: usize) -> StepRecord {
-        let mut record = self.record_without_prompt(step, attempt);
-        record.full_prompt = self.prompt.clone();
-        record
-    }
-
-    /// A record whose prompt goes to [`TraceWriter::begin`] by reference.
-    fn record_without_prompt(&self, step: usize, attempt: usize) -> StepRecord {
-        StepRecord {
-            step,
-            attempt,
-            profile: self.tools.profile.clone(),
-            nudges_used: self.session.nudges.0.clone(),
-            prefix: self.prefix.clone(),
-            ..StepRecord::default()
-        }
-    }
-
-    /// Remembers a turn answered with `content` and no tool call, so the next request of
-    /// the session (which carries no minted id) is recognised: by that content and by this
-    /// request's prompt, within the request's task and run.
-    pub fn remember_turn(
-        &self,
-        sessions: &SessionIndex,
-        content: &str,
-        session: &SessionId,
-        nudges: &crate::session::NudgeState,
-    ) {
-        sessions.remember(
-            &self.index_scope,
-            content,
-            self.base_prompt_key,
-            session,
-            nudges,
-        );
-    }
-}
-
-/// Session, profile, conversation and prompt for a request. No I/O; `sessions` is consulted
-/// for histories whose latest turns carry no minted id.
-///
-/// Errors: an unknown profile name (400), a template failure (500).
-pub fn prepare(
-    request: &ChatCompletionRequest,
-    profiles: &Profiles,
-    renderer: &Renderer,
-    config: &PromptConfig,
-    sessions: &SessionIndex,
-    prefixes: &PrefixStore,
-) -> Result<Prepared, ProxyError> {
-    let profile = match &config.profile {
-        ProfileChoice::Auto => profiles.detect(&request.tools, &request.detection_text()),
-        ProfileChoice::Named(name) => profiles
-            .get(name)
-            .map_err(|e| ProxyError::invalid(e.to_string()))?,
-    };
-    // OpenHands' text mode describes its tools in the system prompt instead of `tools`.
-    let prompt_tools = match (profile.dialect, request.tools.is_empty()) {
-        (Some(Dialect::OpenhandsFunction), true) => {
-            crate::profile::tools_from_prompt(&request.detection_text())
-        }
-        _ => Vec::new(),
-    };
-    let offered = if prompt_tools.is_empty() {
-        &request.tools
-    } else {
-        &prompt_tools
-    };
-    let mut tools = ToolSet::build(profile, offered);
-    if profile.dialect == Some(Dialect::MiniText) {
-        // mini-swe-agent 1.x wants ```bash, 2.x ```mswea_bash_command, its XML configs an
-        // element: answer in the form its own prompt asks for.
-        tools.mini = crate::profile::MiniFormat::from_prompt(
-            &request.system_text(),
-            request.first_user_text(),
-        );
-    }
-    let mut base = Conversation::from_messages(&request.messages, &tools);
-    let explicit = request.explicit_task();
-    let selected = prefixes.select(
-        explicit.as_ref().map(|(id, how)| (id.as_str(), *how)),
-        request.first_user_text(),
-        tools.default_prefix.as_deref(),
-    );
-    if let Some(selected) = &selected {
-        // Prefix actions are neutral; a generic shell may name its command otherwise.
-        let adapt = |steps: &[crate::conversation::Step]| -> Vec<crate::conversation::Step> {
-            steps
-                .iter()
-                .map(|step| crate::conversation::Step {
-                    action: step.action.as_ref().map(|a| tools.adapt_neutral(a)),
-                    ..step.clone()
-                })
-                .collect()
-        };
-        // A demonstration is rendered as the example; a task prefix as the first steps, after
-        // the demonstration it names, if any.
-        let as_example = |s: &crate::prefix::Selected| Example {
-            task: s.demo_task.clone().unwrap_or_default(),
-            steps: adapt(&s.steps),
-        };
-        if selected.demo_task.is_some() {
-            base.example = Some(as_example(selected));
-        } else {
-            base.prefix = adapt(&selected.steps);
-            base.example = selected.example.as_deref().map(as_example);
-        }
-    }
-    let render = |c: &Conversation| {
-        renderer
-            .render(config.format, c, &tools)
-            .map_err(|e| ProxyError::Internal(e.to_string()))
-    };
-    let base_prompt = render(&base)?;
-    // Ids carry the state of the last turn that had a tool call; a later turn answered
-    // without one (and dropped by the scaffold) may have used a nudge since: the prompt index
-    // knows it. Same session: the newer state wins; different sessions: the ids win.
-    let scope = crate::session::index_scope(
-        explicit.as_ref().map(|(id, _)| id.as_str()),
-        request.explicit_run(),
-    );
-    let by_id = sessions.find(&scope, &request.messages);
-    let by_prompt = session_by_prompt(&base, &render, sessions, &scope)?;
-    let session = match (by_id, by_prompt) {
-        (Some(id), Some(prompt))
-            if id.session == prompt.session && prompt.nudges.0.len() > id.nudges.0.len() =>
-        {
-            prompt
-        }
-        (Some(id), _) => id,
-        (None, Some(prompt)) => prompt,
-        (None, None) => SessionState::fresh(),
-    };
-    let mut conversation = base;
-    policy::insert_nudged_steps(&mut conversation, &session.nudges, &tools);
-    let base_prompt_key = crate::session::prompt_key(&scope, &base_prompt);
-    let prompt = if session.nudges.0.is_empty() {
-        base_prompt
-    } else {
-        render(&conversation)?
-    };
-    Ok(Prepared {
-        tools,
-        conversation,
-        prompt,
-        session,
-        base_prompt_key,
-        prefix: selected.map(|s| PrefixInfo {
-            id: s.id,
-            matched_by: s.matched_by,
-            k: s.steps.len(),
-            example: s.example.map(|e| e.id),
-        }),
-        index_scope: scope,
-    })
-}
-
-/// For a history that ends in steps without an action (turns the proxy answered without a
-/// tool call, kept or dropped by the scaffold, followed by its feedback), the session of the
-/// history that produced the first of them.
-fn session_by_prompt(
-    base: &Conversation,
-    render: &impl Fn(&Conversation) -> Result<String, ProxyError>,
-    sessions: &SessionIndex,
-    scope: &str,
-) -> Result<Option<SessionState>, ProxyError> {
-    for dropped in 1..=base.trailing_actionless() {
-        let mut truncated = base.clone();
-        truncated.steps.truncate(base.steps.len() - dropped);
-        if let Some(found) = sessions.find_prompt(scope, &render(&truncated)?) {
-            return Ok(Some(found));
-        }
-    }
-    Ok(None)
-}
+use finish::{finish, Ending, TurnRecord};
 
 /// What the proxy does when a rule ends a trajectory (`--on-terminate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
@@ -249,8 +66,56 @@ pub enum Mode {
     Passthrough,
 }
 
-/// Everything a step needs from the server, borrowed.
-pub struct StepContext<'a> {
+/// A one-time signal that a turn got as far as its first backend call: a streamed answer
+/// starts only then (and a short grace later, for the backend's own context-overflow
+/// answer), so that what fails before (a prompt that cannot fit the context window, an
+/// unknown profile) still reaches the client as an HTTP status.
+#[derive(Debug, Default)]
+pub struct StartSignal(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
+
+impl StartSignal {
+    /// A signal and the receiver that resolves when it fires (or is dropped unfired).
+    pub fn new() -> (Arc<Self>, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Arc::new(Self(std::sync::Mutex::new(Some(tx)))), rx)
+    }
+
+    /// Fires the signal (later calls do nothing).
+    pub fn fire(&self) {
+        if let Some(tx) = self.0.lock().ok().and_then(|mut s| s.take()) {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// What travels beside a decoded request (set by the HTTP layer; empty for `render`,
+/// `replay` and tests): its `X-ASAP-*` headers, its clock and its start signal.
+#[derive(Debug, Default, Clone)]
+pub struct RequestMeta {
+    pub headers: AsapHeaders,
+    /// Backend waits are added to it (the `x-asap-overhead-ms` figure).
+    pub clock: Option<Arc<RequestClock>>,
+    /// Fired when the first backend call starts (streams).
+    pub started: Option<Arc<StartSignal>>,
+}
+
+impl RequestMeta {
+    fn backend_call_starts(&self) {
+        if let Some(signal) = &self.started {
+            signal.fire();
+        }
+    }
+
+    fn waited_on_backend(&self, since: Instant) {
+        if let Some(clock) = &self.clock {
+            clock.add_backend(since.elapsed());
+        }
+    }
+}
+
+/// Everything a turn needs from the server, borrowed.
+pub struct Scope<'a> {
+    pub mode: Mode,
     pub profiles: &'a Profiles,
     pub renderer: &'a Renderer,
     pub prompt_config: &'a PromptConfig,
@@ -266,152 +131,179 @@ pub struct StepContext<'a> {
     pub context: &'a ContextSettings,
 }
 
-impl StepContext<'_> {
+impl Scope<'_> {
     /// [`prepare`] with the server's profiles, templates, sessions and prefixes; tells the
     /// request's clock the profile chosen (the `profile` label of its metrics).
-    pub fn prepare(&self, request: &ChatCompletionRequest) -> Result<Prepared, ProxyError> {
+    pub fn prepare(
+        &self,
+        request: &ChatCompletionRequest,
+        meta: &RequestMeta,
+    ) -> Result<Prepared, ProxyError> {
         let prepared = prepare(
             request,
+            &meta.headers,
             self.profiles,
             self.renderer,
             self.prompt_config,
             self.sessions,
             self.prefixes,
         )?;
-        if let Some(clock) = &request.clock {
+        if let Some(clock) = &meta.clock {
             clock.set_profile(&prepared.tools.profile);
         }
         Ok(prepared)
     }
-}
 
-/// The outcome of one step, ready to be sent in either dialect.
-#[derive(Debug, Clone)]
-pub struct StepOutcome {
-    pub reply: Reply,
-    pub session: SessionId,
-    pub step: usize,
-}
-
-/// Sampling from the request; its token bound capped by `--max-tokens`.
-fn generation_params(ctx: &StepContext<'_>, request: &ChatCompletionRequest) -> GenerationParams {
-    GenerationParams {
-        max_tokens: request
-            .max_tokens()
-            .map_or(ctx.max_tokens, |m| m.min(ctx.max_tokens)),
-        temperature: request.temperature,
-        top_p: request.top_p,
-        seed: request.seed,
+    fn attempt_settings(&self) -> AttemptSettings {
+        AttemptSettings {
+            format: self.prompt_config.format,
+            limits: self.limits,
+            on_terminate: self.on_terminate,
+        }
     }
 }
 
-/// A trace record for a completion call of `request`.
-pub fn new_record(
-    input: &Arc<RequestInput>,
-    request: &ChatCompletionRequest,
-    step: usize,
-    attempt: usize,
-    prepared: &Prepared,
-) -> StepRecord {
-    let mut record = prepared.record(step, attempt);
-    record.input = Some(input.clone());
-    record.ignored_fields = request.ignored_fields();
-    record.stream = request.is_stream();
-    record
+/// How a turn ended, ready to be sent in either API.
+#[derive(Debug, Clone)]
+pub struct TurnOutcome {
+    pub reply: Reply,
+    pub session: crate::session::SessionId,
+    /// Step index of the turn.
+    pub step: usize,
+}
+
+/// What the rest of a turn needs of its request once the conversation is built: the decoded
+/// messages are dropped then, so a turn waiting on the backend does not hold its history
+/// twice (BENCHMARKS.md, RSS).
+struct Asked {
+    params: GenerationParams,
+    model: Option<String>,
+    ignored_fields: Vec<String>,
+    stream: bool,
+    /// False for `tool_choice: "none"`.
+    allow_tool_call: bool,
+}
+
+impl Asked {
+    /// Sampling from the request, its token bound capped by `--max-tokens`.
+    fn of(scope: &Scope<'_>, request: &ChatCompletionRequest) -> Self {
+        Self {
+            params: GenerationParams {
+                max_tokens: request
+                    .max_tokens()
+                    .map_or(scope.max_tokens, |m| m.min(scope.max_tokens)),
+                temperature: request.temperature,
+                top_p: request.top_p,
+                seed: request.seed,
+            },
+            model: request.model.clone(),
+            ignored_fields: request.ignored_fields(),
+            stream: request.is_stream(),
+            allow_tool_call: !request.tool_choice_is_none(),
+        }
+    }
+
+    /// A record of a completion call of this request (with a copy of its prompt).
+    fn record(
+        &self,
+        input: &Arc<RequestInput>,
+        prepared: &Prepared,
+        step: usize,
+        attempt: usize,
+    ) -> crate::trace::StepRecord {
+        let mut record = prepared.record(step, attempt);
+        self.fill(&mut record, input);
+        record
+    }
+
+    fn fill(&self, record: &mut crate::trace::StepRecord, input: &Arc<RequestInput>) {
+        record.input = Some(input.clone());
+        record.ignored_fields = self.ignored_fields.clone();
+        record.stream = self.stream;
+    }
 }
 
 fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// Runs one step: prepare, then generate–parse–decide until the policy accepts the output or
+/// Runs one turn: prepare, then generate–parse–decide until the policy accepts the output or
 /// ends the trajectory (a nudge appends the rejected action and its hint and generates again,
 /// at most once per kind), build the reply, and write one trace record per completion call.
-/// Records are written before returning, also when the backend fails.
-pub async fn run_step(
-    ctx: &StepContext<'_>,
-    mut request: ChatCompletionRequest,
-) -> Result<StepOutcome, ProxyError> {
+/// Passthrough mode and side calls take their own driver. Records are written before
+/// returning, also when the backend fails.
+pub async fn run_turn(
+    scope: &Scope<'_>,
+    request: ChatCompletionRequest,
+    meta: &RequestMeta,
+) -> Result<TurnOutcome, ProxyError> {
     let started = Instant::now();
-    let mut input = Arc::new(RequestInput::from_request(&request));
-    let mut prepared = ctx.prepare(&request)?;
-    let session = prepared.session.session.clone();
-    let mut nudges = prepared.session.nudges.clone();
-    let step = prepared.conversation.action_count();
+    let mut input = Arc::new(RequestInput::from_request(&request, &meta.headers));
+    let prepared = scope.prepare(&request, meta)?;
+    if scope.mode == Mode::Passthrough {
+        return passthrough::run(scope, &request, meta, &input, prepared, started).await;
+    }
+    let asked = Asked::of(scope, &request);
     if let Some(kind) = side_call::detect(&request) {
-        return run_side_call(ctx, &request, &input, &prepared, kind, started).await;
+        let prompt = side_call::prompt(&request);
+        return run_side_call(scope, &asked, meta, &input, prepared, prompt, kind, started).await;
     }
-    // The conversation holds what the rest needs; the decoded messages would only add a
-    // copy of the history to every request waiting on the backend (BENCHMARKS.md, RSS).
-    request.release_messages();
-    let request = &request;
-    // Terminus-2 asks to confirm a `task_complete`: the answer stays the same, with no model
-    // call (the trace record has a response and no completion).
-    if let Some(confirmation) = prepared.tools.dialect.and_then(|d| d.confirmation()) {
-        let last = prepared.conversation.steps.last();
-        if matches!(
-            last.and_then(|s| s.action.as_ref()),
-            Some(Action::Submit { .. })
-        ) {
-            let reply = Reply {
-                content: Some(confirmation),
-                tool_call: None,
-                finish_reason: "stop",
-                usage: Default::default(),
-                action: Some(Action::Submit { message: None }),
-                parse_error: None,
-            };
-            let mut record = new_record(&input, request, step, 0, &prepared);
-            record.set_response(&reply);
-            record.timings.total_ms = ms_since(started);
-            prepared.remember_turn(
-                ctx.sessions,
-                reply.content.as_deref().unwrap_or_default(),
-                &session,
-                &nudges,
-            );
-            ctx.trace.write_step(&session, record).await;
-            return Ok(StepOutcome {
-                reply,
-                session,
-                step,
-            });
-        }
+    drop(request);
+    let mut turn = Attempts::new(prepared);
+    let (session, step) = (turn.session().clone(), turn.step);
+    if let Some(reply) = confirmation(&turn) {
+        let record = asked.record(&input, &turn.prepared, step, 0);
+        let ending = Ending {
+            session: &session,
+            step,
+            remember: Some((&turn.prepared, &turn.nudges)),
+        };
+        let mut record = TurnRecord::Whole(record);
+        record.set_response(&reply);
+        return finish(
+            scope,
+            ending,
+            record,
+            Timings::default(),
+            started,
+            Ok(reply),
+        )
+        .await;
     }
-    let params = generation_params(ctx, request);
-    let mut fitted = fit_context(ctx, request, &mut prepared, params.max_tokens).await;
+    let settings = scope.attempt_settings();
+    let mut fitted = fit_context(scope, &asked, meta, &mut turn.prepared).await;
     let mut render_ms = ms_since(started);
-    let mut attempt = 0;
-    let stops = ctx.prompt_config.format.stops(&prepared.tools);
+    let stops = settings.format.stops(&turn.prepared.tools);
     let stops: Vec<&str> = stops.iter().map(String::as_str).collect();
     loop {
+        let attempt = turn.attempt;
         let context = match fitted {
             Ok(record) => record,
             Err(e) => {
-                let mut record = new_record(&input, request, step, attempt, &prepared);
-                record.set_error(&e);
-                record.timings.total_ms = ms_since(started);
-                ctx.trace.write_step(&session, record).await;
-                return Err(e);
+                let record = TurnRecord::Whole(asked.record(&input, &turn.prepared, step, attempt));
+                let ending = Ending {
+                    session: &session,
+                    step,
+                    remember: None,
+                };
+                return finish(scope, ending, record, Timings::default(), started, Err(e)).await;
             }
         };
-        request.backend_call_starts();
+        meta.backend_call_starts();
         let attempt_started = Instant::now();
-        let mut record = prepared.record_without_prompt(step, attempt);
-        record.input = Some(input.clone());
-        record.ignored_fields = request.ignored_fields();
-        record.stream = request.is_stream();
-        record.nudges_used = nudges.0.clone();
-        record.context = context.clone();
+        let mut record = turn.prepared.record_without_prompt(step, attempt);
+        asked.fill(&mut record, &input);
+        record.nudges_used = turn.nudges.0.clone();
+        record.context = context;
         // The record's prompt and request deltas are taken while the backend generates (the
         // backend call is polled first, so its request is under way), off the answer's path;
         // the request body is released once they are.
         let (completion, mut record) = tokio::join!(
-            ctx.backend.complete(
-                &prepared.prompt,
-                &params,
+            scope.backend.complete(
+                &turn.prepared.prompt,
+                &asked.params,
                 &stops,
-                request.model.as_deref(),
+                asked.model.as_deref(),
                 CallContext {
                     session: &session,
                     step,
@@ -420,145 +312,121 @@ pub async fn run_step(
                 },
             ),
             async {
-                let pending = ctx.trace.begin(&session, record, &prepared.prompt);
+                let pending = scope.trace.begin(&session, record, &turn.prepared.prompt);
                 input = Arc::new(input.without_body());
                 pending
             }
         );
-        request.waited_on_backend(attempt_started);
+        meta.waited_on_backend(attempt_started);
         let backend_ms = ms_since(attempt_started);
-        let mut completion: BackendCompletion = match completion {
+        let mut completion = match completion {
             Ok(c) => c,
             Err(e) => {
-                record.set_error(&e);
-                record.timings = Timings {
+                let timings = Timings {
                     render_ms,
                     backend_ms,
-                    parse_ms: 0.0,
-                    total_ms: ms_since(started),
+                    ..Timings::default()
                 };
-                ctx.trace.commit(record).await;
-                return Err(e);
+                let ending = Ending {
+                    session: &session,
+                    step,
+                    remember: None,
+                };
+                let record = TurnRecord::Begun(record);
+                return finish(scope, ending, record, timings, started, Err(e)).await;
             }
         };
 
         let parse_started = Instant::now();
-        let (text, closer) = with_closing_stop(
-            ctx.prompt_config.format,
-            &completion.text,
-            completion.finish_reason.as_deref(),
-            completion.matched_stop.as_deref(),
-            &prepared.tools,
-        );
-        let parsed: Parsed = parse_for(ctx.prompt_config.format, &text, &prepared.tools);
-        completion.closer = closer;
-        let decision = policy::decide(
-            &prepared.conversation,
-            &parsed.outcome,
-            &nudges,
-            &prepared.tools,
-            &ctx.limits,
-        );
-        let parse_ms = ms_since(parse_started);
-        let timings = |render_ms| Timings {
+        let (parsed, verdict) = turn.judge(&settings, &mut completion, asked.allow_tool_call);
+        let timings = Timings {
             render_ms,
             backend_ms,
-            parse_ms,
-            total_ms: ms_since(started),
+            parse_ms: ms_since(parse_started),
+            total_ms: 0.0,
         };
-
-        if let Decision::Nudge(kind) = decision {
-            let hint = policy::push_nudge(
-                &mut prepared.conversation,
-                &mut nudges,
-                kind,
-                &prepared.tools,
-            );
-            record.set_parse(&completion, &parsed);
-            record.decision = StepDecision::Nudge;
-            record.nudge = Some(NudgeRecord {
-                step,
-                attempt,
-                kind,
-                rejected: parsed.outcome.as_ref().ok().cloned(),
-                hint,
-            });
-            record.timings = timings(render_ms);
-            ctx.trace.commit(record).await;
-            tracing::info!(%session, step, ?kind, "nudge: generating again");
-
-            let render_started = Instant::now();
-            prepared.prompt = ctx
-                .renderer
-                .render(
-                    ctx.prompt_config.format,
-                    &prepared.conversation,
-                    &prepared.tools,
-                )
-                .map_err(|e| ProxyError::Internal(e.to_string()))?;
-            fitted = fit_context(ctx, request, &mut prepared, params.max_tokens).await;
-            render_ms = ms_since(render_started);
-            attempt += 1;
-            continue;
-        }
-
-        let reply = match decision {
-            Decision::Terminate(termination) => {
+        match verdict {
+            Verdict::Nudge(kind) => {
+                let hint = turn.push_nudge(kind);
+                record.set_parse(&completion, &parsed);
+                record.decision = StepDecision::Nudge;
+                record.nudge = Some(NudgeRecord {
+                    step,
+                    attempt,
+                    kind,
+                    rejected: parsed.outcome.as_ref().ok().cloned(),
+                    hint,
+                });
+                record.timings = Timings {
+                    total_ms: ms_since(started),
+                    ..timings
+                };
+                scope.trace.commit(record).await;
+                tracing::info!(%session, step, ?kind, "nudge: generating again");
+                let render_started = Instant::now();
+                turn.render(scope.renderer, settings.format)?;
+                fitted = fit_context(scope, &asked, meta, &mut turn.prepared).await;
+                render_ms = ms_since(render_started);
+            }
+            Verdict::Reply(reply) => {
+                record.set_completion(&completion, &parsed, &reply);
+                let ending = Ending {
+                    session: &session,
+                    step,
+                    remember: Some((&turn.prepared, &turn.nudges)),
+                };
+                let record = TurnRecord::Begun(record);
+                return finish(scope, ending, record, timings, started, Ok(reply)).await;
+            }
+            Verdict::Terminate(termination, reply) => {
                 record.decision = StepDecision::Terminate;
                 record.termination = Some(TerminateRecord {
                     step,
                     attempt,
                     termination,
                     description: termination.describe(),
-                    on_terminate: match ctx.on_terminate {
+                    on_terminate: match scope.on_terminate {
                         OnTerminate::Submit => "submit",
                         OnTerminate::Error => "error",
                     },
                 });
                 tracing::info!(%session, step, reason = termination.describe(), "trajectory terminated");
-                if ctx.on_terminate == OnTerminate::Error {
-                    let error = ProxyError::Terminated(termination.describe());
-                    record.set_parse(&completion, &parsed);
-                    record.error = Some(error.to_string());
-                    record.timings = timings(render_ms);
-                    ctx.trace.commit(record).await;
-                    return Err(error);
+                match &reply {
+                    Ok(reply) => record.set_completion(&completion, &parsed, reply),
+                    Err(error) => {
+                        record.set_parse(&completion, &parsed);
+                        record.error = Some(error.to_string());
+                    }
                 }
-                respond::termination(
-                    &parsed,
-                    &completion,
-                    &prepared.tools,
-                    &session,
+                let ending = Ending {
+                    session: &session,
                     step,
-                    &nudges,
-                    &termination,
-                )
+                    remember: Some((&turn.prepared, &turn.nudges)),
+                };
+                let record = TurnRecord::Begun(record);
+                return finish(scope, ending, record, timings, started, reply).await;
             }
-            _ => respond::reply(
-                &parsed,
-                &completion,
-                &prepared.tools,
-                &CallId {
-                    session: session.clone(),
-                    step,
-                    nudges: nudges.clone(),
-                },
-                !request.tool_choice_is_none(),
-            ),
-        };
-        if reply.tool_call.is_none() {
-            let content = reply.content.as_deref().unwrap_or_default();
-            prepared.remember_turn(ctx.sessions, content, &session, &nudges);
         }
-        record.set_completion(&completion, &parsed, &reply);
-        record.timings = timings(render_ms);
-        ctx.trace.commit(record).await;
-        return Ok(StepOutcome {
-            reply,
-            session,
-            step,
-        });
     }
+}
+
+/// Terminus-2 asks to confirm a `task_complete`: the answer stays the same, with no model
+/// call (the trace record has a response and no completion).
+fn confirmation(turn: &Attempts) -> Option<Reply> {
+    let confirmation = turn.prepared.tools.dialect.and_then(|d| d.confirmation())?;
+    let last = turn.prepared.conversation.steps.last();
+    matches!(
+        last.and_then(|s| s.action.as_ref()),
+        Some(Action::Submit { .. })
+    )
+    .then(|| Reply {
+        content: Some(confirmation),
+        tool_call: None,
+        finish_reason: "stop",
+        usage: Default::default(),
+        action: Some(Action::Submit { message: None }),
+        parse_error: None,
+    })
 }
 
 /// Makes the prompt fit the backend's context window with room for `max_tokens`, eliding the
@@ -567,17 +435,18 @@ pub async fn run_step(
 ///
 /// Errors: [`ProxyError::ContextLengthExceeded`] when it cannot fit.
 async fn fit_context(
-    ctx: &StepContext<'_>,
-    request: &ChatCompletionRequest,
+    scope: &Scope<'_>,
+    asked: &Asked,
+    meta: &RequestMeta,
     prepared: &mut Prepared,
-    max_tokens: u32,
 ) -> Result<Option<ContextRecord>, ProxyError> {
-    let length = match ctx.context.length {
+    let max_tokens = asked.params.max_tokens;
+    let length = match scope.context.length {
         Some(n) => n,
         None => {
-            let asked = Instant::now();
-            let reported = ctx.backend.context_length().await;
-            request.waited_on_backend(asked);
+            let asked_at = Instant::now();
+            let reported = scope.backend.context_length().await;
+            meta.waited_on_backend(asked_at);
             match reported {
                 Some(n) => n,
                 None => return Ok(None),
@@ -585,14 +454,15 @@ async fn fit_context(
         }
     };
     let counter = TokenCounter {
-        tokenizer: ctx.context.tokenizer.as_ref(),
-        backend: ctx.backend,
-        model: request.model.as_deref(),
-        clock: request.clock.as_deref(),
+        tokenizer: scope.context.tokenizer.as_ref(),
+        backend: scope.backend,
+        model: asked.model.as_deref(),
+        clock: meta.clock.as_deref(),
     };
     let render = |c: &Conversation| {
-        ctx.renderer
-            .render(ctx.prompt_config.format, c, &prepared.tools)
+        scope
+            .renderer
+            .render(scope.prompt_config.format, c, &prepared.tools)
             .map_err(|e| ProxyError::Internal(e.to_string()))
     };
     let (elided, record) = context::fit(
@@ -619,28 +489,29 @@ async fn fit_context(
 }
 
 /// Serves a side call: the transcript as a plain continuation, logged with `side_call`.
+#[allow(clippy::too_many_arguments)]
 async fn run_side_call(
-    ctx: &StepContext<'_>,
-    request: &ChatCompletionRequest,
+    scope: &Scope<'_>,
+    asked: &Asked,
+    meta: &RequestMeta,
     input: &Arc<RequestInput>,
-    prepared: &Prepared,
+    mut side: Prepared,
+    prompt: String,
     kind: &'static str,
     started: Instant,
-) -> Result<StepOutcome, ProxyError> {
-    let session = prepared.session.session.clone();
-    let step = prepared.conversation.action_count();
-    let mut side = prepared.clone();
-    side.prompt = side_call::prompt(request);
-    let params = generation_params(ctx, request);
-    request.backend_call_starts();
+) -> Result<TurnOutcome, ProxyError> {
+    let session = side.session.session.clone();
+    let step = side.conversation.action_count();
+    side.prompt = prompt;
+    meta.backend_call_starts();
     let backend_started = Instant::now();
-    let completion = ctx
+    let completion = scope
         .backend
         .complete(
             &side.prompt,
-            &params,
+            &asked.params,
             &side_call::STOP,
-            request.model.as_deref(),
+            asked.model.as_deref(),
             CallContext {
                 session: &session,
                 step,
@@ -649,41 +520,34 @@ async fn run_side_call(
             },
         )
         .await;
-    request.waited_on_backend(backend_started);
-    let mut record = new_record(input, request, step, 0, &side);
-    record.kind = Some(kind);
-    let completion = match completion {
-        Ok(c) => c,
-        Err(e) => {
-            record.set_error(&e);
-            ctx.trace.write_step(&session, record).await;
-            return Err(e);
-        }
-    };
-    let reply = Reply {
-        content: Some(completion.text.trim().to_string()),
-        tool_call: None,
-        finish_reason: if completion.hit_length() {
-            "length"
-        } else {
-            "stop"
-        },
-        usage: completion.usage.unwrap_or_default(),
-        action: None,
-        parse_error: None,
-    };
-    record.completion = Some(completion);
-    record.set_response(&reply);
-    record.timings = Timings {
-        render_ms: 0.0,
+    meta.waited_on_backend(backend_started);
+    let timings = Timings {
         backend_ms: ms_since(backend_started),
-        parse_ms: 0.0,
-        total_ms: ms_since(started),
+        ..Timings::default()
     };
-    ctx.trace.write_step(&session, record).await;
-    Ok(StepOutcome {
-        reply,
-        session,
+    let mut record = TurnRecord::Whole(asked.record(input, &side, step, 0));
+    record.kind = Some(kind);
+    let ending = Ending {
+        session: &session,
         step,
-    })
+        remember: None,
+    };
+    let result = completion.map(|completion| {
+        let reply = Reply {
+            content: Some(completion.text.trim().to_string()),
+            tool_call: None,
+            finish_reason: if completion.hit_length() {
+                "length"
+            } else {
+                "stop"
+            },
+            usage: completion.usage.unwrap_or_default(),
+            action: None,
+            parse_error: None,
+        };
+        record.completion = Some(completion);
+        record.set_response(&reply);
+        reply
+    });
+    finish(scope, ending, record, timings, started, result).await
 }

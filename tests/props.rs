@@ -656,7 +656,7 @@ proptest! {
         for format in FORMATS {
             let config = PromptConfig { profile: ProfileChoice::Auto, format, prefixes: Vec::new(), prefix_k: 3 };
             let sessions = SessionIndex::new(16);
-            let prepared = prepare(&request, &profiles, &renderer, &config, &sessions, &prefixes);
+            let prepared = prepare(&request, &Default::default(), &profiles, &renderer, &config, &sessions, &prefixes);
             let prepared = prepared.map_err(|e| TestCaseError::fail(format!("{format:?}: {e}")))?;
             prop_assert!(prepared.prompt.ends_with(format.cue()), "{:?}", format);
         }

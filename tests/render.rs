@@ -36,6 +36,7 @@ pub fn render_value_as(body: &Value, format: Format) -> String {
     let prefixes = asap_proxy::prefix::PrefixStore::load(&[], 0).unwrap();
     prepare(
         &request,
+        &Default::default(),
         &profiles,
         &renderer,
         &prompt_config_for(format),

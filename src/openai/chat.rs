@@ -39,68 +39,26 @@ pub struct ChatCompletionRequest {
     pub n: Option<u32>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
-    /// The `X-ASAP-Task` header, set by the HTTP layer (not part of the body).
-    #[serde(skip)]
-    pub task_header: Option<String>,
-    /// The `X-ASAP-Run` header, set by the HTTP layer (not part of the body).
-    #[serde(skip)]
-    pub run_header: Option<String>,
     /// The body as received, for the trace (set by [`ChatCompletionRequest::from_slice`]).
     #[serde(skip)]
     pub raw_body: bytes::Bytes,
-    /// The request's clock (set by the HTTP layer): backend waits are added to it.
-    #[serde(skip)]
-    pub clock: Option<std::sync::Arc<crate::backend::RequestClock>>,
-    /// Told when the first backend call starts (set by the HTTP layer for streams).
-    #[serde(skip)]
-    pub started: Option<std::sync::Arc<StartSignal>>,
 }
 
-/// A one-time signal that a request's step got as far as its first backend call: a
-/// streamed answer starts only then (and a short grace later, for the backend's own
-/// context-overflow answer), so that what fails before (a prompt that cannot fit the context
-/// window, an unknown profile) still reaches the client as an HTTP status.
-#[derive(Debug, Default)]
-pub struct StartSignal(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
-
-impl StartSignal {
-    /// A signal and the receiver that resolves when it fires (or is dropped unfired).
-    pub fn new() -> (std::sync::Arc<Self>, tokio::sync::oneshot::Receiver<()>) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        (
-            std::sync::Arc::new(Self(std::sync::Mutex::new(Some(tx)))),
-            rx,
-        )
-    }
-
-    /// Fires the signal (later calls do nothing).
-    pub fn fire(&self) {
-        if let Some(tx) = self.0.lock().ok().and_then(|mut s| s.take()) {
-            let _ = tx.send(());
-        }
-    }
+/// The `X-ASAP-Task` and `X-ASAP-Run` headers of a request (docs/recipes.md): they travel
+/// beside the decoded body, which holds only what the client sent in it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AsapHeaders {
+    /// `X-ASAP-Task`: the task (SWE-bench `instance_id`) the request belongs to.
+    pub task: Option<String>,
+    /// `X-ASAP-Run`: the run index (ASAP protocol: n runs per task).
+    pub run: Option<String>,
 }
 
 impl ChatCompletionRequest {
-    /// Tells the HTTP layer (streams) that the first backend call is starting.
-    pub fn backend_call_starts(&self) {
-        if let Some(signal) = &self.started {
-            signal.fire();
-        }
-    }
-
-    /// Adds `since.elapsed()` to the request's backend time (see
-    /// [`crate::backend::RequestClock`]).
-    pub fn waited_on_backend(&self, since: std::time::Instant) {
-        if let Some(clock) = &self.clock {
-            clock.add_backend(since.elapsed());
-        }
-    }
-
     /// The run index this request names (ASAP protocol: n runs per task): the `X-ASAP-Run`
     /// header, else `metadata.run`; `None` when absent or not a non-negative integer.
-    pub fn explicit_run(&self) -> Option<usize> {
-        if let Some(run) = self.run_header.as_deref() {
+    pub fn explicit_run(&self, headers: &AsapHeaders) -> Option<usize> {
+        if let Some(run) = headers.run.as_deref() {
             return run.trim().parse().ok();
         }
         let run = self.extra.get("metadata")?.get("run")?;
@@ -111,8 +69,8 @@ impl ChatCompletionRequest {
 
     /// The task this request names explicitly, and how: the `X-ASAP-Task` header, else
     /// `metadata.instance_id` in the body (LiteLLM forwards `metadata`; `extra_body` works too).
-    pub fn explicit_task(&self) -> Option<(String, &'static str)> {
-        if let Some(id) = self.task_header.as_deref().filter(|t| !t.trim().is_empty()) {
+    pub fn explicit_task(&self, headers: &AsapHeaders) -> Option<(String, &'static str)> {
+        if let Some(id) = headers.task.as_deref().filter(|t| !t.trim().is_empty()) {
             return Some((id.trim().to_string(), "header"));
         }
         self.extra
@@ -144,15 +102,6 @@ impl ChatCompletionRequest {
             .iter()
             .find(|m| m.role == Role::User)
             .map_or("", |m| m.content.as_str())
-    }
-
-    /// Drops the decoded `messages` (and their unknown fields) and this handle on
-    /// `raw_body`: for a request whose conversation is built and whose body the trace holds
-    /// ([`crate::trace::RequestInput`]), so that a request waiting on the backend does not
-    /// hold its history several times over. Methods reading messages see none afterwards.
-    pub fn release_messages(&mut self) {
-        self.messages = Vec::new();
-        self.raw_body = bytes::Bytes::new();
     }
 
     /// [`ChatCompletionRequest::from_slice`], keeping `body` (shared, not copied) as

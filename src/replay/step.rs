@@ -10,21 +10,13 @@ use serde_json::Value;
 use super::{diff, Replayer};
 use crate::config::PromptConfig;
 use crate::context;
-use crate::openai::chat::ChatCompletionRequest;
-use crate::parse::{parse_for, with_closing_stop};
-use crate::pipeline::{self, Prepared};
-use crate::policy;
+use crate::openai::chat::{AsapHeaders, ChatCompletionRequest};
+use crate::pipeline::{self, Attempts, Prepared};
 use crate::prefix::PrefixStore;
-use crate::session::{NudgeKind, NudgeState, SessionId, SessionIndex};
+use crate::session::{NudgeKind, SessionId, SessionIndex};
 use crate::side_call;
 use crate::trace::read::{Record, TraceReader};
 use crate::trace::sha256_hex;
-
-/// The request being replayed: its prepared prompt and the nudges used so far in it.
-pub(super) struct Current {
-    pub(super) prepared: Prepared,
-    pub(super) nudges: NudgeState,
-}
 
 /// One file's settings and state.
 pub(super) struct FileReplay<'a> {
@@ -40,12 +32,12 @@ pub(super) struct FileReplay<'a> {
     /// This file's index of turns answered without a tool call.
     pub(super) sessions: SessionIndex,
     /// The request of the last `step` record (for a `nudge` record that follows it).
-    pub(super) current: Option<Current>,
+    pub(super) current: Option<Attempts>,
     /// Nudged requests waiting for their next attempt: (step, attempt nudged, the request,
     /// the nudge). A `nudge` record directly follows its step record, but the next attempt
     /// need not: when one session has two requests in flight, the other request's record can
     /// land in between (records are written in the order their deltas were taken).
-    pub(super) nudged: Vec<(u64, u64, Option<Current>, NudgeKind)>,
+    pub(super) nudged: Vec<(u64, u64, Option<Attempts>, NudgeKind)>,
     /// The prefix id recorded in the session record, checked against the first step.
     pub(super) recorded_prefix: Option<String>,
     pub(super) prefix_checked: bool,
@@ -70,11 +62,12 @@ impl Replayer {
         let side = record.kind == "side_call";
         let cut = recorded_cut(record);
         let rendered = if side {
-            Rendered::Prompt(side_call::prompt(&request(reader)?))
+            Rendered::Prompt(side_call::prompt(&request(reader)?.0))
         } else if attempt == 0 {
-            let request = request(reader)?;
+            let (request, headers) = request(reader)?;
             let prepared = pipeline::prepare(
                 &request,
+                &headers,
                 &self.profiles,
                 &self.renderer,
                 &file.config,
@@ -88,9 +81,8 @@ impl Replayer {
             });
             match prepared {
                 Ok(prepared) => {
-                    let nudges = prepared.session.nudges.clone();
                     let prompt = prepared.prompt.clone();
-                    file.current = Some(Current { prepared, nudges });
+                    file.current = Some(Attempts::new(prepared));
                     Rendered::Prompt(prompt)
                 }
                 Err(e) => {
@@ -111,25 +103,15 @@ impl Replayer {
                 // The first attempt already failed to render (reported there).
                 None => Rendered::Failed("the request's first attempt did not render".into()),
                 Some(current) => {
-                    let prepared = &mut current.prepared;
-                    policy::push_nudge(
-                        &mut prepared.conversation,
-                        &mut current.nudges,
-                        kind,
-                        &prepared.tools,
-                    );
-                    let rendered = self
-                        .renderer
-                        .render(file.config.format, &prepared.conversation, &prepared.tools)
+                    // As the pipeline's attempt machine does; then the context check again,
+                    // on the conversation already elided for the earlier attempt.
+                    current.push_nudge(kind);
+                    let rendered = current
+                        .render(&self.renderer, file.config.format)
                         .map_err(|e| e.to_string())
-                        .and_then(|prompt| {
-                            prepared.prompt = prompt;
-                            // The pipeline checks the context again after a nudge, on the
-                            // conversation already elided for the earlier attempt.
-                            self.elide(&file.config, prepared, cut)
-                        });
+                        .and_then(|()| self.elide(&file.config, &mut current.prepared, cut));
                     match rendered {
-                        Ok(()) => Rendered::Prompt(prepared.prompt.clone()),
+                        Ok(()) => Rendered::Prompt(current.prepared.prompt.clone()),
                         Err(e) => Rendered::Failed(e),
                     }
                 }
@@ -171,14 +153,13 @@ impl Replayer {
             .and_then(Value::as_str);
         if let (Some(text), false) = (completion, file.passthrough) {
             let str_at = |ptr: &str| record.data.pointer(ptr).and_then(Value::as_str);
-            let (text, _) = with_closing_stop(
+            let (parsed, _) = pipeline::parse_completion(
                 file.config.format,
                 text,
                 str_at("/completion/finish_reason"),
                 str_at("/completion/matched_stop"),
-                &current.prepared.tools,
+                &current.prepared,
             );
-            let parsed = parse_for(file.config.format, &text, &current.prepared.tools);
             let replayed = diff::replayed_outcome(&parsed);
             let recorded = diff::recorded_outcome(record.data.get("parse").unwrap_or(&Value::Null));
             if replayed != recorded {
@@ -266,18 +247,19 @@ pub(super) struct Check {
     pub(super) note: Option<String>,
 }
 
-/// The request of the last record, as the server decoded it (headers included).
-fn request(reader: &TraceReader) -> Result<ChatCompletionRequest, String> {
+/// The request of the last record, as the server decoded it, and its headers.
+fn request(reader: &TraceReader) -> Result<(ChatCompletionRequest, AsapHeaders), String> {
     let state = reader.request();
     if !state.is_known() {
         return Err("no request stored before this record".into());
     }
     let body = serde_json::to_vec(&state.body()).map_err(|e| e.to_string())?;
-    let mut request =
-        ChatCompletionRequest::from_slice(&body).map_err(|e| format!("request: {e}"))?;
-    request.task_header = state.header("x-asap-task").map(str::to_string);
-    request.run_header = state.header("x-asap-run").map(str::to_string);
-    Ok(request)
+    let request = ChatCompletionRequest::from_slice(&body).map_err(|e| format!("request: {e}"))?;
+    let headers = AsapHeaders {
+        task: state.header("x-asap-task").map(str::to_string),
+        run: state.header("x-asap-run").map(str::to_string),
+    };
+    Ok((request, headers))
 }
 
 /// `prompt differs at byte N: recorded "…" replayed "…"`.

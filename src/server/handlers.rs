@@ -1,4 +1,6 @@
-//! Handlers: thin adapters between HTTP and the pipeline.
+//! Handlers: thin adapters between HTTP and the pipeline. Chat Completions and Responses
+//! share one core ([`answer`]): decode, admit, run the turn on its own task, and encode the
+//! outcome in the request's API ([`Api`]) as JSON or as SSE.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -13,16 +15,18 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures_util::stream::{self, Stream, StreamExt};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::limits::{self, Admission};
 use super::AppState;
 use crate::backend::RequestClock;
 use crate::error::ProxyError;
-use crate::openai::chat::{ChatCompletionRequest, StartSignal};
-use crate::passthrough::run_passthrough;
-use crate::pipeline::{run_step, Mode, StepContext, StepOutcome};
-use crate::respond::{completion_id, completion_object, now_s, ChunkBuilder};
+use crate::openai::chat::{AsapHeaders, ChatCompletionRequest};
+use crate::openai::responses::ResponsesRequest;
+use crate::pipeline::{run_turn, RequestMeta, Scope, StartSignal, TurnOutcome};
+use crate::respond::{
+    completion_id, completion_object, now_s, ChunkBuilder, Reply, ResponseBuilder,
+};
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
@@ -32,54 +36,155 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ProxyError> {
-    let admission = admission.map_or_else(|| Admission::unlimited(&state), |Extension(a)| a);
     let body = super::read_body(body, state.server.max_body_bytes)?;
-    let mut request = ChatCompletionRequest::from_bytes(body)?;
-    limits::check_request(&state, &request)?;
-    set_headers(&mut request, &headers);
-    request.clock = clock.map(|Extension(c)| c);
-    let model = request.model.clone().unwrap_or_else(|| "base-model".into());
-    let id = completion_id();
-    let created = now_s();
-    if !request.is_stream() {
-        let outcome = step(state, request, admission).await?;
-        return Ok(Json(completion_object(&outcome.reply, &id, &model, created)).into_response());
-    }
-    let chunks = ChunkBuilder {
-        id,
-        model,
-        created,
+    let request = ChatCompletionRequest::from_bytes(body)?;
+    let api = Api::Chat(ChunkBuilder {
+        id: completion_id(),
+        model: model_of(&request),
+        created: now_s(),
         include_usage: request.include_usage(),
+    });
+    answer(state, request, api, clock, admission, &headers).await
+}
+
+/// `POST /v1/responses`: the request in its chat form through the same turn as chat
+/// completions, answered as a response object or as Responses SSE events.
+pub async fn responses(
+    State(state): State<Arc<AppState>>,
+    clock: Option<Extension<Arc<RequestClock>>>,
+    admission: Option<Extension<Admission>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ProxyError> {
+    let body = super::read_body(body, state.server.max_body_bytes)?;
+    let decoded = ResponsesRequest::from_slice(&body)?;
+    let mut request = decoded.chat;
+    request.raw_body = decoded.chat_body.into();
+    let api = Api::Responses(ResponseBuilder::new(
+        model_of(&request),
+        now_s(),
+        decoded.echo,
+    ));
+    answer(state, request, api, clock, admission, &headers).await
+}
+
+fn model_of(request: &ChatCompletionRequest) -> String {
+    request.model.clone().unwrap_or_else(|| "base-model".into())
+}
+
+/// The API a request came in, and what its answer is built with.
+enum Api {
+    Chat(ChunkBuilder),
+    Responses(ResponseBuilder),
+}
+
+impl Api {
+    /// The whole answer, for a request that does not stream.
+    fn object(&self, reply: &Reply) -> Response {
+        match self {
+            Self::Chat(c) => {
+                Json(completion_object(reply, &c.id, &c.model, c.created)).into_response()
+            }
+            Self::Responses(b) => Json(b.response(reply)).into_response(),
+        }
+    }
+
+    /// Events sent as soon as the stream begins.
+    fn start_events(&self) -> Vec<Event> {
+        match self {
+            Self::Chat(c) => vec![data_event(&c.role())],
+            Self::Responses(b) => b
+                .start_events()
+                .iter()
+                .map(|(kind, body)| named_event(kind, body))
+                .collect(),
+        }
+    }
+
+    /// Events once the turn is done: the reply's, or one error event.
+    fn end_events(&self, outcome: Result<&Reply, &ProxyError>) -> Vec<Event> {
+        match (self, outcome) {
+            (Self::Chat(c), Ok(reply)) => c.rest(reply).iter().map(data_event).collect(),
+            (Self::Chat(_), Err(e)) => vec![data_event(&e.body())],
+            (Self::Responses(b), Ok(reply)) => b
+                .rest_events(reply)
+                .iter()
+                .map(|(kind, body)| named_event(kind, body))
+                .collect(),
+            (Self::Responses(_), Err(e)) => {
+                let error = serde_json::to_value(e.body())
+                    .ok()
+                    .and_then(|b| b.get("error").cloned())
+                    .unwrap_or_else(|| json!({"message": e.to_string()}));
+                let body = json!({
+                    "type": "error",
+                    "sequence_number": 2,
+                    "code": error.get("code").cloned().unwrap_or(Value::Null),
+                    "message": error.get("message").cloned().unwrap_or(Value::Null),
+                    "param": error.get("param").cloned().unwrap_or(Value::Null),
+                    "error": error,
+                });
+                vec![named_event("error", &body)]
+            }
+        }
+    }
+
+    /// The event that closes the stream: Chat Completions' `[DONE]`; Responses has none.
+    fn done(&self) -> Option<Event> {
+        matches!(self, Self::Chat(_)).then(|| Event::default().data("[DONE]"))
+    }
+}
+
+/// The core both APIs share: admits the request, runs its turn, answers in `api`.
+async fn answer(
+    state: Arc<AppState>,
+    request: ChatCompletionRequest,
+    api: Api,
+    clock: Option<Extension<Arc<RequestClock>>>,
+    admission: Option<Extension<Admission>>,
+    headers: &HeaderMap,
+) -> Result<Response, ProxyError> {
+    let admission = admission.map_or_else(|| Admission::unlimited(&state), |Extension(a)| a);
+    limits::check_request(&state, &request)?;
+    let meta = RequestMeta {
+        headers: asap_headers(headers),
+        clock: clock.map(|Extension(c)| c),
+        started: None,
     };
-    let clock = request.clock.clone();
-    let step = started_step(state, request, admission).await?;
-    Ok(Sse::new(sse_stream(step, chunks, clock))
+    if !request.is_stream() {
+        let outcome = turn(state, request, meta, admission).await?;
+        return Ok(api.object(&outcome.reply));
+    }
+    let clock = meta.clock.clone();
+    let running = started_turn(state, request, meta, admission).await?;
+    Ok(Sse::new(sse_stream(running, api, clock))
         .keep_alive(KeepAlive::default())
         .into_response())
 }
 
-/// A step that has not ended yet.
-pub(super) type RunningStep = Pin<Box<dyn Future<Output = Result<StepOutcome, ProxyError>> + Send>>;
+/// A turn that has not ended yet.
+type RunningTurn = Pin<Box<dyn Future<Output = Result<TurnOutcome, ProxyError>> + Send>>;
 
 /// How long a streamed request's first backend call may run before the stream begins: a
 /// backend rejects a prompt longer than its context window as soon as it has tokenized it
 /// (milliseconds), so that answer still becomes the HTTP 400 LiteLLM maps.
 pub const STREAM_START_GRACE: std::time::Duration = std::time::Duration::from_millis(150);
 
-/// Runs a streamed request's step until its first backend call has run for
+/// Runs a streamed request's turn until its first backend call has run for
 /// [`STREAM_START_GRACE`], so that what fails before the model is asked (a prompt that cannot
 /// fit the context window: 400 `context_length_exceeded`, which LiteLLM maps to its
 /// context-window error only from an HTTP status; an unknown profile) or is refused by the
 /// backend at once (its own context-overflow answer) is answered with its HTTP status, as for
-/// a request that does not stream. Then the stream begins and the step goes on inside it.
-pub(super) async fn started_step(
+/// a request that does not stream. Then the stream begins and the turn goes on inside it.
+async fn started_turn(
     state: Arc<AppState>,
-    mut request: ChatCompletionRequest,
+    request: ChatCompletionRequest,
+    mut meta: RequestMeta,
     admission: Admission,
-) -> Result<RunningStep, ProxyError> {
+) -> Result<RunningTurn, ProxyError> {
     let (signal, started) = StartSignal::new();
-    request.started = Some(signal);
-    let mut running: RunningStep = Box::pin(step(state, request, admission));
+    meta.started = Some(signal);
+    let mut running: RunningTurn = Box::pin(turn(state, request, meta, admission));
     tokio::select! {
         biased;
         outcome = &mut running => {
@@ -94,42 +199,46 @@ pub(super) async fn started_step(
     }
 }
 
-/// Copies the headers the pipeline reads (`X-ASAP-Task`, `X-ASAP-Run`) into the request.
-pub(super) fn set_headers(request: &mut ChatCompletionRequest, headers: &HeaderMap) {
+/// The headers the pipeline reads (`X-ASAP-Task`, `X-ASAP-Run`).
+fn asap_headers(headers: &HeaderMap) -> AsapHeaders {
     let header = |name: &str| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
     };
-    request.task_header = header("x-asap-task");
-    request.run_header = header("x-asap-run");
+    AsapHeaders {
+        task: header("x-asap-task"),
+        run: header("x-asap-run"),
+    }
 }
 
-/// Runs the step on its own task, so that its trace record is written even when the client
+/// Runs the turn on its own task, so that its trace record is written even when the client
 /// disconnects; a disconnect cancels the backend call in flight (the record says `aborted`).
-/// The task holds the
-/// request's admission (its `--max-concurrency` permit) and counts as in flight until it
-/// ends; its backend calls run under the request's deadline and the shutdown cut-off
-/// ([`crate::backend::CallBudget`]), so a timeout or a cut-off is still traced.
+/// The task holds the request's admission (its `--max-concurrency` permit) and counts as in
+/// flight until it ends; its backend calls run under the request's deadline and the
+/// shutdown cut-off ([`crate::backend::CallBudget`]), so a timeout or a cut-off is still
+/// traced.
 ///
-/// Errors: the step's own, or [`ProxyError::RequestTimeout`] when the step has not returned
-/// [`limits::BACKSTOP_GRACE`] after the deadline (the step goes on and traces itself).
-pub(super) async fn step(
+/// Errors: the turn's own, or [`ProxyError::RequestTimeout`] when the turn has not returned
+/// [`limits::BACKSTOP_GRACE`] after the deadline (the turn goes on and traces itself).
+async fn turn(
     state: Arc<AppState>,
     request: ChatCompletionRequest,
+    meta: RequestMeta,
     admission: Admission,
-) -> Result<StepOutcome, ProxyError> {
+) -> Result<TurnOutcome, ProxyError> {
     let in_flight = state.in_flight.enter();
     let mut budget = limits::budget(&state, &admission);
     // Held by this future: when the client goes away, axum drops it, the receiver closes and
-    // the step's backend call is cancelled (the step still writes its trace record).
+    // the turn's backend call is cancelled (the turn still writes its trace record).
     let (_client, client_gone) = tokio::sync::watch::channel(());
     budget.client = Some(client_gone);
     let backstop = admission.deadline;
     let task = tokio::spawn(budget.scope(async move {
         let _held = (admission, in_flight);
-        let ctx = StepContext {
+        let scope = Scope {
+            mode: state.mode,
             profiles: &state.profiles,
             renderer: &state.renderer,
             prompt_config: &state.prompt_config,
@@ -142,10 +251,7 @@ pub(super) async fn step(
             on_terminate: state.on_terminate,
             context: &state.context,
         };
-        match state.mode {
-            Mode::Proxy => run_step(&ctx, request).await,
-            Mode::Passthrough => run_passthrough(&ctx, &request).await,
-        }
+        run_turn(&scope, request, &meta).await
     }));
     let joined = match backstop {
         None => task.await,
@@ -153,48 +259,51 @@ pub(super) async fn step(
             .await
             .map_err(|_| ProxyError::RequestTimeout(seconds))?,
     };
-    joined.map_err(|e| ProxyError::Internal(format!("step task failed: {e}")))?
+    joined.map_err(|e| ProxyError::Internal(format!("turn task failed: {e}")))?
 }
 
-/// SSE: the role chunk once the step's backend call has run for the start grace ([`started_step`]), the rest
-/// once the action is complete, `[DONE]` last. A failure becomes one `{"error": …}` event before `[DONE]`.
+/// SSE: the start events once the turn's backend call has run for the start grace
+/// ([`started_turn`]), the rest once the action is complete, then the overhead comment and
+/// the API's closing event. A failure becomes one error event.
 fn sse_stream(
-    step: RunningStep,
-    chunks: ChunkBuilder,
+    running: RunningTurn,
+    api: Api,
     clock: Option<Arc<RequestClock>>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
-    let first = event(&chunks.role());
+    let first = api.start_events();
     let rest = stream::once(async move {
-        let mut events: Vec<Event> = match step.await {
-            Ok(outcome) => chunks.rest(&outcome.reply).iter().map(event).collect(),
-            Err(e) => {
-                tracing::error!(error = %e, "streamed request failed");
-                vec![event(&e.body())]
-            }
-        };
+        let outcome = running.await;
+        if let Err(e) = &outcome {
+            tracing::error!(error = %e, "streamed request failed");
+        }
+        let mut events = api.end_events(outcome.as_ref().map(|o| &o.reply));
         events.extend(overhead_comment(clock.as_deref()));
+        events.extend(api.done());
         stream::iter(events)
     })
     .flatten();
-    stream::once(async move { first })
-        .chain(rest)
-        .chain(stream::once(async { Event::default().data("[DONE]") }))
-        .map(Ok)
+    stream::iter(first).chain(rest).map(Ok)
 }
 
 /// The `: x-asap-overhead-ms <ms>` comment that ends a stream (clients ignore comments).
-pub(super) fn overhead_comment(clock: Option<&RequestClock>) -> Option<Event> {
+fn overhead_comment(clock: Option<&RequestClock>) -> Option<Event> {
     clock.map(|c| {
         Event::default().comment(format!("{} {:.3}", super::OVERHEAD_HEADER, c.overhead_ms()))
     })
 }
 
-fn event<T: serde::Serialize>(value: &T) -> Event {
+/// A Chat Completions event: `data: <json>`.
+fn data_event<T: serde::Serialize>(value: &T) -> Event {
     match serde_json::to_string(value) {
         Ok(s) => Event::default().data(s),
         Err(e) => Event::default()
             .data(json!({"error": {"message": e.to_string(), "type": "server_error"}}).to_string()),
     }
+}
+
+/// A Responses event: `event: <kind>` and `data: <json>`.
+fn named_event(kind: &str, body: &Value) -> Event {
+    Event::default().event(kind).data(body.to_string())
 }
 
 /// `GET /v1/models`: the backend's model (configured or discovered).

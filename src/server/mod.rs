@@ -1,10 +1,9 @@
 //! HTTP layer (axum): routes, shared state, limits, authentication, graceful shutdown. Knows
-//! no templates: handlers decode, call [`crate::pipeline::run_step`], and encode JSON or SSE.
+//! no templates: handlers decode, call [`crate::pipeline::run_turn`], and encode JSON or SSE.
 
 mod handlers;
 pub mod limits;
 pub mod observe;
-mod responses;
 
 use std::future::IntoFuture;
 use std::io::Write as _;
@@ -253,8 +252,8 @@ pub fn app(state: Arc<AppState>) -> Router {
     let limited = Router::new()
         .route("/v1/chat/completions", post(handlers::chat_completions))
         .route("/chat/completions", post(handlers::chat_completions))
-        .route("/v1/responses", post(responses::create))
-        .route("/responses", post(responses::create))
+        .route("/v1/responses", post(handlers::responses))
+        .route("/responses", post(handlers::responses))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limits::admit,

@@ -934,16 +934,19 @@ impl RequestInput {
         }
     }
 
-    /// What the trace needs of a request (the body is shared, not copied).
-    pub fn from_request(request: &crate::openai::chat::ChatCompletionRequest) -> Self {
+    /// What the trace needs of a request and its headers (the body is shared, not copied).
+    pub fn from_request(
+        request: &crate::openai::chat::ChatCompletionRequest,
+        headers: &crate::openai::chat::AsapHeaders,
+    ) -> Self {
         Self {
             body: request.raw_body.clone(),
-            task_header: request.task_header.clone(),
-            run_header: request.run_header.clone(),
+            task_header: headers.task.clone(),
+            run_header: headers.run.clone(),
             model: request.model.clone(),
             task_text: request.first_user_text().to_string(),
-            instance_id: request.explicit_task().map(|(id, _)| id),
-            run: request.explicit_run(),
+            instance_id: request.explicit_task(headers).map(|(id, _)| id),
+            run: request.explicit_run(headers),
         }
     }
 }

@@ -15,27 +15,30 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use super::finish::{finish, Ending, TurnRecord};
+use super::{Asked, Prepared, RequestMeta, Scope, TurnOutcome};
 use crate::backend::BackendCompletion;
 use crate::error::ProxyError;
 use crate::openai::chat::{ChatCompletionRequest, RAW_ARGUMENTS};
 use crate::openai::completions::Usage;
 use crate::openai::response::{FunctionOut, ToolCallOut};
 use crate::parse::{FailureClass, ParseFailure, Parsed};
-use crate::pipeline::{new_record, StepContext, StepOutcome};
 use crate::respond::Reply;
 use crate::session::CallId;
 use crate::trace::{RequestInput, Timings};
 
-/// Runs one passthrough step and writes its trace record.
-pub async fn run_passthrough(
-    ctx: &StepContext<'_>,
+/// Runs one passthrough turn and writes its trace record.
+pub(super) async fn run(
+    scope: &Scope<'_>,
     request: &ChatCompletionRequest,
-) -> Result<StepOutcome, ProxyError> {
-    let started = Instant::now();
-    let prepared = ctx.prepare(request)?;
+    meta: &RequestMeta,
+    input: &Arc<RequestInput>,
+    prepared: Prepared,
+    started: Instant,
+) -> Result<TurnOutcome, ProxyError> {
     let session = prepared.session.session.clone();
     let step = prepared.conversation.action_count();
-    let input = Arc::new(RequestInput::from_request(request));
+    let asked = Asked::of(scope, request);
     let mut body: Value = serde_json::from_slice(&request.raw_body)
         .map_err(|e| ProxyError::invalid(format!("invalid request body: {e}")))?;
     if let Some(o) = body.as_object_mut() {
@@ -44,18 +47,23 @@ pub async fn run_passthrough(
     }
     let render_ms = started.elapsed().as_secs_f64() * 1e3;
     let backend_started = Instant::now();
-    request.backend_call_starts();
-    let result = ctx.backend.chat(&body).await;
-    request.waited_on_backend(backend_started);
-    let backend_ms = backend_started.elapsed().as_secs_f64() * 1e3;
-    let mut record = new_record(&input, request, step, 0, &prepared);
+    meta.backend_call_starts();
+    let result = scope.backend.chat(&body).await;
+    meta.waited_on_backend(backend_started);
+    let timings = Timings {
+        render_ms,
+        backend_ms: backend_started.elapsed().as_secs_f64() * 1e3,
+        ..Timings::default()
+    };
+    let mut record = TurnRecord::Whole(asked.record(input, &prepared, step, 0));
+    let ending = Ending {
+        session: &session,
+        step,
+        remember: Some((&prepared, &prepared.session.nudges)),
+    };
     let (response, attempts) = match result {
         Ok(r) => r,
-        Err(e) => {
-            record.set_error(&e);
-            ctx.trace.write_step(&session, record).await;
-            return Err(e);
-        }
+        Err(e) => return finish(scope, ending, record, timings, started, Err(e)).await,
     };
     let choice = &response["choices"][0];
     let message = &choice["message"];
@@ -134,25 +142,6 @@ pub async fn run_passthrough(
         action: parsed.outcome.as_ref().ok().cloned(),
         parse_error: parsed.outcome.as_ref().err().cloned(),
     };
-    if reply.tool_call.is_none() {
-        prepared.remember_turn(
-            ctx.sessions,
-            reply.content.as_deref().unwrap_or_default(),
-            &session,
-            &prepared.session.nudges,
-        );
-    }
     record.set_completion(&completion, &parsed, &reply);
-    record.timings = Timings {
-        render_ms,
-        backend_ms,
-        parse_ms: 0.0,
-        total_ms: started.elapsed().as_secs_f64() * 1e3,
-    };
-    ctx.trace.write_step(&session, record).await;
-    Ok(StepOutcome {
-        reply,
-        session,
-        step,
-    })
+    finish(scope, ending, record, timings, started, Ok(reply)).await
 }

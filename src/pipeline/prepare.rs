@@ -1,0 +1,239 @@
+//! Prepare: a request → its session, profile, conversation, prefix and prompt, without I/O
+//! (the front half of a turn, shared by `serve`, `render` and `replay`).
+
+use crate::config::{ProfileChoice, PromptConfig};
+use crate::conversation::{Conversation, Example, Step};
+use crate::error::ProxyError;
+use crate::openai::chat::{AsapHeaders, ChatCompletionRequest};
+use crate::policy;
+use crate::prefix::{PrefixStore, Selected};
+use crate::profile::{Dialect, Profiles, ToolSet};
+use crate::render::Renderer;
+use crate::session::{self, IndexKey, NudgeState, SessionId, SessionIndex, SessionState};
+use crate::trace::{PrefixInfo, StepRecord};
+
+/// A request turned into a prompt.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub tools: ToolSet,
+    /// The conversation with this session's nudged steps in place.
+    pub conversation: Conversation,
+    pub prompt: String,
+    /// The session the history belongs to (fresh if none is found).
+    pub session: SessionState,
+    /// Index key of the prompt of the history alone (no nudged steps): what a turn answered
+    /// without a tool call is remembered under ([`crate::session::prompt_key`]).
+    base_prompt_key: IndexKey,
+    /// The reference prefix rendered, if any.
+    pub prefix: Option<PrefixInfo>,
+    /// The session index scope of the request ([`crate::session::index_scope`]).
+    index_scope: String,
+}
+
+impl Prepared {
+    /// A trace record for a completion call of this prepared turn, with a copy of its prompt
+    /// (for [`crate::trace::TraceWriter::write_step`]).
+    pub fn record(&self, step: usize, attempt: usize) -> StepRecord {
+        let mut record = self.record_without_prompt(step, attempt);
+        record.full_prompt = self.prompt.clone();
+        record
+    }
+
+    /// A record whose prompt goes to [`crate::trace::TraceWriter::begin`] by reference.
+    pub(super) fn record_without_prompt(&self, step: usize, attempt: usize) -> StepRecord {
+        StepRecord {
+            step,
+            attempt,
+            profile: self.tools.profile.clone(),
+            nudges_used: self.session.nudges.0.clone(),
+            prefix: self.prefix.clone(),
+            ..StepRecord::default()
+        }
+    }
+
+    /// Remembers a turn answered with `content` and no tool call, so the next request of
+    /// the session (which carries no minted id) is recognised: by that content and by this
+    /// request's prompt, within the request's task and run.
+    pub fn remember_turn(
+        &self,
+        sessions: &SessionIndex,
+        content: &str,
+        session: &SessionId,
+        nudges: &NudgeState,
+    ) {
+        sessions.remember(
+            &self.index_scope,
+            content,
+            self.base_prompt_key,
+            session,
+            nudges,
+        );
+    }
+}
+
+/// Session, profile, conversation and prompt for a request, one call per stage. No I/O;
+/// `sessions` is consulted for histories whose latest turns carry no minted id.
+///
+/// Errors: an unknown profile name (400), a template failure (500).
+#[allow(clippy::too_many_arguments)]
+pub fn prepare(
+    request: &ChatCompletionRequest,
+    headers: &AsapHeaders,
+    profiles: &Profiles,
+    renderer: &Renderer,
+    config: &PromptConfig,
+    sessions: &SessionIndex,
+    prefixes: &PrefixStore,
+) -> Result<Prepared, ProxyError> {
+    let tools = tools_for(request, profiles, config)?;
+    let mut base = Conversation::from_messages(&request.messages, &tools);
+    let explicit = request.explicit_task(headers);
+    let selected = prefixes.select(
+        explicit.as_ref().map(|(id, how)| (id.as_str(), *how)),
+        request.first_user_text(),
+        tools.default_prefix.as_deref(),
+    );
+    if let Some(selected) = &selected {
+        with_prefix(&mut base, selected, &tools);
+    }
+    let render = |c: &Conversation| {
+        renderer
+            .render(config.format, c, &tools)
+            .map_err(|e| ProxyError::Internal(e.to_string()))
+    };
+    let base_prompt = render(&base)?;
+    let scope = session::index_scope(
+        explicit.as_ref().map(|(id, _)| id.as_str()),
+        request.explicit_run(headers),
+    );
+    let session = find_session(request, &base, &render, sessions, &scope)?;
+    let mut conversation = base;
+    policy::insert_nudged_steps(&mut conversation, &session.nudges, &tools);
+    let base_prompt_key = session::prompt_key(&scope, &base_prompt);
+    let prompt = if session.nudges.0.is_empty() {
+        base_prompt
+    } else {
+        render(&conversation)?
+    };
+    Ok(Prepared {
+        tools,
+        conversation,
+        prompt,
+        session,
+        base_prompt_key,
+        prefix: selected.map(|s| PrefixInfo {
+            id: s.id,
+            matched_by: s.matched_by,
+            k: s.steps.len(),
+            example: s.example.map(|e| e.id),
+        }),
+        index_scope: scope,
+    })
+}
+
+/// The profile's tools for this request: the configured profile or the detected one, with
+/// OpenHands' text-mode tools read from its system prompt and mini-swe-agent's block form
+/// from its own prompt.
+fn tools_for(
+    request: &ChatCompletionRequest,
+    profiles: &Profiles,
+    config: &PromptConfig,
+) -> Result<ToolSet, ProxyError> {
+    let profile = match &config.profile {
+        ProfileChoice::Auto => profiles.detect(&request.tools, &request.detection_text()),
+        ProfileChoice::Named(name) => profiles
+            .get(name)
+            .map_err(|e| ProxyError::invalid(e.to_string()))?,
+    };
+    // OpenHands' text mode describes its tools in the system prompt instead of `tools`.
+    let prompt_tools = match (profile.dialect, request.tools.is_empty()) {
+        (Some(Dialect::OpenhandsFunction), true) => {
+            crate::profile::tools_from_prompt(&request.detection_text())
+        }
+        _ => Vec::new(),
+    };
+    let offered = if prompt_tools.is_empty() {
+        &request.tools
+    } else {
+        &prompt_tools
+    };
+    let mut tools = ToolSet::build(profile, offered);
+    if profile.dialect == Some(Dialect::MiniText) {
+        // mini-swe-agent 1.x wants ```bash, 2.x ```mswea_bash_command, its XML configs an
+        // element: answer in the form its own prompt asks for.
+        tools.mini = crate::profile::MiniFormat::from_prompt(
+            &request.system_text(),
+            request.first_user_text(),
+        );
+    }
+    Ok(tools)
+}
+
+/// Puts the selected prefix into the conversation: a demonstration as the example; a task
+/// prefix as the first steps, after the demonstration it names, if any. Prefix actions are
+/// neutral; a generic shell may name its command otherwise ([`ToolSet::adapt_neutral`]).
+fn with_prefix(base: &mut Conversation, selected: &Selected, tools: &ToolSet) {
+    let adapt = |steps: &[Step]| -> Vec<Step> {
+        steps
+            .iter()
+            .map(|step| Step {
+                action: step.action.as_ref().map(|a| tools.adapt_neutral(a)),
+                ..step.clone()
+            })
+            .collect()
+    };
+    let as_example = |s: &Selected| Example {
+        task: s.demo_task.clone().unwrap_or_default(),
+        steps: adapt(&s.steps),
+    };
+    if selected.demo_task.is_some() {
+        base.example = Some(as_example(selected));
+    } else {
+        base.prefix = adapt(&selected.steps);
+        base.example = selected.example.as_deref().map(as_example);
+    }
+}
+
+/// The session the history belongs to. Ids carry the state of the last turn that had a
+/// tool call; a later turn answered without one (and dropped by the scaffold) may have used a
+/// nudge since: the prompt index knows it. Same session: the newer state wins; different
+/// sessions: the ids win. Neither: a fresh session.
+fn find_session(
+    request: &ChatCompletionRequest,
+    base: &Conversation,
+    render: &impl Fn(&Conversation) -> Result<String, ProxyError>,
+    sessions: &SessionIndex,
+    scope: &str,
+) -> Result<SessionState, ProxyError> {
+    let by_id = sessions.find(scope, &request.messages);
+    let by_prompt = session_by_prompt(base, render, sessions, scope)?;
+    Ok(match (by_id, by_prompt) {
+        (Some(id), Some(prompt))
+            if id.session == prompt.session && prompt.nudges.0.len() > id.nudges.0.len() =>
+        {
+            prompt
+        }
+        (Some(id), _) => id,
+        (None, Some(prompt)) => prompt,
+        (None, None) => SessionState::fresh(),
+    })
+}
+
+/// For a history that ends in steps without an action (turns the proxy answered without a
+/// tool call, kept or dropped by the scaffold, followed by its feedback), the session of the
+/// history that produced the first of them.
+fn session_by_prompt(
+    base: &Conversation,
+    render: &impl Fn(&Conversation) -> Result<String, ProxyError>,
+    sessions: &SessionIndex,
+    scope: &str,
+) -> Result<Option<SessionState>, ProxyError> {
+    for dropped in 1..=base.trailing_actionless() {
+        let mut truncated = base.clone();
+        truncated.steps.truncate(base.steps.len() - dropped);
+        if let Some(found) = sessions.find_prompt(scope, &render(&truncated)?) {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
