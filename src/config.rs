@@ -487,7 +487,7 @@ impl Config {
         if let Some(dir) = &self.templates {
             canonical.push_str(&format!("templates={dir:?}\n"));
         }
-        crate::trace::sha256_hex(canonical.as_bytes())
+        crate::util::sha256_hex(canonical.as_bytes())
     }
 }
 

@@ -31,4 +31,5 @@ pub mod server;
 pub mod session;
 pub mod side_call;
 pub mod trace;
+pub mod util;
 pub mod view;

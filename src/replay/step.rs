@@ -18,7 +18,7 @@ use crate::prefix::PrefixStore;
 use crate::session::{NudgeKind, NudgeState, SessionId, SessionIndex};
 use crate::side_call;
 use crate::trace::read::{Record, TraceReader};
-use crate::trace::sha256_hex;
+use crate::util::sha256_hex;
 
 /// The request being replayed: its prepared prompt and the nudges used so far in it.
 pub(super) struct Current {

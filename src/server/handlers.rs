@@ -22,7 +22,8 @@ use crate::error::ProxyError;
 use crate::openai::chat::{ChatCompletionRequest, StartSignal};
 use crate::passthrough::run_passthrough;
 use crate::pipeline::{run_step, Mode, StepContext, StepOutcome};
-use crate::respond::{completion_id, completion_object, now_s, ChunkBuilder};
+use crate::respond::{completion_id, completion_object, ChunkBuilder};
+use crate::util::now_s;
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(

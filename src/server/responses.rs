@@ -20,7 +20,7 @@ use super::AppState;
 use crate::backend::RequestClock;
 use crate::error::ProxyError;
 use crate::openai::responses::{ResponseBuilder, ResponsesRequest};
-use crate::respond::now_s;
+use crate::util::now_s;
 
 /// `POST /v1/responses`.
 pub async fn create(

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::delta::RequestState;
-use super::{sha256_hex, SCHEMA_VERSION};
+use super::SCHEMA_VERSION;
+use crate::util::sha256_hex;
 
 /// Errors reading a trace file.
 #[derive(Debug, thiserror::Error)]
