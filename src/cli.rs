@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::config::{Mode, OnTerminate};
 use crate::logging::LogFormat;
-use crate::pipeline::{Mode, OnTerminate};
 use crate::policy::LoopRule;
 use crate::render::Format;
 

@@ -10,7 +10,6 @@ use serde::Deserialize;
 
 use crate::cli::{PromptArgs, ServeArgs};
 use crate::logging::LogFormat;
-use crate::pipeline::{Mode, OnTerminate};
 use crate::policy::{Limits, LoopRule};
 use crate::render::Format;
 
@@ -138,6 +137,30 @@ pub struct FileConfig {
     pub label: Option<String>,
     pub templates: Option<PathBuf>,
     pub log_format: Option<LogFormat>,
+}
+
+/// What the proxy does when a rule ends a trajectory (`--on-terminate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTerminate {
+    /// Answer with the profile's finish action (SWE-agent `submit`, OpenHands `finish`,
+    /// mini-swe-agent's completion command, plain content for `generic`).
+    #[default]
+    Submit,
+    /// Answer with an error (HTTP 400, code `trajectory_terminated`).
+    Error,
+}
+
+/// What `serve` does with a chat request (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Adapt it to a base model behind a completions backend (the ASAP method).
+    #[default]
+    Proxy,
+    /// Forward it to an instruction-tuned chat backend and record the trace (reference
+    /// trajectories for prefixes).
+    Passthrough,
 }
 
 /// Which profile serves requests.

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use crate::backend::{Backend, BackendCompletion, CallContext, GenerationParams};
-use crate::config::{ProfileChoice, PromptConfig};
+use crate::config::{OnTerminate, ProfileChoice, PromptConfig};
 use crate::context::{self, ContextRecord, ContextSettings, TokenCounter};
 use crate::conversation::{Action, Conversation, Example};
 use crate::dialect::Dialect;
@@ -215,30 +215,6 @@ fn session_by_prompt(
         }
     }
     Ok(None)
-}
-
-/// What the proxy does when a rule ends a trajectory (`--on-terminate`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum OnTerminate {
-    /// Answer with the profile's finish action (SWE-agent `submit`, OpenHands `finish`,
-    /// mini-swe-agent's completion command, plain content for `generic`).
-    #[default]
-    Submit,
-    /// Answer with an error (HTTP 400, code `trajectory_terminated`).
-    Error,
-}
-
-/// What `serve` does with a chat request (`--mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Adapt it to a base model behind a completions backend (the ASAP method).
-    #[default]
-    Proxy,
-    /// Forward it to an instruction-tuned chat backend and record the trace (reference
-    /// trajectories for prefixes).
-    Passthrough,
 }
 
 /// Everything a step needs from the server, borrowed.

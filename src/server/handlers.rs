@@ -18,10 +18,11 @@ use serde_json::json;
 use super::limits::{self, Admission};
 use super::AppState;
 use crate::backend::RequestClock;
+use crate::config::Mode;
 use crate::error::ProxyError;
 use crate::openai::chat::{ChatCompletionRequest, StartSignal};
 use crate::passthrough::run_passthrough;
-use crate::pipeline::{run_step, Mode, StepContext, StepOutcome};
+use crate::pipeline::{run_step, StepContext, StepOutcome};
 use crate::respond::{completion_id, completion_object, ChunkBuilder};
 use crate::util::now_s;
 
