@@ -11,11 +11,11 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use asap_proxy::cli::ReportFormat;
 use asap_proxy::conversation::Action;
 use asap_proxy::report::protocol::{Rules, SessionProtocol};
 use asap_proxy::report::results::{self, Entry, Parsed};
 use asap_proxy::report::summary::Options;
+use asap_proxy::report::ReportFormat;
 use asap_proxy::report::{output, Outcome, Report, Results, TaskCount, Trajectory, Turn};
 
 use crate::util::backend::{FakeBackend, Scripted};

@@ -29,6 +29,7 @@
 //! read, a record of a newer schema, a record whose delta does not apply or that cannot be
 //! replayed), else 1 under `--check` when anything differed, else 0.
 
+mod args;
 mod diff;
 mod step;
 
@@ -41,7 +42,6 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 
-use crate::cli::ReplayArgs;
 use crate::config::{ProfileChoice, PromptConfig, DEFAULT_PREFIX_K};
 use crate::prefix::PrefixStore;
 use crate::profile::Profiles;
@@ -49,6 +49,8 @@ use crate::render::{Renderer, FORMATS};
 use crate::session::{NudgeKind, SessionId, SessionIndex, DEFAULT_INDEX_CAPACITY};
 use crate::trace::read::{Record, TraceReader};
 use step::FileReplay;
+
+pub use args::ReplayArgs;
 
 /// Counts for the summary line.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! Input is a list of [`Trajectory`] values (one per session), built from trace files by
 //! [`load`]; everything else here is pure and works on those values.
 
+mod args;
 pub mod behaviour;
 mod csv;
 pub mod failure;
@@ -24,10 +25,10 @@ use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::ReportArgs;
 use crate::conversation::Action;
 use crate::session::NudgeKind;
 
+pub use args::{trace_paths_and_results, ReportArgs, ReportFormat};
 pub use behaviour::{Aggregate, Behaviour, Rate, Unit};
 pub use metrics::{intersection, mean_pass_at_k, pass_at_k, Intersection, TaskCount};
 pub use pair::{compare, PairReport, PairRow};
@@ -154,7 +155,7 @@ pub struct Turn {
 /// without `--allow-protocol-mismatch`; 1 for failures writing the output or the plots.
 pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     let (dirs, result_files) =
-        crate::cli::trace_paths_and_results(&args.dirs, &args.results).map_err(|e| (2, e))?;
+        trace_paths_and_results(&args.dirs, &args.results).map_err(|e| (2, e))?;
     let files = load::trace_files(&dirs).map_err(|e| (2, e.to_string()))?;
     let (trajectories, skipped) = load_all(&files)?;
     let mut stderr = std::io::stderr();
@@ -231,7 +232,7 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.steps {
-        if args.format != crate::cli::ReportFormat::Json {
+        if args.format != ReportFormat::Json {
             return Err((2, "--steps needs --format json".into()));
         }
         let mut json = output::to_json(&report);

@@ -10,6 +10,7 @@
 //! Trace files are read again on every page load (the list only reads files that changed),
 //! so the pages follow a running proxy's log directory.
 
+mod args;
 pub mod pages;
 pub mod routes;
 pub mod sessions;
@@ -22,10 +23,10 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::cli::ViewArgs;
 use crate::report::load::trace_files;
 use crate::report::Results;
 
+pub use args::ViewArgs;
 pub use routes::router;
 pub use sessions::{SessionList, SessionSummary};
 pub use steps::{StepView, Steps};
@@ -200,7 +201,7 @@ fn render<S: Serialize>(name: &str, context: S) -> Result<String, ViewError> {
 /// 1 when the address cannot be bound.
 pub fn run(args: &ViewArgs) -> Result<(), (u8, String)> {
     let (dirs, result_files) =
-        crate::cli::trace_paths_and_results(&args.dirs, &args.results).map_err(|e| (2, e))?;
+        crate::report::trace_paths_and_results(&args.dirs, &args.results).map_err(|e| (2, e))?;
     for dir in &dirs {
         if !dir.exists() {
             return Err((2, format!("{}: no such file or directory", dir.display())));
