@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 
-use asap_proxy::cli::{Cli, Command, PrefixArgs, PrefixCommand, RenderArgs, ServeArgs};
-use asap_proxy::config::{read_file, templates_dir, Config, PromptConfig};
+use asap_proxy::cli::{Cli, Command, PrefixArgs, PrefixCommand, RenderArgs};
+use asap_proxy::config::{read_file, Config, Layer, PromptConfig, ServeArgs};
 use asap_proxy::logging::{self, LogFormat};
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::pipeline::prepare;
@@ -65,7 +65,8 @@ fn run_serve(args: &ServeArgs) -> RunResult {
 
 fn run_render(args: &RenderArgs) -> RunResult {
     let file = read_file(args.prompt.config.as_deref()).map_err(|e| (2, e.to_string()))?;
-    let config = PromptConfig::resolve(&args.prompt, &file);
+    let settings = args.prompt.clone().over(file.prompt);
+    let config = PromptConfig::resolve(&settings);
     let mut body = Vec::new();
     let read = if args.request.as_os_str() == "-" {
         std::io::stdin().read_to_end(&mut body).map(|_| ())
@@ -75,8 +76,8 @@ fn run_render(args: &RenderArgs) -> RunResult {
     read.map_err(|e| (2, format!("reading {}: {e}", args.request.display())))?;
     let request = ChatCompletionRequest::from_slice(&body).map_err(|e| (2, e.to_string()))?;
     let profiles = Profiles::builtin().map_err(|e| (1, e.to_string()))?;
-    let renderer = Renderer::with_templates(templates_dir(&args.prompt, &file).as_deref())
-        .map_err(|e| (2, e.to_string()))?;
+    let renderer =
+        Renderer::with_templates(settings.templates.as_deref()).map_err(|e| (2, e.to_string()))?;
     // Ids in the history carry the session's nudges; there is no content index offline.
     let sessions = SessionIndex::new(1);
     let prefixes =

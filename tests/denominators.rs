@@ -632,7 +632,7 @@ fn unlabelled_results_shared_by_several_labels_are_warned_about() {
 async fn record(
     label: &str,
     runs: &[(&str, usize)],
-    tweak: impl FnOnce(&mut asap_proxy::cli::ServeArgs),
+    tweak: impl FnOnce(&mut asap_proxy::config::ServeArgs),
 ) -> Proxy {
     let script = runs
         .iter()
