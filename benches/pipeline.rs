@@ -28,10 +28,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use asap_proxy::backend::{Backend, BackendCompletion, OpenAiCompletions};
+use asap_proxy::config::Mode;
+use asap_proxy::config::OnTerminate;
 use asap_proxy::config::{ProfileChoice, PromptConfig, DEFAULT_PREFIX_K};
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_for;
-use asap_proxy::pipeline::{Mode, OnTerminate, Prepared, RequestMeta, Scope};
+use asap_proxy::pipeline::{Prepared, RequestMeta, Scope};
 use asap_proxy::policy::{self, Limits, LoopRule};
 use asap_proxy::prefix::PrefixStore;
 use asap_proxy::profile::Profiles;

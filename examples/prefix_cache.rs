@@ -36,8 +36,8 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use asap_proxy::cli::ServeArgs;
 use asap_proxy::config::Config;
+use asap_proxy::config::ServeArgs;
 use asap_proxy::openai::chat::Tool;
 use asap_proxy::profile::Action;
 use asap_proxy::profile::{Profiles, ToolSet};

@@ -1,16 +1,16 @@
-//! Command-line structs only (clap derive). Every `serve` flag can also come from an
-//! `ASAP_<FLAG>` environment variable or the TOML file given by `--config`; precedence is
-//! flags > environment > file > defaults ([`crate::config`]).
+//! The command line: the subcommands, composed from the argument structs their modules declare
+//! (clap derive). Every `serve` flag can also come from an `ASAP_<FLAG>` environment variable
+//! or the TOML file given by `--config`; precedence is flags > environment > file > defaults
+//! ([`crate::config`], where the `serve` and `render` settings are declared).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::logging::LogFormat;
-use crate::pipeline::{Mode, OnTerminate};
-use crate::policy::LoopRule;
-use crate::render::Format;
+use crate::config::{PromptArgs, ServeArgs};
+use crate::replay::ReplayArgs;
+use crate::report::ReportArgs;
+use crate::view::ViewArgs;
 
 /// asap-proxy: drive pretrained base models from unmodified agent scaffolds.
 #[derive(Debug, Parser)]
@@ -37,155 +37,6 @@ pub enum Command {
     /// Browse trace logs in a web browser: sessions with outcome and behaviour flags, and
     /// each trajectory step by step with the exact prompts.
     View(ViewArgs),
-}
-
-/// Flags shared by `serve` and `render`: how a request is turned into a prompt.
-#[derive(Debug, Clone, Default, Args)]
-pub struct PromptArgs {
-    /// Scaffold profile: `auto` (detect from tool names and the prompt) or a profile name:
-    /// swe-agent, openhands-sdk, openhands-sdk-text, openhands-codeact,
-    /// openhands-codeact-text, mini-swe-agent, mini-swe-agent-text, terminus-2,
-    /// terminus-2-xml, browsecomp-plus, generic.
-    #[arg(long, env = "ASAP_PROFILE")]
-    pub profile: Option<String>,
-    /// Interaction format of the continuation document.
-    #[arg(long, env = "ASAP_FORMAT", value_enum)]
-    pub format: Option<Format>,
-    /// TOML configuration file (keys as the long flags, with `_` for `-`).
-    #[arg(long, env = "ASAP_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Directory of reference prefixes (`*.json`, `*.jsonl`); repeatable
-    /// [default: ./prefixes when it exists].
-    #[arg(long = "prefixes", env = "ASAP_PREFIXES", value_delimiter = ',')]
-    pub prefixes: Vec<PathBuf>,
-    /// Reference steps rendered before the live ones; 0 disables prefixes [default: 3].
-    #[arg(long, env = "ASAP_PREFIX_K")]
-    pub prefix_k: Option<usize>,
-    /// Directory of template overrides: `<format>.jinja` files (`markdown_xml.jinja`,
-    /// `xml.jinja`, `markdown.jinja`, `json.jinja`) used in place of the embedded ones
-    /// [default: the embedded templates].
-    #[arg(long, env = "ASAP_TEMPLATES")]
-    pub templates: Option<PathBuf>,
-}
-
-/// `asap-proxy serve`.
-#[derive(Debug, Clone, Default, Args)]
-pub struct ServeArgs {
-    /// Address to listen on [default: 127.0.0.1:8100].
-    #[arg(long, env = "ASAP_LISTEN")]
-    pub listen: Option<SocketAddr>,
-    /// Base URL of the completion backend, including `/v1`
-    /// [default: http://127.0.0.1:8080/v1, llama-server's default port]; or `replay:DIR`
-    /// (or `replay:FILE`): answer from the completions recorded in those trace logs, matched
-    /// by prompt SHA-256, else by session and step order; no model server needed.
-    #[arg(long, env = "ASAP_BACKEND")]
-    pub backend: Option<String>,
-    /// Model name sent to the backend [default: the first model of `GET {backend}/models`,
-    /// else the request's `model`].
-    #[arg(long, env = "ASAP_BACKEND_MODEL")]
-    pub backend_model: Option<String>,
-    /// Bearer token for the backend, if it needs one (never logged).
-    #[arg(long, env = "ASAP_BACKEND_API_KEY", hide_env_values = true)]
-    pub backend_api_key: Option<String>,
-    /// API keys clients must send as `Authorization: Bearer <key>` on every endpoint except
-    /// `/health` and `/metrics` (401 otherwise); repeatable or comma-separated. Never logged
-    /// [default: none, no authentication].
-    #[arg(
-        long = "api-key",
-        env = "ASAP_API_KEY",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    pub api_key: Vec<String>,
-    /// Largest accepted request body in bytes; larger ones get 413 [default: 33554432,
-    /// 32 MiB].
-    #[arg(long, env = "ASAP_MAX_BODY_BYTES")]
-    pub max_body_bytes: Option<usize>,
-    /// Seconds one chat/responses request may take in all (every backend call, retry and
-    /// nudge included); past it the request gets 504 `request_timeout` and the trace records
-    /// the step; 0: no limit [default: 600].
-    #[arg(long, env = "ASAP_REQUEST_TIMEOUT")]
-    pub request_timeout: Option<u64>,
-    /// Chat/responses requests served at once; one more gets 429 with `Retry-After: 1`
-    /// (health and models are not counted); 0: no limit [default: 512].
-    #[arg(long, env = "ASAP_MAX_CONCURRENCY")]
-    pub max_concurrency: Option<usize>,
-    /// Messages one request may carry; more get 400 [default: 10000].
-    #[arg(long, env = "ASAP_MAX_MESSAGES")]
-    pub max_messages: Option<usize>,
-    /// Tools one request may offer; more get 400 [default: 256].
-    #[arg(long, env = "ASAP_MAX_TOOLS")]
-    pub max_tools: Option<usize>,
-    /// Seconds to let in-flight requests finish after SIGTERM/SIGINT before cutting them off
-    /// (their backend calls fail with 503 `shutting_down` and are traced); the process then
-    /// exits 0 [default: 30].
-    #[arg(long, env = "ASAP_SHUTDOWN_TIMEOUT")]
-    pub shutdown_timeout: Option<u64>,
-    /// Directory for the JSONL trace logs, one file per session [default: asap-logs].
-    #[arg(long, env = "ASAP_LOG_DIR")]
-    pub log_dir: Option<PathBuf>,
-    /// Upper bound on generated tokens per step; a smaller request `max_tokens` wins
-    /// [default: 1024].
-    #[arg(long, env = "ASAP_MAX_TOKENS")]
-    pub max_tokens: Option<u32>,
-    /// Seconds to wait for one backend call [default: 300].
-    #[arg(long, env = "ASAP_BACKEND_TIMEOUT")]
-    pub backend_timeout: Option<u64>,
-    /// Retries after a connect error or a 5xx from the backend, with exponential backoff
-    /// from 250 ms [default: 3].
-    #[arg(long, env = "ASAP_BACKEND_RETRIES")]
-    pub backend_retries: Option<u32>,
-    /// The backend's context length in tokens; prompts that would not fit with `max_tokens`
-    /// get their oldest long observations elided [default: what the backend reports in
-    /// `/v1/models`, `/props` or `/info`; none: no check].
-    #[arg(long, env = "ASAP_CONTEXT_LENGTH")]
-    pub context_length: Option<u32>,
-    /// Hugging Face `tokenizer.json` of the served model, to count prompt tokens locally
-    /// [default: the backend's `/tokenize`, else an estimate of 1 token per 2 bytes].
-    #[arg(long, env = "ASAP_TOKENIZER")]
-    pub tokenizer: Option<PathBuf>,
-    /// `proxy`: adapt chat requests to the base model behind `--backend` (a completions API).
-    /// `passthrough`: forward them to an instruction-tuned model's chat API at `--backend` and
-    /// record the same trace (reference trajectories for prefixes) [default: proxy].
-    #[arg(long, env = "ASAP_MODE", value_enum)]
-    pub mode: Option<Mode>,
-    /// Actions per trajectory before the proxy ends it [default: 100].
-    #[arg(long, env = "ASAP_MAX_STEPS")]
-    pub max_steps: Option<usize>,
-    /// Consecutive unparsable outputs that end a trajectory; 0: never. Our rule, not the
-    /// paper's: a model that never writes the format does not run to the step cap at full
-    /// cost [default: 5].
-    #[arg(long, env = "ASAP_MAX_UNPARSABLE")]
-    pub max_unparsable: Option<usize>,
-    /// The paper's degenerate-loop termination: `degenerate` ends a trajectory when an action
-    /// comes a third time within `--loop-window` actions with the same result as before and
-    /// no successful edit since; `off` never [default: degenerate].
-    #[arg(long, env = "ASAP_LOOP_RULE", value_enum)]
-    pub loop_rule: Option<LoopRule>,
-    /// Recent actions, the current one included, in which the loop rule looks for repeats
-    /// (at least 3) [default: 10].
-    #[arg(long, env = "ASAP_LOOP_WINDOW")]
-    pub loop_window: Option<usize>,
-    /// The paper's failure recovery: `on` rejects a submit before any edit and an identical
-    /// repeated action once each with a hint; `off` accepts them (the ablation without
-    /// nudges; the loop rule and the other limits still end a trajectory) [default: on].
-    #[arg(long, env = "ASAP_NUDGES", value_name = "on|off",
-          value_parser = clap::builder::BoolishValueParser::new())]
-    pub nudges: Option<bool>,
-    /// When a rule ends a trajectory: answer with the profile's finish action (`submit`) or
-    /// with an error (`error`) [default: submit].
-    #[arg(long, env = "ASAP_ON_TERMINATE", value_enum)]
-    pub on_terminate: Option<OnTerminate>,
-    /// Model or checkpoint label recorded in every session of the trace (what `report`
-    /// groups by) [default: each request's `model`].
-    #[arg(long, env = "ASAP_LABEL")]
-    pub label: Option<String>,
-    /// Log lines on standard error: `text`, or `json` (one object per line, with `level` and
-    /// `fields`, for log collectors) [default: text].
-    #[arg(long, env = "ASAP_LOG_FORMAT", value_enum)]
-    pub log_format: Option<LogFormat>,
-    #[command(flatten)]
-    pub prompt: PromptArgs,
 }
 
 /// `asap-proxy render`.
@@ -266,132 +117,11 @@ pub struct PrefixBuildArgs {
     pub profile: Option<String>,
 }
 
-/// `asap-proxy replay`.
-#[derive(Debug, Clone, Args)]
-pub struct ReplayArgs {
-    /// Trace files or directories (searched recursively for `*.jsonl`).
-    #[arg(required = true)]
-    pub logs: Vec<PathBuf>,
-    /// Exit with status 1 when any step's prompt hash or parsed action differs.
-    #[arg(long)]
-    pub check: bool,
-    /// Print every step, not only the ones that differ.
-    #[arg(long)]
-    pub verbose: bool,
-    /// Directory of task prefixes, as for `serve`; repeatable [default: ./prefixes when it
-    /// exists]. The built-in demonstration is always available; K is the one each session
-    /// recorded.
-    #[arg(long = "prefixes", value_delimiter = ',')]
-    pub prefixes: Vec<PathBuf>,
-    /// Directory of template overrides (`<format>.jinja`), as for `serve`: replay what a
-    /// template change would do to the recorded prompts.
-    #[arg(long)]
-    pub templates: Option<PathBuf>,
-}
-
-/// Output format of `report`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ReportFormat {
-    /// Markdown tables.
-    #[default]
-    Md,
-    /// Comma-separated rows, one table after another with a blank line between.
-    Csv,
-    /// One JSON document.
-    Json,
-}
-
-/// Trace paths and results files of `report` and `view`: `--results` takes several values,
-/// so `--results r.json logs/` would read the directory as a results file; an existing
-/// directory among the results is taken as a trace path instead (results are files).
-///
-/// Errors: no trace path at all.
-pub fn trace_paths_and_results(
-    dirs: &[PathBuf],
-    results: &[String],
-) -> Result<(Vec<PathBuf>, Vec<String>), String> {
-    let mut dirs = dirs.to_vec();
-    let mut files = Vec::new();
-    for r in results {
-        if std::path::Path::new(r).is_dir() {
-            dirs.push(PathBuf::from(r));
-        } else {
-            files.push(r.clone());
-        }
-    }
-    if dirs.is_empty() {
-        return Err(
-            "no trace directory or file given (DIR...); note that a trace file given \
-                    after --results is read as a results file: put trace paths first"
-                .into(),
-        );
-    }
-    Ok((dirs, files))
-}
-
-/// `asap-proxy report`.
-#[derive(Debug, Clone, Args)]
-pub struct ReportArgs {
-    /// Trace directories or files (searched recursively for `*.jsonl`). A directory given
-    /// after `--results` is taken as a trace directory too.
-    pub dirs: Vec<PathBuf>,
-    /// Resolution results: SWE-bench harness report JSON (`resolved_ids`, `unresolved_ids`,
-    /// `empty_patch_ids`, `error_ids`), or JSONL/CSV rows of `instance_id, run, resolved`
-    /// (optional `label`); repeatable.
-    #[arg(long, num_args = 1..)]
-    pub results: Vec<String>,
-    /// k values for Pass@k (each reported where k ≤ n).
-    #[arg(long, value_delimiter = ',', default_value = "1,3,8")]
-    pub k: Vec<usize>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t)]
-    pub format: ReportFormat,
-    /// Write SVG plots (Pass@k curves, behaviour bars) into this directory.
-    #[arg(long)]
-    pub plots: Option<PathBuf>,
-    /// With `--format json`: each trajectory also lists its completion calls (`steps`: step,
-    /// attempt, parsed action or parse-failure class, nudge, termination, edit and submit
-    /// flags), with its profile and the proxy's termination reason and last error.
-    #[arg(long)]
-    pub steps: bool,
-    /// Paired comparison of two labels, aligned by task and run index.
-    #[arg(long, num_args = 2, value_names = ["A", "B"])]
-    pub pair: Option<Vec<String>>,
-    /// The task set every label is scored over: instance ids, one a line (blank lines and
-    /// `#` comments skipped). Default: every instance id seen in the trajectories and results.
-    /// A task a label lacks counts as resolved in none of its runs (with a warning).
-    #[arg(long, value_name = "FILE")]
-    pub tasks: Option<PathBuf>,
-    /// The scaffold's own step limit (model calls per run, e.g. mini-swe-agent's
-    /// `step_limit`): a run that stopped without submitting after this many requests ended at
-    /// the step cap, not "stopped without submitting".
-    #[arg(long, value_name = "N")]
-    pub step_limit: Option<usize>,
-    /// Compare labels whose protocols differ (format, prefix K, prefix coverage, rules,
-    /// proxy version); the differences are printed above the tables. Without it, such a
-    /// comparison is an error (exit 2).
-    #[arg(long)]
-    pub allow_protocol_mismatch: bool,
-}
-
-/// `asap-proxy view`.
-#[derive(Debug, Clone, Args)]
-pub struct ViewArgs {
-    /// Trace directories or files (searched recursively for `*.jsonl`; read again on every
-    /// page load). A directory given after `--results` is taken as a trace directory too.
-    pub dirs: Vec<PathBuf>,
-    /// Address to listen on; the pages are at `http://ADDR/ui`.
-    #[arg(long, env = "ASAP_VIEW_LISTEN", default_value = "127.0.0.1:8200")]
-    pub listen: SocketAddr,
-    /// Resolution results, as for `report` (SWE-bench harness report JSON, or JSONL/CSV rows
-    /// of `instance_id, run, resolved`): adds resolved/unresolved to each session; repeatable.
-    #[arg(long, num_args = 1..)]
-    pub results: Vec<String>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::Format;
+    use crate::report::trace_paths_and_results;
     use clap::CommandFactory;
 
     #[test]

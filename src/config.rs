@@ -1,18 +1,36 @@
-//! Validated configuration: flags > environment (`ASAP_*`, via clap) > TOML file > defaults.
+//! Settings of `serve` and `render`, each declared once, and the validated [`Config`].
+//!
+//! Each settings group ([`ServeArgs`], [`PromptArgs`]) is one struct that is both the clap
+//! arguments (flags and their `ASAP_*` environment variables) and the TOML file's shape: every
+//! field is an `Option` (or a list, empty when unset), so "not given" is visible. The layers
+//! merge once, generically ([`Layer::over`]: flag/env over file), and [`Config::resolve`]
+//! fills what is still unset from the defaults table below and validates.
+//!
+//! Precedence: flags > environment (`ASAP_*`, via clap) > TOML file > defaults.
 //!
 //! The TOML file uses the long flag names with `_` (`log_dir = "logs"`); unknown keys are an
 //! error that names the key, so a typo never silently falls back to a default.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use serde::Deserialize;
+use clap::Args;
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
-use crate::cli::{PromptArgs, ServeArgs};
 use crate::logging::LogFormat;
-use crate::pipeline::{Mode, OnTerminate};
 use crate::policy::{Limits, LoopRule};
 use crate::render::Format;
+
+// The defaults table: what a setting takes when neither a flag, its `ASAP_*` variable nor the
+// file sets it (README.md and docs/*.md quote these; the `[default: …]` of each flag's help
+// says the same). Enum settings default to their `#[default]` variant: `format` to
+// [`Format::default`] (markdown-xml), `mode` to [`Mode::Proxy`], `on_terminate` to
+// [`OnTerminate::Submit`], `log_format` to text; the termination rules (`max_steps` 100,
+// `max_unparsable` 5, `loop_rule` degenerate, `loop_window` 10, `nudges` on) to
+// [`Limits::default`], which owns them.
 
 /// Default listen address: loopback only (DESIGN.md "Commands").
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8100";
@@ -39,6 +57,217 @@ pub const DEFAULT_MAX_MESSAGES: usize = 10_000;
 pub const DEFAULT_MAX_TOOLS: usize = 256;
 /// Default time given to in-flight requests after SIGTERM/SIGINT, seconds.
 pub const DEFAULT_SHUTDOWN_TIMEOUT_S: u64 = 30;
+/// Default directory of the JSONL trace logs.
+pub const DEFAULT_LOG_DIR: &str = "asap-logs";
+/// Default prefix directory, used when it exists and no `prefixes` are given.
+pub const DEFAULT_PREFIXES_DIR: &str = "prefixes";
+/// Default K: the paper's choice (K=3; longer prefixes began to leak gold patches).
+pub const DEFAULT_PREFIX_K: usize = 3;
+
+/// A settings group laid over a lower-precedence one (flags/env over the file): a value set
+/// in `self` wins; an unset one (`None`, an empty list) takes `lower`'s.
+pub trait Layer {
+    /// `self` where set, else `lower`.
+    fn over(self, lower: Self) -> Self;
+}
+
+impl<T> Layer for Option<T> {
+    fn over(self, lower: Self) -> Self {
+        self.or(lower)
+    }
+}
+
+impl<T> Layer for Vec<T> {
+    fn over(self, lower: Self) -> Self {
+        if self.is_empty() {
+            lower
+        } else {
+            self
+        }
+    }
+}
+
+/// Declares a settings group: the struct as written (its clap and serde attributes pass
+/// through) and its [`Layer`] impl, field by field, so a field is named in one place only.
+macro_rules! settings {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* pub $field:ident: $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[$field_meta])* pub $field: $ty, )*
+        }
+
+        impl Layer for $name {
+            fn over(self, lower: Self) -> Self {
+                Self { $( $field: Layer::over(self.$field, lower.$field), )* }
+            }
+        }
+    };
+}
+
+settings! {
+    /// Settings shared by `serve` and `render`: how a request is turned into a prompt. Both the
+    /// flags (with their `ASAP_*` variables) and the file's keys of the group.
+    #[derive(Debug, Clone, Default, Args, Deserialize)]
+    #[serde(default)]
+    pub struct PromptArgs {
+        /// Scaffold profile: `auto` (detect from tool names and the prompt) or a profile name:
+        /// swe-agent, openhands-sdk, openhands-sdk-text, openhands-codeact,
+        /// openhands-codeact-text, mini-swe-agent, mini-swe-agent-text, terminus-2,
+        /// terminus-2-xml, browsecomp-plus, generic.
+        #[arg(long, env = "ASAP_PROFILE")]
+        pub profile: Option<String>,
+        /// Interaction format of the continuation document.
+        #[arg(long, env = "ASAP_FORMAT", value_enum)]
+        pub format: Option<Format>,
+        /// TOML configuration file (keys as the long flags, with `_` for `-`).
+        #[arg(long, env = "ASAP_CONFIG")]
+        #[serde(skip)]
+        pub config: Option<PathBuf>,
+        /// Directory of reference prefixes (`*.json`, `*.jsonl`); repeatable
+        /// [default: ./prefixes when it exists].
+        #[arg(long = "prefixes", env = "ASAP_PREFIXES", value_delimiter = ',')]
+        pub prefixes: Vec<PathBuf>,
+        /// Reference steps rendered before the live ones; 0 disables prefixes [default: 3].
+        #[arg(long, env = "ASAP_PREFIX_K")]
+        pub prefix_k: Option<usize>,
+        /// Directory of template overrides: `<format>.jinja` files (`markdown_xml.jinja`,
+        /// `xml.jinja`, `markdown.jinja`, `json.jinja`) used in place of the embedded ones
+        /// [default: the embedded templates].
+        #[arg(long, env = "ASAP_TEMPLATES")]
+        pub templates: Option<PathBuf>,
+    }
+}
+
+settings! {
+    /// `asap-proxy serve`: its flags (with their `ASAP_*` variables), and the TOML file's keys
+    /// (those of [`PromptArgs`] too; `config` is a flag only).
+    #[derive(Debug, Clone, Default, Args, Deserialize)]
+    #[serde(default)]
+    pub struct ServeArgs {
+        /// Address to listen on [default: 127.0.0.1:8100].
+        #[arg(long, env = "ASAP_LISTEN")]
+        pub listen: Option<SocketAddr>,
+        /// Base URL of the completion backend, including `/v1`
+        /// [default: http://127.0.0.1:8080/v1, llama-server's default port]; or `replay:DIR`
+        /// (or `replay:FILE`): answer from the completions recorded in those trace logs, matched
+        /// by prompt SHA-256, else by session and step order; no model server needed.
+        #[arg(long, env = "ASAP_BACKEND")]
+        pub backend: Option<String>,
+        /// Model name sent to the backend [default: the first model of `GET {backend}/models`,
+        /// else the request's `model`].
+        #[arg(long, env = "ASAP_BACKEND_MODEL")]
+        pub backend_model: Option<String>,
+        /// Bearer token for the backend, if it needs one (never logged).
+        #[arg(long, env = "ASAP_BACKEND_API_KEY", hide_env_values = true)]
+        pub backend_api_key: Option<String>,
+        /// API keys clients must send as `Authorization: Bearer <key>` on every endpoint except
+        /// `/health` and `/metrics` (401 otherwise); repeatable or comma-separated. Never logged
+        /// [default: none, no authentication].
+        #[arg(
+            long = "api-key",
+            env = "ASAP_API_KEY",
+            value_delimiter = ',',
+            hide_env_values = true
+        )]
+        #[serde(deserialize_with = "one_or_many")]
+        pub api_key: Vec<String>,
+        /// Largest accepted request body in bytes; larger ones get 413 [default: 33554432,
+        /// 32 MiB].
+        #[arg(long, env = "ASAP_MAX_BODY_BYTES")]
+        pub max_body_bytes: Option<usize>,
+        /// Seconds one chat/responses request may take in all (every backend call, retry and
+        /// nudge included); past it the request gets 504 `request_timeout` and the trace records
+        /// the step; 0: no limit [default: 600].
+        #[arg(long, env = "ASAP_REQUEST_TIMEOUT")]
+        pub request_timeout: Option<u64>,
+        /// Chat/responses requests served at once; one more gets 429 with `Retry-After: 1`
+        /// (health and models are not counted); 0: no limit [default: 512].
+        #[arg(long, env = "ASAP_MAX_CONCURRENCY")]
+        pub max_concurrency: Option<usize>,
+        /// Messages one request may carry; more get 400 [default: 10000].
+        #[arg(long, env = "ASAP_MAX_MESSAGES")]
+        pub max_messages: Option<usize>,
+        /// Tools one request may offer; more get 400 [default: 256].
+        #[arg(long, env = "ASAP_MAX_TOOLS")]
+        pub max_tools: Option<usize>,
+        /// Seconds to let in-flight requests finish after SIGTERM/SIGINT before cutting them off
+        /// (their backend calls fail with 503 `shutting_down` and are traced); the process then
+        /// exits 0 [default: 30].
+        #[arg(long, env = "ASAP_SHUTDOWN_TIMEOUT")]
+        pub shutdown_timeout: Option<u64>,
+        /// Directory for the JSONL trace logs, one file per session [default: asap-logs].
+        #[arg(long, env = "ASAP_LOG_DIR")]
+        pub log_dir: Option<PathBuf>,
+        /// Upper bound on generated tokens per step; a smaller request `max_tokens` wins
+        /// [default: 1024].
+        #[arg(long, env = "ASAP_MAX_TOKENS")]
+        pub max_tokens: Option<u32>,
+        /// Seconds to wait for one backend call [default: 300].
+        #[arg(long, env = "ASAP_BACKEND_TIMEOUT")]
+        pub backend_timeout: Option<u64>,
+        /// Retries after a connect error or a 5xx from the backend, with exponential backoff
+        /// from 250 ms [default: 3].
+        #[arg(long, env = "ASAP_BACKEND_RETRIES")]
+        pub backend_retries: Option<u32>,
+        /// The backend's context length in tokens; prompts that would not fit with `max_tokens`
+        /// get their oldest long observations elided [default: what the backend reports in
+        /// `/v1/models`, `/props` or `/info`; none: no check].
+        #[arg(long, env = "ASAP_CONTEXT_LENGTH")]
+        pub context_length: Option<u32>,
+        /// Hugging Face `tokenizer.json` of the served model, to count prompt tokens locally
+        /// [default: the backend's `/tokenize`, else an estimate of 1 token per 2 bytes].
+        #[arg(long, env = "ASAP_TOKENIZER")]
+        pub tokenizer: Option<PathBuf>,
+        /// `proxy`: adapt chat requests to the base model behind `--backend` (a completions API).
+        /// `passthrough`: forward them to an instruction-tuned model's chat API at `--backend` and
+        /// record the same trace (reference trajectories for prefixes) [default: proxy].
+        #[arg(long, env = "ASAP_MODE", value_enum)]
+        pub mode: Option<Mode>,
+        /// Actions per trajectory before the proxy ends it [default: 100].
+        #[arg(long, env = "ASAP_MAX_STEPS")]
+        pub max_steps: Option<usize>,
+        /// Consecutive unparsable outputs that end a trajectory; 0: never. Our rule, not the
+        /// paper's: a model that never writes the format does not run to the step cap at full
+        /// cost [default: 5].
+        #[arg(long, env = "ASAP_MAX_UNPARSABLE")]
+        pub max_unparsable: Option<usize>,
+        /// The paper's degenerate-loop termination: `degenerate` ends a trajectory when an action
+        /// comes a third time within `--loop-window` actions with the same result as before and
+        /// no successful edit since; `off` never [default: degenerate].
+        #[arg(long, env = "ASAP_LOOP_RULE", value_enum)]
+        pub loop_rule: Option<LoopRule>,
+        /// Recent actions, the current one included, in which the loop rule looks for repeats
+        /// (at least 3) [default: 10].
+        #[arg(long, env = "ASAP_LOOP_WINDOW")]
+        pub loop_window: Option<usize>,
+        /// The paper's failure recovery: `on` rejects a submit before any edit and an identical
+        /// repeated action once each with a hint; `off` accepts them (the ablation without
+        /// nudges; the loop rule and the other limits still end a trajectory) [default: on].
+        #[arg(long, env = "ASAP_NUDGES", value_name = "on|off",
+              value_parser = clap::builder::BoolishValueParser::new())]
+        pub nudges: Option<bool>,
+        /// When a rule ends a trajectory: answer with the profile's finish action (`submit`) or
+        /// with an error (`error`) [default: submit].
+        #[arg(long, env = "ASAP_ON_TERMINATE", value_enum)]
+        pub on_terminate: Option<OnTerminate>,
+        /// Model or checkpoint label recorded in every session of the trace (what `report`
+        /// groups by) [default: each request's `model`].
+        #[arg(long, env = "ASAP_LABEL")]
+        pub label: Option<String>,
+        /// Log lines on standard error: `text`, or `json` (one object per line, with `level` and
+        /// `fields`, for log collectors) [default: text].
+        #[arg(long, env = "ASAP_LOG_FORMAT", value_enum)]
+        pub log_format: Option<LogFormat>,
+        #[command(flatten)]
+        #[serde(skip)]
+        pub prompt: PromptArgs,
+    }
+}
 
 /// A secret (an API key): its `Debug` never shows the value, so it cannot reach logs through
 /// a `{:?}` of the config or the state.
@@ -73,6 +302,14 @@ pub enum FileKeys {
     Many(Vec<String>),
 }
 
+/// `api_key` in the file, one string or a list, as the list the flag gives.
+fn one_or_many<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    Ok(match FileKeys::deserialize(deserializer)? {
+        FileKeys::One(key) => vec![key],
+        FileKeys::Many(keys) => keys,
+    })
+}
+
 /// Limits of the HTTP layer (DESIGN.md "Scale"; docs/reliability.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerLimits {
@@ -103,41 +340,28 @@ impl Default for ServerLimits {
     }
 }
 
-/// The TOML file's shape.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    pub listen: Option<SocketAddr>,
-    pub backend: Option<String>,
-    pub backend_model: Option<String>,
-    pub backend_api_key: Option<String>,
-    pub api_key: Option<FileKeys>,
-    pub max_body_bytes: Option<usize>,
-    pub request_timeout: Option<u64>,
-    pub max_concurrency: Option<usize>,
-    pub max_messages: Option<usize>,
-    pub max_tools: Option<usize>,
-    pub shutdown_timeout: Option<u64>,
-    pub log_dir: Option<PathBuf>,
-    pub max_tokens: Option<u32>,
-    pub backend_timeout: Option<u64>,
-    pub backend_retries: Option<u32>,
-    pub context_length: Option<u32>,
-    pub tokenizer: Option<PathBuf>,
-    pub profile: Option<String>,
-    pub format: Option<Format>,
-    pub mode: Option<Mode>,
-    pub prefixes: Option<Vec<PathBuf>>,
-    pub prefix_k: Option<usize>,
-    pub max_steps: Option<usize>,
-    pub max_unparsable: Option<usize>,
-    pub loop_rule: Option<LoopRule>,
-    pub loop_window: Option<usize>,
-    pub nudges: Option<bool>,
-    pub on_terminate: Option<OnTerminate>,
-    pub label: Option<String>,
-    pub templates: Option<PathBuf>,
-    pub log_format: Option<LogFormat>,
+/// What the proxy does when a rule ends a trajectory (`--on-terminate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTerminate {
+    /// Answer with the profile's finish action (SWE-agent `submit`, OpenHands `finish`,
+    /// mini-swe-agent's completion command, plain content for `generic`).
+    #[default]
+    Submit,
+    /// Answer with an error (HTTP 400, code `trajectory_terminated`).
+    Error,
+}
+
+/// What `serve` does with a chat request (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Adapt it to a base model behind a completions backend (the ASAP method).
+    #[default]
+    Proxy,
+    /// Forward it to an instruction-tuned chat backend and record the trace (reference
+    /// trajectories for prefixes).
+    Passthrough,
 }
 
 /// Which profile serves requests.
@@ -148,9 +372,6 @@ pub enum ProfileChoice {
     /// Always this profile.
     Named(String),
 }
-
-/// Default K: the paper's choice (K=3; longer prefixes began to leak gold patches).
-pub const DEFAULT_PREFIX_K: usize = 3;
 
 /// How requests become prompts (shared by `serve` and `render`).
 #[derive(Debug, Clone)]
@@ -201,11 +422,6 @@ pub struct Config {
 /// Prefix of `--backend` that selects the replay backend: `replay:DIR` or `replay:FILE`.
 pub const REPLAY_BACKEND: &str = "replay:";
 
-/// The template override directory: flag/env, else the file's `templates`.
-pub fn templates_dir(args: &PromptArgs, file: &FileConfig) -> Option<PathBuf> {
-    args.templates.clone().or_else(|| file.templates.clone())
-}
-
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -223,43 +439,133 @@ pub enum ConfigError {
     Invalid { field: &'static str, reason: String },
 }
 
-/// Reads the TOML file, if one is given.
-pub fn read_file(path: Option<&Path>) -> Result<FileConfig, ConfigError> {
+/// Reads the TOML file, if one is given: its settings of both groups (unset where the file
+/// has no key). Unknown keys fail as with `#[serde(deny_unknown_fields)]`, naming the key.
+pub fn read_file(path: Option<&Path>) -> Result<ServeArgs, ConfigError> {
     let Some(path) = path else {
-        return Ok(FileConfig::default());
+        return Ok(ServeArgs::default());
     };
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+    // One table, read once per group (each keeps toml's line and column in its errors).
+    let parse = |source| ConfigError::Parse {
         path: path.to_path_buf(),
         source: Box::new(source),
-    })
+    };
+    toml::from_str::<KnownKeys>(&text).map_err(parse)?;
+    let mut file: ServeArgs = toml::from_str(&text).map_err(parse)?;
+    file.prompt = toml::from_str(&text).map_err(parse)?;
+    Ok(file)
+}
+
+/// The file's keys: those of [`ServeArgs`], then those of [`PromptArgs`].
+fn file_keys() -> &'static [&'static str] {
+    static KEYS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    KEYS.get_or_init(|| [keys_of::<ServeArgs>(), keys_of::<PromptArgs>()].concat())
+}
+
+/// The keys a derived `Deserialize` struct reads (renames and `#[serde(skip)]` applied): the
+/// field list it hands to `deserialize_struct`, caught by a deserializer that reads nothing.
+fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> Deserializer<'de> for Probe<'_> {
+        type Error = de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("fields read"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Probe(&mut fields));
+    fields
+}
+
+/// A TOML table of settings keys only: deserializing it fails at the first other key, with
+/// the error a struct with `#[serde(deny_unknown_fields)]` gives (the key, where it is, and
+/// the keys expected).
+struct KnownKeys;
+
+impl<'de> Deserialize<'de> for KnownKeys {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_struct("ServeArgs", file_keys(), KnownKeys)
+    }
+}
+
+impl<'de> Visitor<'de> for KnownKeys {
+    type Value = KnownKeys;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a table of settings")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        while map.next_key_seed(KnownKey)?.is_some() {
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(KnownKeys)
+    }
+}
+
+/// One key of [`KnownKeys`].
+struct KnownKey;
+
+impl<'de> DeserializeSeed<'de> for KnownKey {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_identifier(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KnownKey {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a setting name")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<(), E> {
+        if file_keys().contains(&key) {
+            Ok(())
+        } else {
+            Err(E::unknown_field(key, file_keys()))
+        }
+    }
 }
 
 impl PromptConfig {
-    /// Merges prompt flags over the file.
-    pub fn resolve(args: &PromptArgs, file: &FileConfig) -> Self {
-        let profile = args
+    /// The prompt settings, flags/env already laid over the file ([`Layer::over`]), with the
+    /// defaults filled in.
+    pub fn resolve(settings: &PromptArgs) -> Self {
+        let profile = settings
             .profile
             .clone()
-            .or_else(|| file.profile.clone())
             .filter(|p| p != "auto")
             .map_or(ProfileChoice::Auto, ProfileChoice::Named);
-        let mut prefixes = if args.prefixes.is_empty() {
-            file.prefixes.clone().unwrap_or_default()
-        } else {
-            args.prefixes.clone()
-        };
-        if prefixes.is_empty() && Path::new("prefixes").is_dir() {
-            prefixes.push(PathBuf::from("prefixes"));
+        let mut prefixes = settings.prefixes.clone();
+        if prefixes.is_empty() && Path::new(DEFAULT_PREFIXES_DIR).is_dir() {
+            prefixes.push(PathBuf::from(DEFAULT_PREFIXES_DIR));
         }
         Self {
             profile,
-            format: args.format.or(file.format).unwrap_or_default(),
+            format: settings.format.unwrap_or_default(),
             prefixes,
-            prefix_k: args.prefix_k.or(file.prefix_k).unwrap_or(DEFAULT_PREFIX_K),
+            prefix_k: settings.prefix_k.unwrap_or(DEFAULT_PREFIX_K),
         }
     }
 }
@@ -268,17 +574,17 @@ impl Config {
     /// Merges flags/env over the file over defaults, and validates.
     pub fn resolve(args: &ServeArgs) -> Result<Self, ConfigError> {
         let file = read_file(args.prompt.config.as_deref())?;
-        let listen = match args.listen.or(file.listen) {
+        let s = args.clone().over(file);
+        let listen = match s.listen {
             Some(a) => a,
             None => DEFAULT_LISTEN.parse().map_err(|e| ConfigError::Invalid {
                 field: "listen",
                 reason: format!("{e}"),
             })?,
         };
-        let backend = args
+        let backend = s
             .backend
             .clone()
-            .or_else(|| file.backend.clone())
             .unwrap_or_else(|| DEFAULT_BACKEND.to_string());
         let backend = if backend.starts_with(REPLAY_BACKEND) {
             backend
@@ -302,10 +608,7 @@ impl Config {
                 ),
             });
         }
-        let max_tokens = args
-            .max_tokens
-            .or(file.max_tokens)
-            .unwrap_or(DEFAULT_MAX_TOKENS);
+        let max_tokens = s.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
         if max_tokens == 0 {
             return Err(ConfigError::Invalid {
                 field: "max_tokens",
@@ -314,23 +617,11 @@ impl Config {
         }
         let defaults = Limits::default();
         let limits = Limits {
-            max_steps: args
-                .max_steps
-                .or(file.max_steps)
-                .unwrap_or(defaults.max_steps),
-            max_unparsable: args
-                .max_unparsable
-                .or(file.max_unparsable)
-                .unwrap_or(defaults.max_unparsable),
-            loop_rule: args
-                .loop_rule
-                .or(file.loop_rule)
-                .unwrap_or(defaults.loop_rule),
-            loop_window: args
-                .loop_window
-                .or(file.loop_window)
-                .unwrap_or(defaults.loop_window),
-            nudges: args.nudges.or(file.nudges).unwrap_or(defaults.nudges),
+            max_steps: s.max_steps.unwrap_or(defaults.max_steps),
+            max_unparsable: s.max_unparsable.unwrap_or(defaults.max_unparsable),
+            loop_rule: s.loop_rule.unwrap_or(defaults.loop_rule),
+            loop_window: s.loop_window.unwrap_or(defaults.loop_window),
+            nudges: s.nudges.unwrap_or(defaults.nudges),
         };
         // `max_unparsable` 0 turns that rule off; a loop window under 3 could never hold
         // three occurrences.
@@ -345,65 +636,36 @@ impl Config {
                 });
             }
         }
+        let api_keys = api_keys(&s.api_key)?;
+        let server = server_limits(&s)?;
         Ok(Self {
             limits,
-            on_terminate: args.on_terminate.or(file.on_terminate).unwrap_or_default(),
-            mode: args.mode.or(file.mode).unwrap_or_default(),
-            label: args
-                .label
-                .clone()
-                .or(file.label.clone())
-                .filter(|l| !l.trim().is_empty()),
+            on_terminate: s.on_terminate.unwrap_or_default(),
+            mode: s.mode.unwrap_or_default(),
+            label: s.label.filter(|l| !l.trim().is_empty()),
             listen,
             backend,
-            backend_model: args.backend_model.clone().or(file.backend_model.clone()),
-            backend_api_key: args
-                .backend_api_key
-                .clone()
-                .or(file.backend_api_key.clone())
-                .filter(|k| !k.is_empty())
-                .map(Secret::new),
-            api_keys: api_keys(args, &file)?,
-            server: server_limits(args, &file)?,
-            log_dir: args
-                .log_dir
-                .clone()
-                .or(file.log_dir.clone())
-                .unwrap_or_else(|| PathBuf::from("asap-logs")),
+            backend_model: s.backend_model,
+            backend_api_key: s.backend_api_key.filter(|k| !k.is_empty()).map(Secret::new),
+            api_keys,
+            server,
+            log_dir: s.log_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_LOG_DIR)),
             max_tokens,
-            backend_timeout_s: args
-                .backend_timeout
-                .or(file.backend_timeout)
-                .unwrap_or(DEFAULT_BACKEND_TIMEOUT_S),
-            context_length: args
-                .context_length
-                .or(file.context_length)
-                .filter(|n| *n > 0),
-            tokenizer: args.tokenizer.clone().or(file.tokenizer.clone()),
-            backend_retries: args
-                .backend_retries
-                .or(file.backend_retries)
-                .unwrap_or(DEFAULT_BACKEND_RETRIES),
-            templates: templates_dir(&args.prompt, &file),
-            log_format: args.log_format.or(file.log_format).unwrap_or_default(),
-            prompt: PromptConfig::resolve(&args.prompt, &file),
+            backend_timeout_s: s.backend_timeout.unwrap_or(DEFAULT_BACKEND_TIMEOUT_S),
+            context_length: s.context_length.filter(|n| *n > 0),
+            tokenizer: s.tokenizer,
+            backend_retries: s.backend_retries.unwrap_or(DEFAULT_BACKEND_RETRIES),
+            templates: s.prompt.templates.clone(),
+            log_format: s.log_format.unwrap_or_default(),
+            prompt: PromptConfig::resolve(&s.prompt),
         })
     }
 }
 
 /// `--api-key` values (flag/env, else the file), blanks dropped; a key with whitespace or a
 /// control character could never be sent in a header, so it is refused here.
-fn api_keys(args: &ServeArgs, file: &FileConfig) -> Result<Vec<Secret>, ConfigError> {
-    let keys: Vec<String> = if args.api_key.is_empty() {
-        match &file.api_key {
-            Some(FileKeys::One(k)) => vec![k.clone()],
-            Some(FileKeys::Many(ks)) => ks.clone(),
-            None => Vec::new(),
-        }
-    } else {
-        args.api_key.clone()
-    };
-    keys.into_iter()
+fn api_keys(keys: &[String]) -> Result<Vec<Secret>, ConfigError> {
+    keys.iter()
         .filter(|k| !k.trim().is_empty())
         .map(|k| {
             if k.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -413,43 +675,31 @@ fn api_keys(args: &ServeArgs, file: &FileConfig) -> Result<Vec<Secret>, ConfigEr
                     reason: "a key contains whitespace or a control character".into(),
                 })
             } else {
-                Ok(Secret::new(k))
+                Ok(Secret::new(k.as_str()))
             }
         })
         .collect()
 }
 
-/// The HTTP layer's limits: flag/env, else the file, else the defaults; 0 turns the request
-/// timeout and the concurrency limit off.
-fn server_limits(args: &ServeArgs, file: &FileConfig) -> Result<ServerLimits, ConfigError> {
+/// The HTTP layer's limits (flag/env, else the file, already merged in `s`), else the
+/// defaults; 0 turns the request timeout and the concurrency limit off.
+fn server_limits(s: &ServeArgs) -> Result<ServerLimits, ConfigError> {
     let defaults = ServerLimits::default();
     let limits = ServerLimits {
-        max_body_bytes: args
-            .max_body_bytes
-            .or(file.max_body_bytes)
-            .unwrap_or(defaults.max_body_bytes),
-        request_timeout_s: match args.request_timeout.or(file.request_timeout) {
+        max_body_bytes: s.max_body_bytes.unwrap_or(defaults.max_body_bytes),
+        request_timeout_s: match s.request_timeout {
             Some(0) => None,
-            Some(s) => Some(s),
+            Some(secs) => Some(secs),
             None => defaults.request_timeout_s,
         },
-        max_concurrency: match args.max_concurrency.or(file.max_concurrency) {
+        max_concurrency: match s.max_concurrency {
             Some(0) => None,
             Some(n) => Some(n),
             None => defaults.max_concurrency,
         },
-        max_messages: args
-            .max_messages
-            .or(file.max_messages)
-            .unwrap_or(defaults.max_messages),
-        max_tools: args
-            .max_tools
-            .or(file.max_tools)
-            .unwrap_or(defaults.max_tools),
-        shutdown_timeout_s: args
-            .shutdown_timeout
-            .or(file.shutdown_timeout)
-            .unwrap_or(defaults.shutdown_timeout_s),
+        max_messages: s.max_messages.unwrap_or(defaults.max_messages),
+        max_tools: s.max_tools.unwrap_or(defaults.max_tools),
+        shutdown_timeout_s: s.shutdown_timeout.unwrap_or(defaults.shutdown_timeout_s),
     };
     for (field, value) in [
         ("max_body_bytes", limits.max_body_bytes),
@@ -487,7 +737,7 @@ impl Config {
         if let Some(dir) = &self.templates {
             canonical.push_str(&format!("templates={dir:?}\n"));
         }
-        crate::trace::sha256_hex(canonical.as_bytes())
+        crate::util::sha256_hex(canonical.as_bytes())
     }
 }
 
@@ -525,6 +775,23 @@ mod tests {
         std::fs::write(&path, "log_format = \"yaml\"\n").unwrap();
         args.log_format = None;
         assert!(Config::resolve(&args).is_err());
+    }
+
+    #[test]
+    fn file_keys_are_both_groups_without_the_flag_only_ones() {
+        let keys = file_keys();
+        assert_eq!(keys.len(), 31);
+        for key in [
+            "listen",
+            "api_key",
+            "log_format",
+            "profile",
+            "prefixes",
+            "templates",
+        ] {
+            assert!(keys.contains(&key), "{key}");
+        }
+        assert!(!keys.contains(&"config") && !keys.contains(&"prompt"));
     }
 
     #[test]

@@ -188,6 +188,7 @@ impl IntoResponse for ProxyError {
         response
     }
 }
+
 /// OpenAI's message for a prompt of `prompt_tokens` that leaves no room for `max_tokens` in
 /// `context_length` ("This model's maximum context length is N tokens. However, you requested
 /// M tokens …"): the wording LiteLLM maps to `ContextWindowExceededError`. Used for the proxy's own
@@ -199,4 +200,92 @@ pub fn too_long_message(context_length: u32, prompt_tokens: usize, max_tokens: u
          completion). Please reduce the length of the messages or completion.",
         prompt_tokens + max_tokens as usize
     )
+}
+
+/// The boxed source of a [`CliError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a subcommand failed: `main` prints it with its source chain ([`CliError::report`]) and
+/// exits with [`CliError::exit_code`].
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad arguments or configuration, unreadable input, labels compared under different
+    /// protocols (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// Bad arguments, configuration or input, as another error reports it, kept whole
+    /// (exit 2).
+    #[error(transparent)]
+    Input(BoxError),
+    /// Input that cannot be read: printed as `{context}: {source}` (exit 2).
+    #[error("{context}")]
+    Unreadable {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A run that failed (exit 1), e.g. `replay --check` that found differences.
+    #[error("{0}")]
+    Failed(String),
+    /// A failure as another error reports it, kept whole (exit 1).
+    #[error(transparent)]
+    Internal(BoxError),
+    /// Writing output or serving failed: printed as `{context}: {source}` (exit 1).
+    #[error("{context}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CliError {
+    /// The process exit code: 2 for usage, configuration and input errors, 1 for failures.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Usage(_) | Self::Input(_) | Self::Unreadable { .. } => 2,
+            Self::Failed(_) | Self::Internal(_) | Self::Io { .. } => 1,
+        }
+    }
+
+    /// Bad input, as `error` reports it (exit 2).
+    pub fn input(error: impl Into<BoxError>) -> Self {
+        Self::Input(error.into())
+    }
+
+    /// A failure, as `error` reports it (exit 1).
+    pub fn internal(error: impl Into<BoxError>) -> Self {
+        Self::Internal(error.into())
+    }
+
+    /// Input that cannot be read while `context` (for `map_err`; exit 2).
+    pub fn unreadable(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        move |source| Self::Unreadable {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// An I/O failure while `context` (for `map_err`; exit 1).
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        move |source| Self::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The message and its chain of sources, joined by `: `; a source whose text the message
+    /// already ends with (errors that print their source themselves) is not repeated.
+    pub fn report(&self) -> String {
+        let mut message = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(error) = source {
+            let text = error.to_string();
+            if !message.ends_with(&text) {
+                message = format!("{message}: {text}");
+            }
+            source = error.source();
+        }
+        message
+    }
 }

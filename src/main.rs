@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use clap::Parser;
 
-use asap_proxy::cli::{Cli, Command, PrefixArgs, PrefixCommand, RenderArgs, ServeArgs};
-use asap_proxy::config::{read_file, templates_dir, Config, PromptConfig};
+use asap_proxy::cli::{Cli, Command, PrefixArgs, PrefixCommand, RenderArgs};
+use asap_proxy::config::{read_file, Config, Layer, PromptConfig, ServeArgs};
+use asap_proxy::error::CliError;
 use asap_proxy::logging::{self, LogFormat};
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::pipeline::prepare;
@@ -35,7 +36,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err((code, message)) => {
+        Err(error) => {
+            let (code, message) = (error.exit_code(), error.report());
             if logging::is_json() {
                 tracing::error!(code, "asap-proxy: {message}");
             } else {
@@ -47,40 +49,43 @@ fn main() -> ExitCode {
     }
 }
 
-type RunResult = Result<(), (u8, String)>;
+type RunResult = Result<(), CliError>;
 
 fn run_serve(args: &ServeArgs) -> RunResult {
     let config = Config::resolve(args).map_err(|e| {
         // The file could not be read: the flag or `ASAP_LOG_FORMAT` still says how to log.
         logging::init(args.log_format.unwrap_or_default());
-        (2, e.to_string())
+        CliError::input(e)
     })?;
     logging::init(config.log_format);
-    let state = AppState::from_config(&config).map_err(|e| (2, e.to_string()))?;
-    let runtime = tokio::runtime::Runtime::new().map_err(|e| (1, e.to_string()))?;
+    let state = AppState::from_config(&config).map_err(CliError::input)?;
+    let runtime = tokio::runtime::Runtime::new().map_err(CliError::internal)?;
     runtime
         .block_on(serve(Arc::new(state), config.listen))
-        .map_err(|e| (1, format!("serving on {}: {e}", config.listen)))
+        .map_err(CliError::io(format!("serving on {}", config.listen)))
 }
 
 fn run_render(args: &RenderArgs) -> RunResult {
-    let file = read_file(args.prompt.config.as_deref()).map_err(|e| (2, e.to_string()))?;
-    let config = PromptConfig::resolve(&args.prompt, &file);
+    let file = read_file(args.prompt.config.as_deref()).map_err(CliError::input)?;
+    let settings = args.prompt.clone().over(file.prompt);
+    let config = PromptConfig::resolve(&settings);
     let mut body = Vec::new();
     let read = if args.request.as_os_str() == "-" {
         std::io::stdin().read_to_end(&mut body).map(|_| ())
     } else {
         std::fs::read(&args.request).map(|b| body = b)
     };
-    read.map_err(|e| (2, format!("reading {}: {e}", args.request.display())))?;
-    let request = ChatCompletionRequest::from_slice(&body).map_err(|e| (2, e.to_string()))?;
-    let profiles = Profiles::builtin().map_err(|e| (1, e.to_string()))?;
-    let renderer = Renderer::with_templates(templates_dir(&args.prompt, &file).as_deref())
-        .map_err(|e| (2, e.to_string()))?;
+    read.map_err(CliError::unreadable(format!(
+        "reading {}",
+        args.request.display()
+    )))?;
+    let request = ChatCompletionRequest::from_slice(&body).map_err(CliError::input)?;
+    let profiles = Profiles::builtin().map_err(CliError::internal)?;
+    let renderer =
+        Renderer::with_templates(settings.templates.as_deref()).map_err(CliError::input)?;
     // Ids in the history carry the session's nudges; there is no content index offline.
     let sessions = SessionIndex::new(1);
-    let prefixes =
-        PrefixStore::load(&config.prefixes, config.prefix_k).map_err(|e| (2, e.to_string()))?;
+    let prefixes = PrefixStore::load(&config.prefixes, config.prefix_k).map_err(CliError::input)?;
     let prepared = prepare(
         &request,
         &Default::default(),
@@ -90,10 +95,10 @@ fn run_render(args: &RenderArgs) -> RunResult {
         &sessions,
         &prefixes,
     )
-    .map_err(|e| (2, e.to_string()))?;
+    .map_err(CliError::input)?;
     std::io::stdout()
         .write_all(prepared.prompt.as_bytes())
-        .map_err(|e| (1, e.to_string()))
+        .map_err(CliError::internal)
 }
 
 fn run_prefix(args: &PrefixArgs) -> RunResult {
@@ -108,14 +113,19 @@ fn run_prefix(args: &PrefixArgs) -> RunResult {
                 no_leak_check: b.no_leak_check,
                 profile: b.profile.clone(),
             };
-            let report =
-                build(&opts).map_err(|e| (if e.is_usage() { 2 } else { 1 }, e.to_string()))?;
+            let report = build(&opts).map_err(|e| {
+                if e.is_usage() {
+                    CliError::input(e)
+                } else {
+                    CliError::internal(e)
+                }
+            })?;
             std::io::stderr()
                 .write_all(report.details().as_bytes())
-                .map_err(|e| (1, e.to_string()))?;
+                .map_err(CliError::internal)?;
             std::io::stdout()
                 .write_all(report.render().as_bytes())
-                .map_err(|e| (1, e.to_string()))
+                .map_err(CliError::internal)
         }
     }
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::{Backend, CallContext, GenerationParams, RequestClock};
-use crate::config::PromptConfig;
+use crate::config::{Mode, OnTerminate, PromptConfig};
 use crate::context::{self, ContextRecord, ContextSettings, TokenCounter};
 use crate::conversation::Conversation;
 use crate::error::ProxyError;
@@ -41,30 +41,6 @@ use crate::trace::{
     NudgeRecord, RequestInput, StepDecision, TerminateRecord, Timings, TraceWriter,
 };
 use finish::{finish, Ending, TurnRecord};
-
-/// What the proxy does when a rule ends a trajectory (`--on-terminate`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum OnTerminate {
-    /// Answer with the profile's finish action (SWE-agent `submit`, OpenHands `finish`,
-    /// mini-swe-agent's completion command, plain content for `generic`).
-    #[default]
-    Submit,
-    /// Answer with an error (HTTP 400, code `trajectory_terminated`).
-    Error,
-}
-
-/// What `serve` does with a chat request (`--mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Adapt it to a base model behind a completions backend (the ASAP method).
-    #[default]
-    Proxy,
-    /// Forward it to an instruction-tuned chat backend and record the trace (reference
-    /// trajectories for prefixes).
-    Passthrough,
-}
 
 /// A one-time signal that a turn got as far as its first backend call: a streamed answer
 /// starts only then (and a short grace later, for the backend's own context-overflow

@@ -1214,7 +1214,7 @@ async fn record(
     fixture: &str,
     script: Vec<String>,
     observations: &[&str],
-    tweak: impl FnOnce(&mut asap_proxy::cli::ServeArgs),
+    tweak: impl FnOnce(&mut asap_proxy::config::ServeArgs),
 ) -> Trajectory {
     let backend = FakeBackend::start(script.iter().map(|s| Scripted::text(s)).collect()).await;
     let proxy = Proxy::start_with(&backend.url(), tweak).await;

@@ -11,11 +11,11 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use asap_proxy::cli::ReportFormat;
 use asap_proxy::profile::Action;
 use asap_proxy::report::protocol::{Rules, SessionProtocol};
 use asap_proxy::report::results::{self, Entry, Parsed};
 use asap_proxy::report::summary::Options;
+use asap_proxy::report::ReportFormat;
 use asap_proxy::report::{output, Outcome, Report, Results, TaskCount, Trajectory, Turn};
 
 use crate::util::backend::{FakeBackend, Scripted};
@@ -632,7 +632,7 @@ fn unlabelled_results_shared_by_several_labels_are_warned_about() {
 async fn record(
     label: &str,
     runs: &[(&str, usize)],
-    tweak: impl FnOnce(&mut asap_proxy::cli::ServeArgs),
+    tweak: impl FnOnce(&mut asap_proxy::config::ServeArgs),
 ) -> Proxy {
     let script = runs
         .iter()

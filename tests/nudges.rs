@@ -186,7 +186,7 @@ async fn termination_uses_each_scaffolds_finish_action_or_an_error() {
     ])
     .await;
     let proxy = Proxy::start_with(&backend.url(), |a| {
-        a.on_terminate = Some(asap_proxy::pipeline::OnTerminate::Error)
+        a.on_terminate = Some(asap_proxy::config::OnTerminate::Error)
     })
     .await;
     let (status, err) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;

@@ -25,7 +25,7 @@ pub async fn record_reference_session() -> (Proxy, FakeBackend) {
     ])
     .await;
     let proxy = Proxy::start_with(&backend.url(), |a| {
-        a.mode = Some(asap_proxy::pipeline::Mode::Passthrough)
+        a.mode = Some(asap_proxy::config::Mode::Passthrough)
     })
     .await;
     let mut body = fixture_json("requests/swe-agent-1.json");

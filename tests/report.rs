@@ -6,10 +6,10 @@ use std::path::Path;
 
 use serde_json::{json, Map};
 
-use asap_proxy::cli::ReportFormat;
 use asap_proxy::profile::Action;
 use asap_proxy::report::behaviour::Ending;
 use asap_proxy::report::results::{self, Entry, Parsed, Spec};
+use asap_proxy::report::ReportFormat;
 use asap_proxy::report::{
     compare, intersection, mean_pass_at_k, number_runs, output, pass_at_k, plots, Behaviour,
     Outcome, Report, Results, TaskCount, Trajectory, Turn,

@@ -84,7 +84,7 @@ async fn drive(proxy: &Proxy) -> usize {
 /// Records the scripted session; returns the proxy (serving `/ui` too), the backend (with
 /// the prompts it received) and the session id.
 async fn recorded(
-    tweak: impl FnOnce(&mut asap_proxy::cli::ServeArgs),
+    tweak: impl FnOnce(&mut asap_proxy::config::ServeArgs),
 ) -> (Proxy, FakeBackend, String) {
     let backend = FakeBackend::start(script()).await;
     let proxy = Proxy::start_with(&backend.url(), tweak).await;

@@ -8,8 +8,8 @@
 //! async driver ([`super::run_turn`]) adds the backend call and the context window between
 //! the two; `replay` drives the same machine from a recorded trace.
 
-use super::OnTerminate;
 use crate::backend::BackendCompletion;
+use crate::config::OnTerminate;
 use crate::error::ProxyError;
 use crate::parse::{parse_for, with_closing_stop, Parsed};
 use crate::policy::{self, Decision, Limits, Termination};

@@ -28,7 +28,7 @@ use crate::backend::{BackendCompletion, CallContext, Recorded};
 use crate::error::ProxyError;
 use crate::session::SessionId;
 use crate::trace::read::TraceReader;
-use crate::trace::sha256_hex;
+use crate::util::sha256_hex;
 
 /// Live sessions whose binding is kept; past this the map is cleared (a later call of a
 /// dropped session is still answered by prompt).

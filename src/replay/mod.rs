@@ -29,6 +29,7 @@
 //! read, a record of a newer schema, a record whose delta does not apply or that cannot be
 //! replayed), else 1 under `--check` when anything differed, else 0.
 
+mod args;
 mod backend;
 mod diff;
 mod step;
@@ -42,8 +43,8 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 
-use crate::cli::ReplayArgs;
 use crate::config::{ProfileChoice, PromptConfig, DEFAULT_PREFIX_K};
+use crate::error::CliError;
 use crate::prefix::PrefixStore;
 use crate::profile::Profiles;
 use crate::render::{Renderer, FORMATS};
@@ -51,6 +52,8 @@ use crate::session::{NudgeKind, SessionId, SessionIndex, DEFAULT_INDEX_CAPACITY}
 use crate::trace::read::{Record, TraceReader};
 pub use backend::ReplayBackend;
 use step::FileReplay;
+
+pub use args::ReplayArgs;
 
 /// Counts for the summary line.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -99,18 +102,14 @@ struct FileReport {
     summary: Summary,
 }
 
-/// An error that ends the run: exit code and message.
-type Fatal = (u8, String);
-
 /// Runs `asap-proxy replay`.
 ///
-/// Errors: `(exit code, message)`: 2 for unreadable input or a bad option (template override,
+/// Errors ([`CliError`], by exit code): 2 for unreadable input or a bad option (template override,
 /// prefix directory), 1 under `--check` when a step differs or when writing the report fails.
-pub fn run(args: &ReplayArgs) -> Result<(), Fatal> {
-    let files = crate::trace::read::trace_files(&args.logs).map_err(|e| (2, e.to_string()))?;
-    let profiles = Profiles::builtin().map_err(|e| (1, e.to_string()))?;
-    let renderer =
-        Renderer::with_templates(args.templates.as_deref()).map_err(|e| (2, e.to_string()))?;
+pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
+    let files = crate::trace::read::trace_files(&args.logs).map_err(CliError::input)?;
+    let profiles = Profiles::builtin().map_err(CliError::internal)?;
+    let renderer = Renderer::with_templates(args.templates.as_deref()).map_err(CliError::input)?;
     let mut prefix_dirs = args.prefixes.clone();
     if prefix_dirs.is_empty() && Path::new("prefixes").is_dir() {
         prefix_dirs.push(PathBuf::from("prefixes"));
@@ -123,26 +122,27 @@ pub fn run(args: &ReplayArgs) -> Result<(), Fatal> {
         verbose: args.verbose,
     };
     let mut out = std::io::stdout().lock();
-    let io = |e: std::io::Error| (1, format!("writing the report: {e}"));
     let mut summary = Summary::default();
     replayer.files(&files, |report| {
         for line in &report.lines {
-            writeln!(out, "{line}").map_err(io)?;
+            writeln!(out, "{line}").map_err(CliError::io("writing the report"))?;
         }
         summary.add(report.summary);
         Ok(())
     })?;
-    writeln!(out, "{summary}").map_err(io)?;
-    out.flush().map_err(io)?;
+    writeln!(out, "{summary}").map_err(CliError::io("writing the report"))?;
+    out.flush().map_err(CliError::io("writing the report"))?;
     if summary.unreadable > 0 {
-        return Err((2, format!("{} unreadable input(s)", summary.unreadable)));
+        return Err(CliError::Usage(format!(
+            "{} unreadable input(s)",
+            summary.unreadable
+        )));
     }
     let differences = summary.prompt_differences + summary.parse_differences;
     if args.check && differences > 0 {
-        return Err((
-            1,
-            format!("replay --check: {differences} difference(s) in recorded steps"),
-        ));
+        return Err(CliError::Failed(format!(
+            "replay --check: {differences} difference(s) in recorded steps"
+        )));
     }
     Ok(())
 }
@@ -167,14 +167,14 @@ impl Replayer {
     fn files(
         &self,
         files: &[PathBuf],
-        mut sink: impl FnMut(FileReport) -> Result<(), Fatal>,
-    ) -> Result<(), Fatal> {
+        mut sink: impl FnMut(FileReport) -> Result<(), CliError>,
+    ) -> Result<(), CliError> {
         let workers = std::thread::available_parallelism()
             .map_or(1, NonZeroUsize::get)
             .min(files.len())
             .max(1);
         let next = AtomicUsize::new(0);
-        let (sender, receiver) = mpsc::channel::<(usize, Result<FileReport, Fatal>)>();
+        let (sender, receiver) = mpsc::channel::<(usize, Result<FileReport, CliError>)>();
         std::thread::scope(|scope| {
             for _ in 0..workers {
                 let sender = sender.clone();
@@ -205,14 +205,14 @@ impl Replayer {
     /// The prefix store for K, loaded once.
     ///
     /// Errors: a prefix directory that cannot be loaded (exit 2).
-    fn store(&self, k: usize) -> Result<Arc<PrefixStore>, Fatal> {
+    fn store(&self, k: usize) -> Result<Arc<PrefixStore>, CliError> {
         let mut stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
         let store = stores.entry(k).or_insert_with(|| {
             PrefixStore::load(&self.prefix_dirs, k)
                 .map(Arc::new)
                 .map_err(|e| format!("loading prefixes: {e}"))
         });
-        store.clone().map_err(|message| (2, message))
+        store.clone().map_err(CliError::Usage)
     }
 
     /// Replays one file.
@@ -223,7 +223,7 @@ impl Replayer {
     /// unreadable.
     ///
     /// Errors: a prefix directory that cannot be loaded (exit 2).
-    fn file(&self, path: &Path) -> Result<FileReport, Fatal> {
+    fn file(&self, path: &Path) -> Result<FileReport, CliError> {
         let mut report = FileReport::default();
         let (lines, summary) = (&mut report.lines, &mut report.summary);
         summary.files += 1;

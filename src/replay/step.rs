@@ -16,7 +16,7 @@ use crate::prefix::PrefixStore;
 use crate::session::{NudgeKind, SessionId, SessionIndex};
 use crate::side_call;
 use crate::trace::read::{Record, TraceReader};
-use crate::trace::sha256_hex;
+use crate::util::sha256_hex;
 
 /// One file's settings and state.
 pub(super) struct FileReplay<'a> {

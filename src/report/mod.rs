@@ -4,6 +4,7 @@
 //! Input is a list of [`Trajectory`] values (one per session), built from trace files by
 //! [`load`]; everything else here is pure and works on those values.
 
+mod args;
 pub mod behaviour;
 mod csv;
 pub mod failure;
@@ -24,10 +25,11 @@ use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::ReportArgs;
+use crate::error::CliError;
 use crate::profile::Action;
 use crate::session::NudgeKind;
 
+pub use args::{trace_paths_and_results, ReportArgs, ReportFormat};
 pub use behaviour::{Aggregate, Behaviour, Rate, Unit};
 pub use metrics::{intersection, mean_pass_at_k, pass_at_k, Intersection, TaskCount};
 pub use pair::{compare, PairReport, PairRow};
@@ -148,27 +150,24 @@ pub struct Turn {
 /// writes `--plots`. Warnings (unreadable trace records skipped, and the report's own
 /// [`Report::warnings`]) go to standard error.
 ///
-/// Errors: `(exit code, message)`: 2 for bad arguments or unreadable inputs (no trace
+/// Errors ([`CliError`], by exit code): 2 for bad arguments or unreadable inputs (no trace
 /// files, a results file that cannot be read or parsed, an unknown `--pair` label, an empty,
 /// unreadable or malformed `--tasks` file) and for labels compared under different protocols
 /// without `--allow-protocol-mismatch`; 1 for failures writing the output or the plots.
-pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
+pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     let (dirs, result_files) =
-        crate::cli::trace_paths_and_results(&args.dirs, &args.results).map_err(|e| (2, e))?;
-    let files = crate::trace::read::trace_files(&dirs).map_err(|e| (2, e.to_string()))?;
+        trace_paths_and_results(&args.dirs, &args.results).map_err(CliError::Usage)?;
+    let files = crate::trace::read::trace_files(&dirs).map_err(CliError::input)?;
     let (trajectories, skipped) = load_all(&files)?;
     let mut stderr = std::io::stderr();
     for line in &skipped {
         let _ = writeln!(stderr, "warning: {line}");
     }
     if trajectories.is_empty() {
-        return Err((
-            2,
-            format!(
-                "no trajectories in {} trace file(s) under the given paths",
-                files.len()
-            ),
-        ));
+        return Err(CliError::Usage(format!(
+            "no trajectories in {} trace file(s) under the given paths",
+            files.len()
+        )));
     }
     let results = if result_files.is_empty() {
         None
@@ -176,7 +175,7 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
         let mut labels: Vec<String> = trajectories.iter().map(|t| t.label.clone()).collect();
         labels.sort();
         labels.dedup();
-        Some(results::load(&result_files, &labels).map_err(|e| (2, e.to_string()))?)
+        Some(results::load(&result_files, &labels).map_err(CliError::input)?)
     };
     let tasks = args.tasks.as_deref().map(read_task_set).transpose()?;
     let options = summary::Options {
@@ -187,7 +186,7 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     let mut report = Report::build_with(&trajectories, results.as_ref(), &options);
     if let Some(pair) = &args.pair {
         if let [a, b] = pair.as_slice() {
-            let compared = compare(&report, a, b).map_err(|e| (2, e))?;
+            let compared = compare(&report, a, b).map_err(CliError::Usage)?;
             // Only the pair is compared: the other labels' protocols do not matter.
             report.protocol_differences = protocol::differences(
                 (
@@ -214,14 +213,11 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     if !report.protocol_differences.is_empty() {
         let lines = report.protocol_differences.join("\n  ");
         if !args.allow_protocol_mismatch {
-            return Err((
-                2,
-                format!(
-                    "the labels compared ran under different protocols:\n  {lines}\n\
+            return Err(CliError::Usage(format!(
+                "the labels compared ran under different protocols:\n  {lines}\n\
                      compare them anyway with --allow-protocol-mismatch (the differences are \
                      then printed above the tables)"
-                ),
-            ));
+            )));
         }
         let _ = writeln!(
             stderr,
@@ -231,8 +227,8 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.steps {
-        if args.format != crate::cli::ReportFormat::Json {
-            return Err((2, "--steps needs --format json".into()));
+        if args.format != ReportFormat::Json {
+            return Err(CliError::Usage("--steps needs --format json".into()));
         }
         let mut json = output::to_json(&report);
         add_steps(&mut json, &trajectories);
@@ -240,14 +236,14 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
             .map_err(std::io::Error::other)
             .and_then(|()| writeln!(out))
             .and_then(|()| out.flush())
-            .map_err(|e| (1, format!("writing the report: {e}")))?;
+            .map_err(CliError::io("writing the report"))?;
     } else {
         output::write(&report, args.format, &mut out)
             .and_then(|()| out.flush())
-            .map_err(|e| (1, format!("writing the report: {e}")))?;
+            .map_err(CliError::io("writing the report"))?;
     }
     if let Some(dir) = &args.plots {
-        let written = plots::write(&report, dir).map_err(|e| (1, e.to_string()))?;
+        let written = plots::write(&report, dir).map_err(CliError::internal)?;
         if !report.has_results {
             let _ = writeln!(stderr, "note: no --results, so no pass_at_k.svg");
         }
@@ -262,28 +258,30 @@ pub fn run(args: &ReportArgs) -> Result<(), (u8, String)> {
 /// after an id) and a UTF-8 byte-order mark skipped.
 ///
 /// Errors: the file cannot be read, holds no id, or a line holds more than one word (exit 2).
-fn read_task_set(path: &std::path::Path) -> Result<Vec<String>, (u8, String)> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| (2, format!("reading --tasks {}: {e}", path.display())))?;
+fn read_task_set(path: &std::path::Path) -> Result<Vec<String>, CliError> {
+    let text = std::fs::read_to_string(path).map_err(CliError::unreadable(format!(
+        "reading --tasks {}",
+        path.display()
+    )))?;
     let mut ids = Vec::new();
     for (i, line) in text.trim_start_matches('\u{feff}').lines().enumerate() {
         let id = line.split('#').next().unwrap_or_default().trim();
         if id.contains(char::is_whitespace) {
-            return Err((
-                2,
-                format!(
-                    "--tasks {} line {}: {id:?} is not one instance id (one id a line, no spaces)",
-                    path.display(),
-                    i + 1
-                ),
-            ));
+            return Err(CliError::Usage(format!(
+                "--tasks {} line {}: {id:?} is not one instance id (one id a line, no spaces)",
+                path.display(),
+                i + 1
+            )));
         }
         if !id.is_empty() {
             ids.push(id.to_string());
         }
     }
     if ids.is_empty() {
-        return Err((2, format!("--tasks {}: no instance ids", path.display())));
+        return Err(CliError::Usage(format!(
+            "--tasks {}: no instance ids",
+            path.display()
+        )));
     }
     Ok(ids)
 }
@@ -293,7 +291,7 @@ fn read_task_set(path: &std::path::Path) -> Result<Vec<String>, (u8, String)> {
 /// that cannot be read at all is an error (exit 2).
 type Loaded = (Vec<Trajectory>, Vec<String>);
 
-fn load_all(files: &[PathBuf]) -> Result<Loaded, (u8, String)> {
+fn load_all(files: &[PathBuf]) -> Result<Loaded, CliError> {
     let bar = if std::io::stderr().is_terminal() {
         ProgressBar::with_draw_target(Some(files.len() as u64), ProgressDrawTarget::stderr())
     } else {
@@ -350,7 +348,7 @@ fn load_all(files: &[PathBuf]) -> Result<Loaded, (u8, String)> {
                 }
                 trajectories.push(trajectory);
             }
-            Err(e @ load::LoadError::Io { .. }) => return Err((2, e.to_string())),
+            Err(e @ load::LoadError::Io { .. }) => return Err(CliError::input(e)),
             Err(load::LoadError::Invalid { message, .. }) => {
                 skipped.push(format!("skipped {}: {message}", path.display()))
             }

@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::behaviour::{Ending, Rate};
 use super::summary::{LabelSummary, Report};
-use crate::cli::ReportFormat;
+use super::ReportFormat;
 
 /// Writes `report` in `format`.
 ///

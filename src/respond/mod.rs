@@ -158,13 +158,6 @@ pub fn completion_id() -> String {
     format!("chatcmpl-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// Unix time in seconds.
-pub fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// The non-streaming `chat.completion` object.
 pub fn completion_object(reply: &Reply, id: &str, model: &str, created: u64) -> ChatCompletion {
     ChatCompletion {

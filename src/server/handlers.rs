@@ -24,9 +24,8 @@ use crate::error::ProxyError;
 use crate::openai::chat::{AsapHeaders, ChatCompletionRequest};
 use crate::openai::responses::ResponsesRequest;
 use crate::pipeline::{run_turn, RequestMeta, Scope, StartSignal, TurnOutcome};
-use crate::respond::{
-    completion_id, completion_object, now_s, ChunkBuilder, Reply, ResponseBuilder,
-};
+use crate::respond::{completion_id, completion_object, ChunkBuilder, Reply, ResponseBuilder};
+use crate::util::now_s;
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(

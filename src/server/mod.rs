@@ -21,10 +21,10 @@ use tower_http::trace::TraceLayer;
 
 use crate::backend::{Backend, OpenAiCompletions, RequestClock};
 use crate::config::{Config, ProfileChoice, PromptConfig, ServerLimits, REPLAY_BACKEND};
+use crate::config::{Mode, OnTerminate};
 use crate::context::{ContextSettings, LocalTokenizer};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
-use crate::pipeline::{Mode, OnTerminate};
 use crate::policy::Limits;
 use crate::prefix::PrefixStore;
 use crate::profile::Profiles;

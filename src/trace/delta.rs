@@ -28,7 +28,8 @@ use serde_json::{Map, Value};
 
 use sha2::{Digest, Sha256};
 
-use super::{sha256_hex, PromptRecord, RequestInput};
+use super::{PromptRecord, RequestInput};
+use crate::util::sha256_hex;
 
 /// Shortest message content worth replacing by a reference into the prompt, bytes.
 pub const MIN_REF_BYTES: usize = 64;

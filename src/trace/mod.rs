@@ -29,7 +29,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::backend::BackendCompletion;
 use crate::openai::response::ToolCallOut;
@@ -38,6 +37,7 @@ use crate::policy::{Limits, LoopRule, Termination};
 use crate::profile::Action;
 use crate::respond::Reply;
 use crate::session::{NudgeKind, SessionId};
+use crate::util::{sha256_hex, unix_ms};
 
 /// Version of the record layout; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -378,35 +378,6 @@ pub struct StepRecord {
     pub termination: Option<TerminateRecord>,
 }
 
-/// Unix time, milliseconds.
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Unix milliseconds as `YYYY-MM-DD HH:MM:SS` (UTC), without a date-time dependency (the
-/// civil-from-days conversion of the proleptic Gregorian calendar).
-pub fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// Which prefix a request got (for the trace's session record).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PrefixInfo {
@@ -419,11 +390,6 @@ pub struct PrefixInfo {
     /// The demonstration rendered with a task prefix that names one (`example`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub example: Option<String>,
-}
-
-/// Hex SHA-256.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
 }
 
 impl StepRecord {
@@ -953,7 +919,6 @@ impl RequestInput {
 
 #[cfg(test)]
 mod tests {
-    use super::utc;
     use super::StepDecision;
 
     #[test]
@@ -984,13 +949,5 @@ mod tests {
         super::one_line(&mut buf);
         let text = String::from_utf8(buf).unwrap();
         assert_eq!(text, r#"{"k":1,"raw":{"a":[1,2],"b":"x\ny"}}"#);
-    }
-
-    #[test]
-    fn utc_formats_known_instants() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00");
-        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
-        assert_eq!(utc(1_709_251_200_000), "2024-03-01 00:00:00");
-        assert_eq!(utc(1_764_503_237_123), "2025-11-30 11:47:17");
     }
 }

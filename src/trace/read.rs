@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::delta::RequestState;
-use super::{sha256_hex, SCHEMA_VERSION};
+use super::SCHEMA_VERSION;
+use crate::util::sha256_hex;
 
 /// A path given to [`trace_files`] that cannot be read.
 #[derive(Debug, thiserror::Error)]

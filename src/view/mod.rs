@@ -10,6 +10,7 @@
 //! Trace files are read again on every page load (the list only reads files that changed),
 //! so the pages follow a running proxy's log directory.
 
+mod args;
 pub mod pages;
 pub mod routes;
 pub mod sessions;
@@ -22,10 +23,11 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::cli::ViewArgs;
+use crate::error::CliError;
 use crate::report::Results;
 use crate::trace::read::trace_files;
 
+pub use args::ViewArgs;
 pub use routes::router;
 pub use sessions::{SessionList, SessionSummary};
 pub use steps::{StepView, Steps};
@@ -196,14 +198,17 @@ fn render<S: Serialize>(name: &str, context: S) -> Result<String, ViewError> {
 /// Runs `asap-proxy view`: loads `--results` (if any), binds `--listen`, prints the page's
 /// URL to standard error and serves the viewer until Ctrl-C or SIGTERM.
 ///
-/// Errors: `(exit code, message)`: 2 for a path that does not exist or unreadable results,
+/// Errors ([`CliError`], by exit code): 2 for a path that does not exist or unreadable results,
 /// 1 when the address cannot be bound.
-pub fn run(args: &ViewArgs) -> Result<(), (u8, String)> {
-    let (dirs, result_files) =
-        crate::cli::trace_paths_and_results(&args.dirs, &args.results).map_err(|e| (2, e))?;
+pub fn run(args: &ViewArgs) -> Result<(), CliError> {
+    let (dirs, result_files) = crate::report::trace_paths_and_results(&args.dirs, &args.results)
+        .map_err(CliError::Usage)?;
     for dir in &dirs {
         if !dir.exists() {
-            return Err((2, format!("{}: no such file or directory", dir.display())));
+            return Err(CliError::Usage(format!(
+                "{}: no such file or directory",
+                dir.display()
+            )));
         }
     }
     let results = if result_files.is_empty() {
@@ -218,13 +223,13 @@ pub fn run(args: &ViewArgs) -> Result<(), (u8, String)> {
             .collect();
         labels.sort();
         labels.dedup();
-        Some(crate::report::results::load(&result_files, &labels).map_err(|e| (2, e.to_string()))?)
+        Some(crate::report::results::load(&result_files, &labels).map_err(CliError::input)?)
     };
     let viewer = Arc::new(Viewer::new(dirs, results));
-    let runtime = tokio::runtime::Runtime::new().map_err(|e| (1, e.to_string()))?;
+    let runtime = tokio::runtime::Runtime::new().map_err(CliError::internal)?;
     runtime
         .block_on(serve(viewer, args.listen))
-        .map_err(|e| (1, format!("serving on {}: {e}", args.listen)))
+        .map_err(CliError::io(format!("serving on {}", args.listen)))
 }
 
 /// Serves only the viewer on `addr` (`/` redirects to `/ui`) until Ctrl-C or SIGTERM.

@@ -207,7 +207,7 @@ pub(super) fn summarize(path: &Path, trajectory: &Trajectory, record: &Value) ->
             .as_ref()
             .map(|(id, k)| format!("{id} (K={k})")),
         start_ms: trajectory.start_ms,
-        started: crate::trace::utc(trajectory.start_ms),
+        started: crate::util::utc(trajectory.start_ms),
         steps: steps.len(),
         ending: ending(&behaviour),
         behaviour,

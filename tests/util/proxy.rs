@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use asap_proxy::cli::ServeArgs;
 use asap_proxy::config::Config;
+use asap_proxy::config::ServeArgs;
 use asap_proxy::server::{app, AppState};
 
 /// A proxy served in-process, with its own temporary log directory.

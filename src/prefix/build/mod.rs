@@ -697,7 +697,7 @@ fn date_of(timestamp: Option<&str>) -> Option<String> {
 
 /// `YYYY-MM-DD` (UTC) of a Unix time in milliseconds.
 fn date_of_unix_ms(ms: u64) -> String {
-    crate::trace::utc(ms)[..10].to_string()
+    crate::util::utc(ms)[..10].to_string()
 }
 
 /// The tagged problem statement of a task message, else the whole message.

@@ -1,0 +1,90 @@
+//! `asap-proxy report`'s command-line arguments, and the trace-path rule `view` shares.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// Output format of `report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// Markdown tables.
+    #[default]
+    Md,
+    /// Comma-separated rows, one table after another with a blank line between.
+    Csv,
+    /// One JSON document.
+    Json,
+}
+
+/// Trace paths and results files of `report` and `view`: `--results` takes several values,
+/// so `--results r.json logs/` would read the directory as a results file; an existing
+/// directory among the results is taken as a trace path instead (results are files).
+///
+/// Errors: no trace path at all.
+pub fn trace_paths_and_results(
+    dirs: &[PathBuf],
+    results: &[String],
+) -> Result<(Vec<PathBuf>, Vec<String>), String> {
+    let mut dirs = dirs.to_vec();
+    let mut files = Vec::new();
+    for r in results {
+        if std::path::Path::new(r).is_dir() {
+            dirs.push(PathBuf::from(r));
+        } else {
+            files.push(r.clone());
+        }
+    }
+    if dirs.is_empty() {
+        return Err(
+            "no trace directory or file given (DIR...); note that a trace file given \
+                    after --results is read as a results file: put trace paths first"
+                .into(),
+        );
+    }
+    Ok((dirs, files))
+}
+
+/// `asap-proxy report`.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// Trace directories or files (searched recursively for `*.jsonl`). A directory given
+    /// after `--results` is taken as a trace directory too.
+    pub dirs: Vec<PathBuf>,
+    /// Resolution results: SWE-bench harness report JSON (`resolved_ids`, `unresolved_ids`,
+    /// `empty_patch_ids`, `error_ids`), or JSONL/CSV rows of `instance_id, run, resolved`
+    /// (optional `label`); repeatable.
+    #[arg(long, num_args = 1..)]
+    pub results: Vec<String>,
+    /// k values for Pass@k (each reported where k ≤ n).
+    #[arg(long, value_delimiter = ',', default_value = "1,3,8")]
+    pub k: Vec<usize>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: ReportFormat,
+    /// Write SVG plots (Pass@k curves, behaviour bars) into this directory.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+    /// With `--format json`: each trajectory also lists its completion calls (`steps`: step,
+    /// attempt, parsed action or parse-failure class, nudge, termination, edit and submit
+    /// flags), with its profile and the proxy's termination reason and last error.
+    #[arg(long)]
+    pub steps: bool,
+    /// Paired comparison of two labels, aligned by task and run index.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub pair: Option<Vec<String>>,
+    /// The task set every label is scored over: instance ids, one a line (blank lines and
+    /// `#` comments skipped). Default: every instance id seen in the trajectories and results.
+    /// A task a label lacks counts as resolved in none of its runs (with a warning).
+    #[arg(long, value_name = "FILE")]
+    pub tasks: Option<PathBuf>,
+    /// The scaffold's own step limit (model calls per run, e.g. mini-swe-agent's
+    /// `step_limit`): a run that stopped without submitting after this many requests ended at
+    /// the step cap, not "stopped without submitting".
+    #[arg(long, value_name = "N")]
+    pub step_limit: Option<usize>,
+    /// Compare labels whose protocols differ (format, prefix K, prefix coverage, rules,
+    /// proxy version); the differences are printed above the tables. Without it, such a
+    /// comparison is an error (exit 2).
+    #[arg(long)]
+    pub allow_protocol_mismatch: bool,
+}
