@@ -6,9 +6,10 @@ top-level modules count: `src/foo.rs` or `src/foo/**` is module `foo`. Comments 
 literals are skipped; `#[cfg(test)]` code counts like any other (a test that needs a cycle is
 a cycle).
 
-Usage: scripts/module-graph.py [--check] [--dot]
+Usage: scripts/module-graph.py [--check] [--dot] [--root SRC]
   --check  exit 1 and list every strongly connected component of more than one module
   --dot    print the graph in Graphviz form
+  --root   the source tree to read (default: this repository's src/)
 Without flags, prints one line per module: the modules it uses.
 """
 import pathlib
@@ -104,6 +105,9 @@ def sccs(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def main() -> int:
+    global ROOT
+    if "--root" in sys.argv:
+        ROOT = pathlib.Path(sys.argv[sys.argv.index("--root") + 1]).resolve()
     edges = graph()
     if "--dot" in sys.argv:
         print("digraph modules {")

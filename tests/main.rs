@@ -6,6 +6,7 @@
     clippy::print_stdout
 )]
 
+mod architecture;
 mod behaviours;
 mod cli;
 mod context;

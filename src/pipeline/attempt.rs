@@ -160,3 +160,148 @@ impl Attempts {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ProfileChoice, PromptConfig};
+    use crate::openai::chat::ChatCompletionRequest;
+    use crate::prefix::PrefixStore;
+    use crate::profile::{Action, Profiles};
+    use crate::session::SessionIndex;
+
+    const SUBMIT: &str = "I am done.\n\n<submit/>";
+    const LS: &str = "Look around first.\n\n<bash>\nls -la\n</bash>";
+
+    /// A SWE-agent turn after `history` (assistant commands, each answered by `ok`).
+    fn turn(history: &[&str]) -> (Attempts, Renderer) {
+        let tools = serde_json::from_str::<serde_json::Value>(include_str!(
+            "../../tests/fixtures/requests/swe-agent-1.json"
+        ))
+        .unwrap()["tools"]
+            .clone();
+        let mut messages = vec![
+            serde_json::json!({"role": "system", "content": "You are a helpful assistant."}),
+            serde_json::json!({"role": "user", "content": "Fix the bug in calc.py."}),
+        ];
+        for (i, command) in history.iter().enumerate() {
+            let id = format!("call_{i}");
+            messages.push(serde_json::json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": id, "type": "function",
+                 "function": {"name": "bash", "arguments": serde_json::json!({"command": command}).to_string()}}]}));
+            messages.push(serde_json::json!({"role": "tool", "tool_call_id": id, "content": "ok"}));
+        }
+        let body = serde_json::json!({"model": "m", "messages": messages, "tools": tools});
+        let request = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
+        let renderer = Renderer::new().unwrap();
+        let config = PromptConfig {
+            profile: ProfileChoice::Auto,
+            format: Format::MarkdownXml,
+            prefixes: Vec::new(),
+            prefix_k: 0,
+        };
+        let prepared = super::super::prepare(
+            &request,
+            &Default::default(),
+            &Profiles::builtin().unwrap(),
+            &renderer,
+            &config,
+            &SessionIndex::new(16),
+            &PrefixStore::load(&[], 0).unwrap(),
+        )
+        .unwrap();
+        (Attempts::new(prepared), renderer)
+    }
+
+    fn settings(on_terminate: OnTerminate) -> AttemptSettings {
+        AttemptSettings {
+            format: Format::MarkdownXml,
+            limits: Limits::default(),
+            on_terminate,
+        }
+    }
+
+    fn completion(text: &str) -> BackendCompletion {
+        BackendCompletion {
+            text: text.to_string(),
+            finish_reason: Some("stop".into()),
+            matched_stop: None,
+            closer: None,
+            usage: None,
+            model: "m".into(),
+            attempts: 1,
+        }
+    }
+
+    #[test]
+    fn an_action_is_accepted_as_a_tool_call() {
+        let (turn, _) = turn(&[]);
+        let (parsed, verdict) =
+            turn.judge(&settings(OnTerminate::Submit), &mut completion(LS), true);
+        assert!(matches!(parsed.outcome, Ok(Action::Call { ref tag, .. }) if tag == "bash"));
+        let Verdict::Reply(reply) = verdict else {
+            panic!("expected a reply, got {verdict:?}")
+        };
+        let call = reply.tool_call.expect("a tool call");
+        assert_eq!(call.function.name, "bash");
+        assert_eq!(reply.finish_reason, "tool_calls");
+    }
+
+    #[test]
+    fn a_submit_before_any_edit_is_nudged_then_ends_the_run_the_second_time() {
+        let (mut turn, renderer) = turn(&["ls"]);
+        let settings = settings(OnTerminate::Submit);
+        let (_, verdict) = turn.judge(&settings, &mut completion(SUBMIT), true);
+        assert!(matches!(
+            verdict,
+            Verdict::Nudge(NudgeKind::SubmitBeforeEdit)
+        ));
+        let before = turn.prepared.prompt.clone();
+        let hint = turn.push_nudge(NudgeKind::SubmitBeforeEdit);
+        turn.render(&renderer, settings.format).unwrap();
+        assert_eq!(turn.attempt, 1);
+        assert!(turn.prepared.prompt.starts_with(before.trim_end()));
+        assert!(
+            turn.prepared.prompt.contains(&hint),
+            "the hint is in the next prompt"
+        );
+        // The same violation again ends the trajectory with the profile's finish action.
+        let (_, verdict) = turn.judge(&settings, &mut completion(SUBMIT), true);
+        let Verdict::Terminate(Termination::SubmitBeforeEditAgain, Ok(reply)) = verdict else {
+            panic!("expected a termination with a reply, got {verdict:?}")
+        };
+        assert_eq!(reply.tool_call.expect("submit").function.name, "submit");
+    }
+
+    #[test]
+    fn a_termination_is_an_error_under_on_terminate_error() {
+        let (mut turn, _) = turn(&["ls"]);
+        let settings = settings(OnTerminate::Error);
+        turn.push_nudge(NudgeKind::SubmitBeforeEdit);
+        let (_, verdict) = turn.judge(&settings, &mut completion(SUBMIT), true);
+        assert!(matches!(
+            verdict,
+            Verdict::Terminate(_, Err(ProxyError::Terminated(_)))
+        ));
+    }
+
+    #[test]
+    fn unparsable_output_is_replied_as_content_and_a_cut_off_closer_is_put_back() {
+        let (turn, _) = turn(&[]);
+        let settings = settings(OnTerminate::Submit);
+        let (parsed, verdict) =
+            turn.judge(&settings, &mut completion("I wonder what to do."), true);
+        assert!(parsed.outcome.is_err());
+        let Verdict::Reply(reply) = verdict else {
+            panic!("expected a reply, got {verdict:?}")
+        };
+        assert!(reply.tool_call.is_none());
+        assert_eq!(reply.content.as_deref(), Some("I wonder what to do."));
+        // The backend stopped on `</bash>` and dropped it: the closer is recorded.
+        let mut stopped = completion("Listing.\n\n<bash>\nls\n");
+        stopped.matched_stop = Some("</bash>".into());
+        let (parsed, _) = turn.judge(&settings, &mut stopped, true);
+        assert!(parsed.outcome.is_ok());
+        assert_eq!(stopped.closer.as_deref(), Some("</bash>"));
+    }
+}
