@@ -141,7 +141,7 @@ pub fn with_closing_stop<'a>(
         return (Cow::Borrowed(text), None);
     }
     let base = format
-        .stop()
+        .step_end_stops()
         .iter()
         .map(|stop| without_fragment(text, stop))
         .filter(|rest| text.len() - rest.len() >= 2)

@@ -85,13 +85,14 @@ impl Format {
         }
     }
 
-    /// Stop sequences: the model's step is over where a line starts the environment's reply
+    /// The stop sequences that end a step (named apart from [`Format::stops`], a request's
+    /// whole list): the model's step is over where a line starts the environment's reply
     /// (or closes one it imagined, as small base models do right after a command) or a new
     /// step. They follow a complete action, so an action is not cut at its own closing tag
     /// (heredocs may contain `</bash>`); anchoring them at a line start keeps
     /// `grep '<observation>'` inside a command intact. Backends that ignore `stop` are handled
     /// by the parser, which drops everything after the first action.
-    pub fn stop(self) -> &'static [&'static str] {
+    pub fn step_end_stops(self) -> &'static [&'static str] {
         match self {
             Self::MarkdownXml => &["\n<observation>", "\n</observation>", "\n## Thinking"],
             Self::Xml => &[
@@ -105,7 +106,7 @@ impl Format {
         }
     }
 
-    /// The stop sequences of a request: [`Format::stop`] plus, in the tag formats, the closing
+    /// The stop sequences of a request: [`Format::step_end_stops`] plus, in the tag formats, the closing
     /// tag of every tool that takes a body ([`Format::action_closers`]), so that generation
     /// ends at the end of the action instead of running on into prose, an imagined
     /// observation or invented prompt sections (what small base models do most). Backends
@@ -113,7 +114,7 @@ impl Format {
     /// [`crate::parse::with_closing_stop`]. A heredoc whose body holds the action's own
     /// closing tag at a line start is cut there (rare; the command then fails visibly).
     pub fn stops(self, tools: &ToolSet) -> Vec<String> {
-        let mut stops: Vec<String> = self.stop().iter().map(|s| s.to_string()).collect();
+        let mut stops: Vec<String> = self.step_end_stops().iter().map(|s| s.to_string()).collect();
         stops.extend(self.action_closers(tools));
         stops
     }
