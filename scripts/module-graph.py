@@ -6,8 +6,11 @@ top-level modules count: `src/foo.rs` or `src/foo/**` is module `foo`. Comments 
 literals are skipped; `#[cfg(test)]` code counts like any other (a test that needs a cycle is
 a cycle).
 
-Usage: scripts/module-graph.py [--check] [--dot] [--root SRC]
+Usage: scripts/module-graph.py [--check] [--doc FILE] [--dot] [--root SRC]
   --check  exit 1 and list every strongly connected component of more than one module
+  --doc    with --check: also exit 1 when the module map in FILE (a Markdown table whose rows
+           are | `module` | owns | may use |) lacks a module, names one that does not exist, or
+           does not allow an import the code makes
   --dot    print the graph in Graphviz form
   --root   the source tree to read (default: this repository's src/)
 Without flags, prints one line per module: the modules it uses.
@@ -104,6 +107,29 @@ def sccs(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def doc_map(path: pathlib.Path) -> dict[str, set[str]]:
+    """The module map of docs/architecture.md: module -> the modules it may use."""
+    allowed = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith("`"):
+            uses = {u.strip() for u in cells[2].split(",") if u.strip()}
+            allowed[cells[0].strip("`")] = uses
+    return allowed
+
+
+def doc_problems(edges: dict[str, set[str]], allowed: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for m in sorted(set(edges) - set(allowed)):
+        problems.append(f"module map: `{m}` is missing")
+    for m in sorted(set(allowed) - set(edges)):
+        problems.append(f"module map: `{m}` is not a module of src/")
+    for m in sorted(set(edges) & set(allowed)):
+        for used in sorted(edges[m] - allowed[m]):
+            problems.append(f"module map: `{m}` uses `{used}`, which its row does not allow")
+    return problems
+
+
 def main() -> int:
     global ROOT
     if "--root" in sys.argv:
@@ -118,8 +144,15 @@ def main() -> int:
         return 0
     if "--check" in sys.argv:
         cycles = [c for c in sccs(edges) if len(c) > 1]
-        if not cycles:
-            print(f"module graph: {len(edges)} top-level modules, no cycles")
+        problems = []
+        if "--doc" in sys.argv:
+            doc = pathlib.Path(sys.argv[sys.argv.index("--doc") + 1])
+            problems = doc_problems(edges, doc_map(doc))
+        for problem in problems:
+            print(problem)
+        if not cycles and not problems:
+            matched = ", as the module map allows" if "--doc" in sys.argv else ""
+            print(f"module graph: {len(edges)} top-level modules, no cycles{matched}")
             return 0
         for comp in cycles:
             print(f"cycle among {len(comp)} modules: {', '.join(comp)}")

@@ -32,7 +32,7 @@ use crate::render::Format;
 // `max_unparsable` 5, `loop_rule` degenerate, `loop_window` 10, `nudges` on) to
 // [`Limits::default`], which owns them.
 
-/// Default listen address: loopback only (DESIGN.md "Commands").
+/// Default listen address: loopback only (docs/deploy.md).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8100";
 /// Default backend: llama-server on its default port.
 pub const DEFAULT_BACKEND: &str = "http://127.0.0.1:8080/v1";
@@ -49,7 +49,7 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 /// SDK's own default client timeout.
 pub const DEFAULT_REQUEST_TIMEOUT_S: u64 = 600;
 /// Default number of chat/responses requests served at once (hundreds of concurrent
-/// sessions per node, DESIGN.md "Scale").
+/// sessions per node, docs/deploy.md).
 pub const DEFAULT_MAX_CONCURRENCY: usize = 512;
 /// Default cap on messages per request (a 100-step trajectory has a few hundred).
 pub const DEFAULT_MAX_MESSAGES: usize = 10_000;
@@ -310,7 +310,7 @@ fn one_or_many<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>
     })
 }
 
-/// Limits of the HTTP layer (DESIGN.md "Scale"; docs/reliability.md).
+/// Limits of the HTTP layer (docs/deploy.md, docs/reliability.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerLimits {
     /// Largest accepted request body, bytes (`--max-body-bytes`; 413 beyond).

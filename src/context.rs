@@ -1,5 +1,5 @@
 //! Context window: the prompt plus the completion's `max_tokens` must fit the backend's
-//! context length (DESIGN.md "Append-only rendering", last paragraph).
+//! context length (docs/architecture.md "Append-only rendering").
 //!
 //! Rule (deterministic, so every replica and every later turn makes the same choice):
 //! 1. The context length is `--context-length`, else what the backend reports (vLLM and

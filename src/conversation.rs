@@ -1,5 +1,5 @@
 //! Chat messages → the scaffold-neutral trajectory: a task and a list of steps
-//! (thought, action, observation), per DESIGN.md "One request, start to end".
+//! (thought, action, observation), per docs/architecture.md "The pipeline".
 //!
 //! Rules, in message order:
 //! - `system`/`developer` messages before the first assistant message form the system text;

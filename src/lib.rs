@@ -1,11 +1,11 @@
 //! asap-proxy: lets unmodified agent scaffolds drive pretrained base models through the
-//! OpenAI Chat Completions API (the ASAP method; see DESIGN.md in the project docs).
+//! OpenAI Chat Completions and Responses APIs (the ASAP method).
 //!
-//! One module per pipeline stage: [`openai`] (decode), [`session`], [`profile`],
-//! [`conversation`], [`render`], [`backend`], [`parse`], [`respond`], [`trace`]; [`pipeline`]
-//! calls them in order and [`server`] is the HTTP layer; [`metrics`] counts and times what
-//! they do, [`logging`] sets up the process's log output. Tools over traces: [`replay`],
-//! [`report`], [`view`] (the trajectory viewer).
+//! `docs/architecture.md` is the map: the pipeline, each module's row (what it owns, what it
+//! may use; CI checks the imports against it) and the glossary. In short: [`pipeline`] runs a
+//! turn through the stages [`profile`], [`conversation`], [`prefix`], [`render`], [`session`],
+//! [`context`], [`backend`], [`parse`], [`policy`], [`respond`] and [`trace`]; [`server`] is
+//! the HTTP layer over it; [`report`], [`replay`] and [`view`] are the tools over traces.
 
 pub mod backend;
 pub mod cli;

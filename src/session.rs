@@ -1,4 +1,4 @@
-//! Sessions without server state (DESIGN.md "Stateless sessions").
+//! Sessions without server state (docs/architecture.md "Stateless sessions").
 //!
 //! Chat completions are stateless: the scaffold resends the whole history each turn. The proxy
 //! mints every tool-call id it returns and encodes in it what it must remember:

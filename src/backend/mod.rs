@@ -1,6 +1,6 @@
-//! Completion backends. One closed enum for the set (DESIGN.md "Backends"): the OpenAI
-//! completions API that vLLM, SGLang, llama-server, TGI and Ollama serve, and `replay`, which
-//! answers from recorded trace logs (offline, deterministic re-runs).
+//! Completion backends. One closed enum for the set: the OpenAI completions API that vLLM,
+//! SGLang, llama-server, TGI and Ollama serve, and recorded completions ([`Recorded`],
+//! implemented by the replay backend in `crate::replay`: offline, deterministic re-runs).
 
 mod openai_completions;
 

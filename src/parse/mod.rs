@@ -1,4 +1,4 @@
-//! Generated text → the first complete action, or a classified failure (DESIGN.md "Parsing").
+//! Generated text → the first complete action, or a classified failure (docs/architecture.md "Tolerant parsing").
 //!
 //! Model text is not XML: commands contain `<`, `&`, `</div>`, even `</bash>` inside a heredoc.
 //! So this is a tolerant line scanner over the known tag names, not an XML parser:

@@ -3,7 +3,7 @@
 //! Whatever the scaffold, the model sees `<bash>` for the shell (also an unknown scaffold's
 //! shell-like tool, profile `shell_names`), `<str_replace_editor>` for the file editor,
 //! `<submit/>` to finish, and other tools under their own names. That keeps a reference
-//! prefix recorded with one scaffold valid for another (DESIGN.md, "Profiles").
+//! prefix recorded with one scaffold valid for another (docs/architecture.md, "Profiles are data").
 
 use serde_json::{Map, Value};
 

@@ -2,7 +2,7 @@
 //!
 //! The environment is built once with strict undefined behaviour, so a template that names a
 //! missing variable fails at startup validation instead of rendering an empty string.
-//! Rendering is deterministic and append-only (DESIGN.md "Append-only rendering"): the prompt
+//! Rendering is deterministic and append-only (docs/architecture.md "Append-only rendering"): the prompt
 //! of turn n+1 starts with the prompt of turn n minus the trailing cue ([`Format::cue`]).
 //! The templates are embedded from `templates/`; `--templates DIR` replaces any of them with
 //! `DIR/<format>.jinja` at start-up ([`Renderer::with_templates`]).
@@ -114,7 +114,11 @@ impl Format {
     /// [`crate::parse::with_closing_stop`]. A heredoc whose body holds the action's own
     /// closing tag at a line start is cut there (rare; the command then fails visibly).
     pub fn stops(self, tools: &ToolSet) -> Vec<String> {
-        let mut stops: Vec<String> = self.step_end_stops().iter().map(|s| s.to_string()).collect();
+        let mut stops: Vec<String> = self
+            .step_end_stops()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         stops.extend(self.action_closers(tools));
         stops
     }

@@ -8,13 +8,14 @@
 //!   it (turns answered without a tool call are remembered under the recorded session id);
 //! - the observations the proxy elided to fit the context window are elided again with the
 //!   recorded cut (`context.elided_before_step`, [`crate::context::with_elided`]), as
-//!   [`crate::pipeline::run_step`] does after its context check;
-//! - an attempt after a `nudge` record appends [`crate::policy::nudged_step`] for the
-//!   recorded kind and renders again, as [`crate::pipeline::run_step`] does;
+//!   [`crate::pipeline::run_turn`] does after its context check;
+//! - an attempt after a `nudge` record runs the pipeline's own attempt machine
+//!   ([`crate::pipeline::Attempts::push_nudge`] for the recorded kind, then
+//!   [`crate::pipeline::Attempts::render`]);
 //! - a `side_call` record is rendered with [`crate::side_call::prompt`];
 //! - the rendered prompt's SHA-256 is compared with the recorded `prompt.sha256` (on a
 //!   difference: the first differing byte and an escaped context of both sides);
-//! - the recorded `completion.text` is parsed again ([`crate::parse::parse_for`]) and the
+//! - the recorded `completion.text` is parsed again ([`crate::pipeline::parse_completion`]) and the
 //!   action (as JSON) and failure class compared with the recorded `parse`. Records without a
 //!   completion (a failed backend call, Terminus' confirmation turn) are compared on the
 //!   prompt only, and passthrough sessions too (their completion is a chat reply, not a

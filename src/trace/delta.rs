@@ -1,4 +1,4 @@
-//! Deltas that keep a session's log linear in its length (DESIGN.md "Trace log").
+//! Deltas that keep a session's log linear in its length (docs/trace-format.md).
 //!
 //! **Prompt.** `prompt(n) = prompt(n-1)[..prefix_bytes] + delta`, where `prompt(n-1)` is the
 //! full prompt of the previous `step` record of the file (side calls are stored whole and are
