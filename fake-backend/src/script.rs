@@ -91,22 +91,26 @@ impl Scripted {
 #[serde(untagged)]
 enum Entry {
     Text(String),
-    Object {
-        text: Option<String>,
-        finish_reason: Option<String>,
-        #[serde(default = "observation")]
-        stop_reason: Option<String>,
-        status: Option<u16>,
-        message: Option<String>,
-        overflow: Option<String>,
-        slow_ms: Option<u64>,
-        #[serde(default)]
-        rate_limited: bool,
-        retry_after: Option<String>,
-        #[serde(default)]
-        hangup: bool,
-        raw: Option<String>,
-    },
+    Object(Fields),
+}
+
+/// The fields of an entry written as an object.
+#[derive(Deserialize)]
+struct Fields {
+    text: Option<String>,
+    finish_reason: Option<String>,
+    #[serde(default = "observation")]
+    stop_reason: Option<String>,
+    status: Option<u16>,
+    message: Option<String>,
+    overflow: Option<String>,
+    slow_ms: Option<u64>,
+    #[serde(default)]
+    rate_limited: bool,
+    retry_after: Option<String>,
+    #[serde(default)]
+    hangup: bool,
+    raw: Option<String>,
 }
 
 fn observation() -> Option<String> {
@@ -115,7 +119,7 @@ fn observation() -> Option<String> {
 
 impl Entry {
     fn into_scripted(self) -> Result<Scripted, String> {
-        let (text, finish_reason, stop_reason, status, message, overflow, slow_ms) = match self {
+        let f = match self {
             Entry::Text(text) => {
                 return Ok(Scripted::Continuation {
                     text,
@@ -123,63 +127,43 @@ impl Entry {
                     stop_reason: observation(),
                 })
             }
-            Entry::Object {
-                rate_limited: true,
-                retry_after,
-                ..
-            } => return Ok(Scripted::RateLimited { retry_after }),
-            Entry::Object { hangup: true, .. } => return Ok(Scripted::Hangup),
-            Entry::Object {
-                raw: Some(body),
-                status,
-                ..
-            } => {
-                return Ok(Scripted::Raw {
-                    status: status.unwrap_or(200),
-                    body,
-                })
-            }
-            Entry::Object {
-                text,
-                finish_reason,
-                stop_reason,
-                status,
-                message,
-                overflow,
-                slow_ms,
-                ..
-            } => (
-                text,
-                finish_reason,
-                stop_reason,
-                status,
-                message,
-                overflow,
-                slow_ms,
-            ),
+            Entry::Object(fields) => fields,
         };
-        Ok(match (text, status) {
-            _ if overflow.is_some() => {
-                let name = overflow.unwrap_or_default();
-                Scripted::overflow(&name).ok_or(format!(
-                    "unknown overflow backend {name:?} (known: {})",
-                    reply::OVERFLOWS.join(", ")
-                ))?
+        if let Some(name) = f.overflow {
+            return Scripted::overflow(&name).ok_or(format!(
+                "unknown overflow backend {name:?} (known: {})",
+                reply::OVERFLOWS.join(", ")
+            ));
+        }
+        Ok(if f.hangup {
+            Scripted::Hangup
+        } else if f.rate_limited {
+            Scripted::RateLimited {
+                retry_after: f.retry_after,
             }
-            (Some(text), _) if slow_ms.is_some() => Scripted::Slow {
-                delay: Duration::from_millis(slow_ms.unwrap_or_default()),
+        } else if let Some(body) = f.raw {
+            Scripted::Raw {
+                status: f.status.unwrap_or(200),
+                body,
+            }
+        } else if let (Some(text), Some(ms)) = (&f.text, f.slow_ms) {
+            Scripted::Slow {
+                delay: Duration::from_millis(ms),
+                text: text.clone(),
+            }
+        } else if let Some(text) = f.text {
+            Scripted::Continuation {
                 text,
-            },
-            (Some(text), None) => Scripted::Continuation {
-                text,
-                finish_reason: finish_reason.unwrap_or_else(|| "stop".to_string()),
-                stop_reason,
-            },
-            (None, Some(status)) => Scripted::Error {
+                finish_reason: f.finish_reason.unwrap_or_else(|| "stop".to_string()),
+                stop_reason: f.stop_reason,
+            }
+        } else if let Some(status) = f.status {
+            Scripted::Error {
                 status,
-                message: message.unwrap_or_else(|| "scripted error".to_string()),
-            },
-            _ => return Err("bad script entry: needs text, status, overflow or a fault".into()),
+                message: f.message.unwrap_or_else(|| "scripted error".to_string()),
+            }
+        } else {
+            return Err("bad script entry: needs text, status, overflow or a fault".into());
         })
     }
 }
@@ -538,5 +522,38 @@ async fn complete(
             watch.1 = true;
             ok(Shape::Vllm, &text, "stop", Some(OBSERVATION))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_script_entries() {
+        let script = Scripted::from_json(
+            r#"["a", {"text": "b", "finish_reason": "length", "stop_reason": null},
+                {"status": 503}, {"overflow": "vllm"}, {"hangup": true}]"#,
+        )
+        .unwrap_or_default();
+        assert!(
+            matches!(&script[0], Scripted::Continuation { stop_reason: Some(s), .. } if s == "<observation>")
+        );
+        assert!(
+            matches!(&script[1], Scripted::Continuation { finish_reason, stop_reason: None, .. } if finish_reason == "length")
+        );
+        assert!(
+            matches!(&script[2], Scripted::Error { status: 503, message } if message == "scripted error")
+        );
+        assert!(matches!(&script[3], Scripted::Raw { status: 400, .. }));
+        assert!(matches!(&script[4], Scripted::Hangup));
+        assert!(Scripted::from_json(r#"[{"overflow": "nope"}]"#).is_err());
+    }
+
+    #[test]
+    fn first_stop_is_the_earliest() {
+        let stop = json!(["\n<obs", "X"]);
+        assert_eq!(first_stop("abX\n<obs", &stop), Some((2, "X")));
+        assert_eq!(first_stop("abc", &stop), None);
     }
 }
