@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Load benchmark of the proxy (issue 8, parts 2 and 3; see BENCHMARKS.md).
 #
-# Builds release binaries, starts the zero-latency mock backend (examples/mock_backend.rs)
-# pinned to CPU 1 and the proxy pinned to CPU 0, generates SWE-agent-shaped bodies of 2, 20,
+# Builds release binaries, starts the zero-latency mock backend (`fake-backend constant`, the
+# fake-backend/ workspace crate) pinned to CPU 1 and the proxy pinned to CPU 0, generates SWE-agent-shaped bodies of 2, 20,
 # 100 and 1,000 turns (examples/bench_bodies.rs), and measures with oha (pinned to CPU 1,
 # with the mock): direct-to-mock (the completions body the proxy would send) against
 # through-the-proxy (the chat body), at concurrency 1 (mock delay 0) and 32 (mock delay
@@ -51,9 +51,9 @@ for tool in taskset python3 curl; do
 done
 
 echo "== cargo build --release (proxy, mock backend, body generator)" >&2
-cargo build --release --locked --bin asap-proxy --example mock_backend --example bench_bodies >&2
+cargo build --release --locked --bin asap-proxy --bin fake-backend --example bench_bodies >&2
 PROXY_BIN=target/release/asap-proxy
-MOCK_BIN=target/release/examples/mock_backend
+MOCK_BIN=target/release/fake-backend
 
 WORK=$(mktemp -d /tmp/asap-load.XXXXXX)
 PIDS=()
@@ -102,7 +102,8 @@ stop_pid() {
 MOCK_PID=
 start_mock() { # delay_ms
     [[ -n "$MOCK_PID" ]] && stop_pid "$MOCK_PID"
-    taskset -c "$CLIENT_CPU" "$MOCK_BIN" --port "$MOCK_PORT" --delay-ms "$1" 2>"$WORK/mock.log" &
+    taskset -c "$CLIENT_CPU" "$MOCK_BIN" --port "$MOCK_PORT" constant --delay-ms "$1" \
+        >/dev/null 2>"$WORK/mock.log" &
     MOCK_PID=$!
     PIDS+=("$MOCK_PID")
     wait_http "http://127.0.0.1:$MOCK_PORT/health"

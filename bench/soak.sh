@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Soak run of the proxy (issue 9 item 8; docs/reliability.md section 8).
 #
-# Builds release binaries, starts the fault-injecting soak backend (examples/soak_backend.rs)
+# Builds release binaries, starts the fault-injecting soak backend (`fake-backend soak`)
 # and the proxy on loopback, runs the soak driver (examples/soak.rs: CONCURRENCY scaffold
 # loops for MINUTES minutes, mixing eight scaffold profiles, streaming and not, with nudges
 # and backend faults), stops the proxy with SIGTERM, then checks:
@@ -38,9 +38,9 @@ for tool in curl; do
 done
 
 echo "== cargo build --release (proxy, soak backend, soak driver)" >&2
-cargo build --release --locked --bin asap-proxy --example soak --example soak_backend >&2
+cargo build --release --locked --bin asap-proxy --bin fake-backend --example soak >&2
 PROXY_BIN=target/release/asap-proxy
-BACKEND_BIN=target/release/examples/soak_backend
+BACKEND_BIN=target/release/fake-backend
 DRIVER_BIN=target/release/examples/soak
 
 WORK=$(mktemp -d /tmp/asap-soak.XXXXXX)
@@ -85,8 +85,8 @@ forget_pid() {
     PIDS=("${keep[@]}")
 }
 
-"$BACKEND_BIN" --port "$BACKEND_PORT" --fault-rate "$FAULT_RATE" --stall-ms "$STALL_MS" \
-    2>"$WORK/backend.log" &
+"$BACKEND_BIN" --port "$BACKEND_PORT" soak --fault-rate "$FAULT_RATE" --stall-ms "$STALL_MS" \
+    >/dev/null 2>"$WORK/backend.log" &
 BACKEND_PID=$!
 PIDS+=("$BACKEND_PID")
 BACKEND_ADDR=$(wait_addr "$WORK/backend.log" "$BACKEND_PID" "soak backend")
@@ -171,7 +171,7 @@ if [[ $MINUTES == 10 ]]; then OUT="$RESULTS/soak-$DATE.md"; else OUT="$RESULTS/s
     echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; $(uname -sr)."
     echo "Load average before/after: $LOAD_BEFORE / $LOAD_AFTER (niceness $(nice))."
     echo "Proxy: \`asap-proxy serve --backend-timeout $BACKEND_TIMEOUT --backend-retries 3\` (other settings default);"
-    echo "backend: \`soak_backend --fault-rate $FAULT_RATE --stall-ms $STALL_MS\`;"
+    echo "backend: \`fake-backend soak --fault-rate $FAULT_RATE --stall-ms $STALL_MS\`;"
     echo "driver: \`soak --minutes $MINUTES --concurrency $CONCURRENCY\`."
     echo "Command: \`bench/soak.sh $MINUTES\` (CONCURRENCY=$CONCURRENCY FAULT_RATE=$FAULT_RATE)."
     echo

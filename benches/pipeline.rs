@@ -126,7 +126,7 @@ impl Fixture {
 /// What the mock backend answers.
 fn completion() -> BackendCompletion {
     BackendCompletion {
-        text: swe_agent::COMPLETION.to_string(),
+        text: fake_backend::constant::COMPLETION.to_string(),
         finish_reason: Some("stop".into()),
         matched_stop: Some("\n<observation>".into()),
         closer: None,

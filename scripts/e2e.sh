@@ -24,8 +24,9 @@ if [[ -z "$backend" ]]; then
     backend="http://127.0.0.1:$port/v1"
 fi
 
-cargo build --locked --bin asap-proxy
+cargo build --locked --bin asap-proxy --bin fake-backend
 export ASAP_E2E_BACKEND="$backend" ASAP_PROXY_BIN="$PWD/target/debug/asap-proxy"
+export ASAP_FAKE_BACKEND_BIN="$PWD/target/debug/fake-backend"
 start=$SECONDS
 bash tests/e2e/run.sh "$@"
 echo "== e2e: tests took $((SECONDS - start)) s" >&2

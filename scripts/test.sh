@@ -17,8 +17,9 @@ echo "== cargo test" >&2
 cargo test --locked
 
 echo "== real clients (openai, litellm)" >&2
-cargo build --locked --bin asap-proxy
-ASAP_PROXY_BIN="$PWD/target/debug/asap-proxy" bash tests/clients/run.sh
+cargo build --locked --bin asap-proxy --bin fake-backend
+ASAP_PROXY_BIN="$PWD/target/debug/asap-proxy" ASAP_FAKE_BACKEND_BIN="$PWD/target/debug/fake-backend" \
+    bash tests/clients/run.sh
 
 if [[ "${ASAP_SKIP_BROWSER:-0}" != "1" ]]; then
     echo "== trajectory viewer in headless Chromium (screenshots: target/artifacts/)" >&2

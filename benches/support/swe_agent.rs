@@ -19,12 +19,6 @@
 
 use serde_json::{json, Value};
 
-/// The mock backend's fixed completion: a thought and one `<bash>` action that no generated
-/// history contains (so neither nudge nor the loop rule fires on it).
-pub const COMPLETION: &str = "The fix is in place, so the whole test module should pass now. \
-I will run it and read only the summary at the end.\n\n<bash>\ncd /testbed && python -m pytest \
--q tests/test_inventory.py 2>&1 | tail -n 25\n</bash>\n";
-
 /// The system message (our wording of what SWE-agent configs say; about 1 KiB).
 const SYSTEM: &str = "You are a helpful assistant that can interact with a computer to solve \
 tasks. You work in a Linux shell inside a container with the repository checked out at \

@@ -6,7 +6,9 @@ its own backend script, its own record of backend requests and its own trace
 log directory. Nothing here touches any address other than 127.0.0.1.
 
 Environment:
-  ASAP_PROXY_BIN  path of the proxy binary (default: <repo>/target/debug/asap-proxy)
+  ASAP_PROXY_BIN         path of the proxy binary (default: <repo>/target/debug/asap-proxy)
+  ASAP_FAKE_BACKEND_BIN  path of the fake backend (default: <repo>/target/debug/fake-backend,
+                         the `fake-backend` workspace crate; run.sh builds it)
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import os
 import select
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,12 +32,15 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-FAKE_BACKEND = HERE / "fake_backend.py"
 HEALTH_TIMEOUT_S = 30.0
 
 
 def proxy_bin() -> Path:
     return Path(os.environ.get("ASAP_PROXY_BIN") or REPO / "target" / "debug" / "asap-proxy")
+
+
+def fake_backend_bin() -> Path:
+    return Path(os.environ.get("ASAP_FAKE_BACKEND_BIN") or REPO / "target" / "debug" / "fake-backend")
 
 
 def free_port() -> int:
@@ -141,8 +145,13 @@ class Stack:
         script_path = self.workdir / "script.json"
         script_path.write_text(json.dumps(self.script))
         err = open(self.workdir / "backend.err", "wb")
+        binary = fake_backend_bin()
+        if not binary.exists():
+            raise RuntimeError(
+                f"fake backend not found at {binary}; run `cargo build -p fake-backend` or set ASAP_FAKE_BACKEND_BIN"
+            )
         self.backend = subprocess.Popen(
-            [sys.executable, str(FAKE_BACKEND), "--port", "0",
+            [str(binary), "--port", "0", "script",
              "--script", str(script_path), "--record", str(self.record_path)],
             stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
         )

@@ -4,7 +4,9 @@
 # Creates or reuses a virtualenv at ${ASAP_CACHE:-$HOME/.cache/asap-proxy}/venv-clients,
 # rebuilt whenever tests/clients/requirements.txt changes (its sha256 is stamped in the
 # venv), and mini-swe-agent 1.x (requirements-mini1.txt) in ${ASAP_CACHE}/mini-swe-agent-1. Needs only PyPI. The proxy binary comes from ASAP_PROXY_BIN or
-# target/debug/asap-proxy (build it first). Extra arguments go to pytest.
+# target/debug/asap-proxy (build it first); the fake backend from ASAP_FAKE_BACKEND_BIN or,
+# built here, target/debug/fake-backend (the `fake-backend` workspace crate). Extra arguments
+# go to pytest.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,6 +38,11 @@ if [[ "$want1" != "$have1" ]]; then
     echo "$want1" > "$mini1/.requirements.sha256"
 fi
 export ASAP_MINI1_PATH="$mini1"
+
+if [[ -z "${ASAP_FAKE_BACKEND_BIN:-}" ]]; then
+    (cd "$repo" && cargo build --locked --quiet --bin fake-backend)
+    export ASAP_FAKE_BACKEND_BIN="$repo/target/debug/fake-backend"
+fi
 
 # LiteLLM would otherwise fetch its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP=True

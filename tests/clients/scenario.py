@@ -91,6 +91,17 @@ STEPS = [
 
 SCRIPT = [s.continuation for s in STEPS]
 
+# The backends whose context-overflow answer the fake backend plays (`{"overflow": name}`).
+OVERFLOWS = ["llama-server", "llama-server-500", "sglang", "tgi", "vllm"]
+
+
+def returned_text(text: str, stop) -> str:
+    """What the fake backend returns for a scripted text: cut at the request's earliest stop
+    string, as vLLM does by default."""
+    stops = [stop] if isinstance(stop, str) else [s for s in stop or [] if isinstance(s, str) and s]
+    cuts = [text.find(s) for s in stops if s in text]
+    return text[: min(cuts)] if cuts else text
+
 
 def first_messages() -> list[dict]:
     """The SWE-agent first request's messages (a deep copy)."""

@@ -9,8 +9,6 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at i
 import litellm  # noqa: E402
 import pytest  # noqa: E402
 
-import fake_backend  # noqa: E402
-
 import scenario  # noqa: E402
 from scenario import TOOLS, Reply, ToolCall  # noqa: E402
 
@@ -111,7 +109,7 @@ def test_a_prompt_beyond_the_context_window_is_litellms_context_window_error(sta
     assert not [r for r in stack.completion_requests() if "stop" in r], "no completion call"
 
 
-@pytest.mark.parametrize("backend", sorted(fake_backend.OVERFLOWS))
+@pytest.mark.parametrize("backend", scenario.OVERFLOWS)
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_backends_own_context_overflow_is_litellms_context_window_error(start_stack, backend, stream):
     """When the backend itself refuses the prompt as longer than its context window (the

@@ -8,7 +8,6 @@ import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-import fake_backend
 import scenario
 from conftest import raw_post
 from scenario import MODEL, TOOLS, Reply, ToolCall
@@ -96,7 +95,7 @@ def test_tool_loop_non_streaming(start_stack):
     for i, (reply, prompt, step, req) in enumerate(
         zip(replies, prompts, scenario.STEPS, requests), start=1
     ):
-        returned = fake_backend.apply_stop({"text": step.continuation}, req.get("stop"))["text"]
+        returned = scenario.returned_text(step.continuation, req.get("stop"))
         assert reply.usage is not None, f"turn {i}: no usage"
         assert reply.usage.prompt_tokens == len(prompt.split()), f"turn {i}: prompt_tokens"
         assert reply.usage.completion_tokens == len(returned.split()), f"turn {i}: completion_tokens"

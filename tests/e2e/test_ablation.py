@@ -15,7 +15,8 @@ import pytest
 
 from conftest import REPO
 
-FAKE_BACKEND = REPO / "tests" / "clients" / "fake_backend.py"
+# The fake completion backend (the `fake-backend` workspace crate; scripts/e2e.sh builds it).
+FAKE_BACKEND = Path(os.environ.get("ASAP_FAKE_BACKEND_BIN") or REPO / "target" / "debug" / "fake-backend")
 SCRIPT = [
     "The spaces must collapse.\n\n<bash>sed -i 's/return text.replace(\" \", \"-\")/return \"-\".join(text.split())/' textutil/slug.py</bash>\n",
     "Now the tests.\n\n<bash>python3 -m unittest -q</bash>\n",
@@ -26,7 +27,7 @@ SCRIPT = [
 def start_fake_backend(tmp_path: Path):
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
-    proc = subprocess.Popen([sys.executable, str(FAKE_BACKEND), "--port", "0", "--script", str(script),
+    proc = subprocess.Popen([str(FAKE_BACKEND), "--port", "0", "script", "--script", str(script),
                              "--record", str(tmp_path / "record.jsonl")],
                             stdout=subprocess.PIPE, text=True)
     port = int(proc.stdout.readline().split()[1])

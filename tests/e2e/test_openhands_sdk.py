@@ -11,7 +11,7 @@ condenser, no visualizer, no persistence:
   of the SDK is one complete step record of the proxy, and every reply was in OpenHands'
   dialect.
 * `test_openhands_sdk_fixes_bug_with_scripted_model` runs it against the scripted fake backend
-  (tests/clients/fake_backend.py) whose continuations read the file, fix it with the SDK's own
+  (the `fake-backend` binary) whose continuations read the file, fix it with the SDK's own
   file_editor, run the tests and submit: the file is really fixed, the tests pass, and the
   conversation finished through the finish tool.
 
@@ -49,7 +49,8 @@ from openhands.sdk.event import (  # noqa: E402
 from openhands.sdk.event.conversation_error import ConversationErrorEvent  # noqa: E402
 from openhands.tools.preset.default import get_default_tools  # noqa: E402
 
-FAKE_BACKEND = REPO / "tests" / "clients" / "fake_backend.py"
+# The fake completion backend (the `fake-backend` workspace crate; scripts/e2e.sh builds it).
+FAKE_BACKEND = Path(os.environ.get("ASAP_FAKE_BACKEND_BIN") or REPO / "target" / "debug" / "fake-backend")
 TASK_TEXT = (TASK_TEMPLATE / "TASK.md").read_text()
 OPENHANDS_TOOLS = {"terminal", "file_editor", "task_tracker", "finish", "think"}
 MAX_ITERATIONS = 3
@@ -234,7 +235,7 @@ def start_fake_backend(tmp_path: Path, script: list):
     script_path.write_text(json.dumps(script))
     record = tmp_path / "backend-requests.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, str(FAKE_BACKEND), "--port", "0", "--script", str(script_path),
+        [str(FAKE_BACKEND), "--port", "0", "script", "--script", str(script_path),
          "--record", str(record)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )

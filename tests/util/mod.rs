@@ -1,5 +1,5 @@
-//! Test helpers: a fake base-model backend (a real HTTP server on loopback), fixtures, and
-//! starting the proxy in-process or as the real binary.
+//! Test helpers: the fake base-model backend (`fake-backend/`, a real HTTP server on loopback),
+//! fixtures, and starting the proxy in-process or as the real binary.
 
 pub mod backend;
 pub mod proxy;

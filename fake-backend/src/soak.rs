@@ -1,5 +1,5 @@
-//! A fault-injecting completion backend for the soak run (`bench/soak.sh`, docs/reliability.md
-//! item 8).
+//! Soak mode: a fault-injecting completion backend for the soak run (`bench/soak.sh`,
+//! docs/reliability.md item 8).
 //!
 //! `POST /v1/completions` answers the proxy's `markdown_xml` prompts with realistic base-model
 //! steps: a `## Thinking` line and one action in the tools the prompt offers (`<bash>`,
@@ -9,9 +9,9 @@
 //! again (both nudged; after the hint, now and then the same mistake again, which terminates),
 //! and unparsable text (prose without an action, an unknown tool, an unclosed tag cut off by
 //! the token limit). Answers come in vLLM, llama-server or SGLang shape, after a delay of
-//! `--delay-ms-min`..`--delay-ms-max`.
+//! `delay_ms_min`..`delay_ms_max`.
 //!
-//! **Faults.** Each call starts a fault with probability `--fault-rate`; a started fault of a
+//! **Faults.** Each call starts a fault with probability `fault_rate`; a started fault of a
 //! retried kind lasts for 1 to 5 consecutive calls *of the same prompt* (the proxy retries
 //! the same prompt up to `--backend-retries` times, so bursts of 4 or more reach the client):
 //!
@@ -21,56 +21,70 @@
 //! | `rate_limited` | HTTP 429, `Retry-After: 0`, message `soak-fault rate_limited …` | yes |
 //! | `hangup` | status 200 and half a body, then the connection is dropped | yes |
 //! | `invalid_json` | status 200, a body that is not JSON (`<html>soak-fault invalid_json …`) | no |
-//! | `slow` | the normal answer after `--slow-ms` (default 2 s) | – (succeeds) |
-//! | `stall` | the normal answer after `--stall-ms` (default 7 s: past a `--backend-timeout 5`) | no (504) |
+//! | `slow` | the normal answer after `slow_ms` (default 2 s) | – (succeeds) |
+//! | `stall` | the normal answer after `stall_ms` (default 7 s: past a `--backend-timeout 5`) | no (504) |
 //!
 //! Every injected fault is logged with the prompt's SHA-256 (the `prompt.sha256` of the
 //! proxy's trace record); `GET /soak/faults` returns that log, the counts per kind and the
 //! counts of the kinds of text generated, so the soak driver can check after the run that
 //! every error a client saw was injected.
 //!
-//! `cargo run --release --example soak_backend -- --port 19011 --fault-rate 0.05`
-
-#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+//! `cargo run --release -p fake-backend -- --port 19011 soak --fault-rate 0.05`
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use clap::Parser;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-#[derive(Parser)]
-struct Args {
-    /// Port on 127.0.0.1 (0: any free port; the bound address is printed).
-    #[arg(long, default_value_t = 19011)]
-    port: u16,
+use crate::reply::{self, Names, Shape};
+
+/// Settings of the soak mode.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SoakOptions {
     /// Probability that a call (with no fault under way for its prompt) starts a fault.
     #[arg(long, default_value_t = 0.05)]
-    fault_rate: f64,
+    pub fault_rate: f64,
     /// Shortest generation time, milliseconds.
     #[arg(long, default_value_t = 20)]
-    delay_ms_min: u64,
+    pub delay_ms_min: u64,
     /// Longest generation time, milliseconds.
     #[arg(long, default_value_t = 200)]
-    delay_ms_max: u64,
+    pub delay_ms_max: u64,
     /// Delay of a `slow` fault, milliseconds (the answer is normal).
     #[arg(long, default_value_t = 2000)]
-    slow_ms: u64,
+    pub slow_ms: u64,
     /// Delay of a `stall` fault, milliseconds (longer than the proxy's `--backend-timeout`).
     #[arg(long, default_value_t = 7000)]
-    stall_ms: u64,
+    pub stall_ms: u64,
     /// Seed of the fault generator.
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub seed: u64,
+}
+
+/// The router of a soak backend.
+pub fn router(args: SoakOptions) -> Router {
+    let mock = Arc::new(Mock {
+        inner: Mutex::new(Inner {
+            rng: args.seed.max(1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            ..Inner::default()
+        }),
+        args,
+    });
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { "ok" }))
+        .route("/soak/faults", get(faults))
+        .layer(DefaultBodyLimit::max(256 * 1024 * 1024))
+        .with_state(mock)
 }
 
 /// The kinds of injected faults.
@@ -170,7 +184,7 @@ impl Inner {
 }
 
 struct Mock {
-    args: Args,
+    args: SoakOptions,
     inner: Mutex<Inner>,
 }
 
@@ -178,38 +192,6 @@ fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn main() -> std::io::Result<()> {
-    let args = Args::parse();
-    let port = args.port;
-    let mock = Arc::new(Mock {
-        inner: Mutex::new(Inner {
-            rng: args.seed.max(1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
-            ..Inner::default()
-        }),
-        args,
-    });
-    // One thread: the soak shares two cores between the proxy, the driver and this mock.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        let app = Router::new()
-            .route("/v1/completions", post(completions))
-            .route("/v1/models", get(models))
-            .route("/health", get(|| async { "ok" }))
-            .route("/soak/faults", get(faults))
-            .layer(DefaultBodyLimit::max(256 * 1024 * 1024))
-            .with_state(mock);
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        eprintln!(
-            "soak backend listening on http://{}/v1",
-            listener.local_addr()?
-        );
-        axum::serve(listener, app).await
-    })
 }
 
 async fn models() -> impl IntoResponse {
@@ -220,7 +202,7 @@ async fn models() -> impl IntoResponse {
 }
 
 async fn faults(State(mock): State<Arc<Mock>>) -> impl IntoResponse {
-    let inner = mock.inner.lock().unwrap();
+    let inner = mock.inner.lock().unwrap_or_else(|e| e.into_inner());
     let log: Vec<Value> = inner
         .log
         .iter()
@@ -242,7 +224,8 @@ async fn completions(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
     let prompt = request["prompt"].as_str().unwrap_or_default();
     let digest: [u8; 32] = Sha256::digest(prompt.as_bytes()).into();
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    let word = |i: usize| u64::from_le_bytes(digest[i * 8..i * 8 + 8].try_into().unwrap());
+    let word =
+        |i: usize| u64::from_le_bytes(digest[i * 8..i * 8 + 8].try_into().unwrap_or_default());
     let fault = mock
         .inner
         .lock()
@@ -252,76 +235,57 @@ async fn completions(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
     let mut delay = lo + word(3) % (hi.saturating_sub(lo) + 1);
     let message = |kind: &str| format!("soak-fault {kind} (prompt {})", &hex[..16]);
     match fault {
-        Some(Fault::Http500) => {
-            let body = json!({"error": {"message": message("http_500"), "type": "server_error", "code": 500}});
-            return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
-        }
+        Some(Fault::Http500) => return reply::error(500, &message("http_500")),
         Some(Fault::RateLimited) => {
-            let body = json!({"error": {"message": message("rate_limited"), "type": "rate_limit_error", "code": "rate_limit_exceeded"}});
-            return (
-                StatusCode::TOO_MANY_REQUESTS,
-                [(header::RETRY_AFTER, "0")],
-                Json(body),
-            )
-                .into_response();
+            return reply::rate_limited(&message("rate_limited"), Some("0"));
         }
         Some(Fault::InvalidJson) => {
             let body = format!(
                 "<html><body>{}: upstream worker crashed</body></html>",
                 message("invalid_json")
             );
-            return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+            return reply::raw(200, body);
         }
         Some(Fault::Hangup) => {
-            use futures_util::StreamExt;
-            let start = futures_util::stream::once(async {
-                Ok::<_, std::io::Error>("{\"id\": \"cmpl-soak\", \"object\": \"text_comp")
-            });
-            let death = futures_util::stream::once(async {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                Err(std::io::Error::other("soak-fault hangup"))
-            });
-            return Response::new(Body::from_stream(start.chain(death)));
+            return reply::hangup(
+                "{\"id\": \"cmpl-soak\", \"object\": \"text_comp",
+                Duration::from_millis(20),
+                "soak-fault hangup",
+            );
         }
         Some(Fault::Slow) => delay = mock.args.slow_ms,
         Some(Fault::Stall) => delay = mock.args.stall_ms,
         None => {}
     }
     let (text, kind, finish) = generate(prompt, [word(0), word(1), word(2)]);
-    *mock.inner.lock().unwrap().outputs.entry(kind).or_default() += 1;
+    *mock
+        .inner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .outputs
+        .entry(kind)
+        .or_default() += 1;
     tokio::time::sleep(Duration::from_millis(delay)).await;
     let stop = request["stop"][0]
         .as_str()
         .unwrap_or("\n<observation>")
         .to_string();
-    let (p, c) = (prompt.len() / 4, text.len().div_ceil(4));
-    let usage = json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c});
-    let stopped = finish == "stop";
-    let body = match word(3) % 3 {
-        // vLLM: `stop_reason` names the matched stop string.
-        0 => json!({
-            "id": "cmpl-soak", "object": "text_completion", "created": 0, "model": "soak-base",
-            "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish,
-                         "stop_reason": if stopped { json!(stop) } else { Value::Null }}],
-            "usage": usage,
-        }),
-        // llama-server: `stopping_word` at the top level.
-        1 => json!({
-            "id": "cmpl-soak", "object": "text_completion", "created": 0, "model": "soak-base",
-            "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}],
-            "usage": usage,
-            "stopping_word": if stopped { stop.as_str() } else { "" },
-            "stop_type": if stopped { "word" } else { "limit" },
-        }),
-        // SGLang: `matched_stop` in the choice.
-        _ => json!({
-            "id": "cmpl-soak", "object": "text_completion", "created": 0, "model": "soak-base",
-            "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish,
-                         "matched_stop": if stopped { json!(stop) } else { Value::Null }}],
-            "usage": usage,
-        }),
+    let usage = reply::usage(prompt.len() / 4, text.len().div_ceil(4));
+    let matched = (finish == "stop").then_some(stop.as_str());
+    let shape = match word(3) % 3 {
+        0 => Shape::Vllm,
+        1 => Shape::LlamaServer,
+        _ => Shape::Sglang,
     };
-    Json(body).into_response()
+    let names = Names {
+        id: "cmpl-soak",
+        model: "soak-base".to_string(),
+        created: 0,
+    };
+    Json(reply::completion(
+        &names, shape, &text, finish, matched, usage,
+    ))
+    .into_response()
 }
 
 const SUBMIT_HINT: &str = "You submitted, but no file has been changed yet";
