@@ -312,7 +312,7 @@ impl Recorded for ReplayBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn line(kind: &str, data: Value) -> String {
         json!({"v": 1, "type": kind, "session": "aaaaaaaaaaaa", "time_ms": 0, "data": data})

@@ -173,7 +173,7 @@ impl FirstResults {
             return;
         };
         let messages = request.messages();
-        for message in messages.get(from as usize..).unwrap_or_default() {
+        for message in messages.get(from..).unwrap_or_default() {
             if message.get("role").and_then(Value::as_str) != Some("tool") {
                 continue;
             }

@@ -133,6 +133,19 @@ impl Record {
         }
     }
 
+    /// The typed `data` serialised again (what the writer writes for a current record;
+    /// `null` for [`Body::Other`] and [`Body::Invalid`]).
+    pub fn data(&self) -> serde_json::Value {
+        let value = match &self.body {
+            Body::Session(r) => serde_json::to_value(r),
+            Body::Step(r) | Body::SideCall(r) => serde_json::to_value(r),
+            Body::Nudge(r) => serde_json::to_value(r),
+            Body::Terminate(r) => serde_json::to_value(r),
+            Body::Other(_) | Body::Invalid { .. } => Ok(serde_json::Value::Null),
+        };
+        value.unwrap_or_default()
+    }
+
     /// The completion call of a `step` or `side_call` record.
     pub fn call(&self) -> Option<&StepRecord> {
         match &self.body {

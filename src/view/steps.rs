@@ -276,8 +276,8 @@ fn step_view(index: usize, record: &Record, prompt: &str, turn: Option<&Turn>) -
         sent: (call.decision == StepDecision::Terminate)
             .then(|| response.map(sent_view))
             .flatten(),
-        prompt_tokens: usage.map(|u| u64::from(u.prompt_tokens)),
-        completion_tokens: usage.map(|u| u64::from(u.completion_tokens)),
+        prompt_tokens: usage.map(|u| u.prompt_tokens),
+        completion_tokens: usage.map(|u| u.completion_tokens),
         timings,
         dropped: dropped(call),
         notes: parse.map(|p| p.notes.clone()).unwrap_or_default(),
