@@ -92,6 +92,7 @@ pub struct SessionRecord {
     pub instance_id: Option<String>,
     /// Task key used for grouping: `instance_id`, else `task-` and 12 hex digits of the
     /// SHA-256 of `task_text`.
+    #[serde(default)]
     pub task: String,
     /// The first user message of the session's first request (empty in traces before it
     /// was recorded).
