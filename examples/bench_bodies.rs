@@ -83,7 +83,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 temperature: request.temperature,
                 top_p: request.top_p,
                 seed: request.seed,
-                stop: config.format.step_end_stops().iter().map(|s| s.to_string()).collect(),
+                stop: config
+                    .format
+                    .step_end_stops()
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
                 stream,
                 cache_prompt: true,
             };

@@ -49,7 +49,7 @@ const KEEP_LINE_BYTES: usize = 200;
 pub const ESTIMATE_BYTES_PER_TOKEN: usize = 2;
 
 /// How a prompt's tokens were counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CountedBy {
     /// Prompt bytes: an upper bound, enough to show the prompt fits.
@@ -63,7 +63,7 @@ pub enum CountedBy {
 }
 
 /// What the context check did (the trace's `context` field).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ContextRecord {
     /// The backend's context length, tokens.
     pub context_length: u32,

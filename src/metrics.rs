@@ -386,13 +386,7 @@ fn nudge_label(kind: NudgeKind) -> &'static str {
 /// The `reason` label of a termination: the trace's `terminate.reason` (without the rule's
 /// parameter, which would multiply the series).
 fn termination_label(termination: &Termination) -> &'static str {
-    match termination {
-        Termination::SubmitBeforeEditAgain => "submit_before_edit_again",
-        Termination::RepeatedActionAgain => "repeated_action_again",
-        Termination::StepCap { .. } => "step_cap",
-        Termination::Unparsable { .. } => "unparsable",
-        Termination::DegenerateLoop { .. } => "degenerate_loop",
-    }
+    termination.name()
 }
 
 #[cfg(test)]

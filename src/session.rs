@@ -70,6 +70,14 @@ pub enum NudgeKind {
 }
 
 impl NudgeKind {
+    /// The snake_case name written in traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SubmitBeforeEdit => "submit_before_edit",
+            Self::RepeatedAction => "repeated_action",
+        }
+    }
+
     fn letter(self) -> char {
         match self {
             Self::SubmitBeforeEdit => 's',

@@ -745,3 +745,52 @@ async fn replay_check_pairs_attempts_with_their_nudge_across_concurrent_requests
         "{out}"
     );
 }
+
+/// Traces written by an earlier build stay readable (issue 19: users keep months of runs):
+/// the committed traces of schema version 1 as written before the schema was typed for
+/// reading (tests/fixtures/traces/v1: nudges and a parse failure, a step-cap termination, a
+/// Terminus side call) are read by `report`, `replay --check`, `view` and the replay backend.
+#[test]
+fn committed_traces_of_today_s_format_stay_readable() {
+    let dir = crate::util::fixture_path("traces/v1");
+    let dir_str = path_str(&dir);
+
+    let (code, out, err) = replay(&["--check", dir_str]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("files 3  steps 17 "), "{out}");
+    assert!(out.ends_with("unreadable 0\n"), "{out}");
+
+    let report = Command::new(BIN)
+        .args(["report", "--format", "json", dir_str])
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{report:?}");
+    let json: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let text = json.to_string();
+    assert!(text.contains("step_cap"), "{text}");
+
+    let viewer = asap_proxy::view::Viewer::new(vec![dir.clone()], None);
+    let list = viewer.sessions();
+    assert_eq!(list.sessions.len(), 3, "{:?}", list.skipped);
+    for summary in &list.sessions {
+        let page = viewer.session(&summary.session).unwrap();
+        assert!(page.steps.error.is_none(), "{:?}", page.steps.error);
+        assert!(!page.steps.steps.is_empty());
+    }
+    let capped = list
+        .sessions
+        .iter()
+        .find(|s| s.path.contains("swe-agent-step-cap"))
+        .unwrap();
+    let page = viewer.session(&capped.session).unwrap();
+    let last = page.steps.steps.last().unwrap();
+    assert_eq!(last.termination.as_ref().unwrap().reason, "step_cap");
+    assert!(page.steps.steps.iter().any(|s| s.nudge.is_some()));
+
+    let backend = asap_proxy::replay::ReplayBackend::load(&dir).unwrap();
+    assert_eq!(
+        backend.len(),
+        16,
+        "every call with a completion (the confirmation has none)"
+    );
+}

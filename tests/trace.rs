@@ -33,8 +33,8 @@ fn rebuilt(path: &Path) -> Vec<(String, Value, String, Value)> {
     while let Some(record) = reader.next_record() {
         let record = record.unwrap();
         out.push((
-            record.kind.clone(),
-            record.data.clone(),
+            record.kind().to_string(),
+            record.data(),
             reader.prompt().to_string(),
             reader.request().body(),
         ));
@@ -296,7 +296,7 @@ async fn a_torn_last_line_is_skipped_and_a_restarted_proxy_starts_a_new_line() {
     let mut steps = 0;
     while let Some(record) = reader.next_record() {
         let record = record.unwrap();
-        if record.kind == "step" {
+        if record.kind() == "step" {
             steps += 1;
             assert_eq!(reader.prompt(), backend.prompts()[steps - 1]);
         }
@@ -622,7 +622,7 @@ async fn the_writer_keeps_state_of_recent_sessions_only_and_evicted_ones_still_r
         let mut reader = TraceReader::open(&path).unwrap();
         let mut n = 0;
         while let Some(record) = reader.next_record() {
-            if record.unwrap().kind == "step" {
+            if record.unwrap().kind() == "step" {
                 assert_eq!(reader.prompt(), expected[who][n].0);
                 assert_eq!(reader.request().body(), expected[who][n].1);
                 n += 1;
@@ -683,7 +683,7 @@ async fn begun_records_are_written_in_begin_order_and_a_dropped_one_as_aborted()
     let mut reader = TraceReader::open(&writer.path(&id)).unwrap();
     let mut n = 0;
     while let Some(record) = reader.next_record() {
-        if record.unwrap().kind == "step" {
+        if record.unwrap().kind() == "step" {
             assert_eq!(reader.prompt(), expected[n].0, "prompt {n}");
             assert_eq!(reader.request().body(), expected[n].1, "request {n}");
             n += 1;

@@ -80,28 +80,38 @@ pub struct GenerationParams {
 }
 
 /// What a backend generated for one prompt. Also the `completion` object of a trace step.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// Read back from traces with defaults for what older ones lack.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BackendCompletion {
     /// Generated text, without the matched stop string (backends drop it).
     pub text: String,
     /// The backend's own `finish_reason` (`stop`, `length`, ...), for the trace only: the
     /// proxy decides the `finish_reason` it sends.
+    #[serde(default)]
     pub finish_reason: Option<String>,
     /// The stop string the backend reports as matched (vLLM `stop_reason`, SGLang
     /// `matched_stop`, llama-server `stopping_word`).
+    #[serde(default)]
     pub matched_stop: Option<String>,
     /// The action's closing tag the proxy put back before parsing
     /// ([`crate::parse::with_closing_stop`]): the parser read `text` (less a cut-off stop
     /// fragment) + this. Kept apart from `matched_stop`, so `replay` recomputes it from the
     /// backend's own answer exactly as the live turn did.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closer: Option<String>,
     /// Token counts the backend reported.
+    #[serde(default)]
     pub usage: Option<Usage>,
     /// Model name the backend was asked for.
+    #[serde(default)]
     pub model: String,
     /// HTTP attempts made (1 + retries used).
+    #[serde(default = "one")]
     pub attempts: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl BackendCompletion {

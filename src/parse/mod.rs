@@ -32,7 +32,7 @@ use crate::profile::{ToolRole, ToolSet, ToolSpec};
 use scan::{find_close, heading_is_step, line_tag, strip_pad, LineTag};
 
 /// Why a completion yields no action (the paper's "parsable turn" is the absence of these).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureClass {
     /// No action tag at the start of a line.
@@ -61,7 +61,7 @@ impl FailureClass {
 }
 
 /// A classified parse failure with a human-readable detail.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ParseFailure {
     pub class: FailureClass,
     pub detail: String,

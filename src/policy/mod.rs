@@ -103,7 +103,11 @@ impl LoopRule {
 /// and its parameters beside it (`{"reason": "degenerate_loop", "window": 10, "repeats": 3}`).
 /// Traces written before issue 17 may also hold `same_action_thrice` and `alternation`,
 /// rules that no longer exist; those names are not reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+///
+/// Read back from traces ([`crate::trace`]), it also takes the two retired reasons and, as
+/// [`Termination::Unrecognised`], a reason this build does not know (a newer build's), so an
+/// old or newer trace never fails to read; the proxy itself produces none of those three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case", tag = "reason")]
 pub enum Termination {
     /// A second submit before any edit, after the nudge (paper).
@@ -117,6 +121,16 @@ pub enum Termination {
     /// A degenerate loop (paper; definition in the module docs): the action occurred
     /// `repeats` times within the last `window` actions, the current one included.
     DegenerateLoop { window: usize, repeats: usize },
+    /// Traces before issue 17 only (read, never produced): the same action three times.
+    SameActionThrice {
+        #[serde(default)]
+        window: usize,
+    },
+    /// Traces before issue 17 only (read, never produced): an A/B/A/B alternation.
+    Alternation,
+    /// Read only: a reason this build does not know (its name is not kept).
+    #[serde(other, rename = "unknown")]
+    Unrecognised,
 }
 
 impl Termination {
@@ -133,6 +147,23 @@ impl Termination {
                 "a degenerate loop: the same action {repeats} times within {window} steps, \
                  with the same result and no successful edit in between"
             ),
+            Self::SameActionThrice { .. } => "the same action three times".into(),
+            Self::Alternation => "two actions alternating".into(),
+            Self::Unrecognised => "a rule this build does not know".into(),
+        }
+    }
+
+    /// The snake_case name written as `reason` (`unknown` for [`Termination::Unrecognised`]).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::SubmitBeforeEditAgain => "submit_before_edit_again",
+            Self::RepeatedActionAgain => "repeated_action_again",
+            Self::StepCap { .. } => "step_cap",
+            Self::Unparsable { .. } => "unparsable",
+            Self::DegenerateLoop { .. } => "degenerate_loop",
+            Self::SameActionThrice { .. } => "same_action_thrice",
+            Self::Alternation => "alternation",
+            Self::Unrecognised => "unknown",
         }
     }
 }

@@ -22,8 +22,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use serde_json::Value;
-
 use crate::backend::{BackendCompletion, CallContext, Recorded};
 use crate::error::ProxyError;
 use crate::session::SessionId;
@@ -97,8 +95,8 @@ impl ReplayBackend {
             let mut reader = TraceReader::open(&path).map_err(|e| invalid(e.to_string()))?;
             if reader
                 .session()
-                .and_then(|s| s.str("mode"))
-                .is_some_and(|m| m == "passthrough")
+                .and_then(|s| s.mode)
+                .is_some_and(|m| m == crate::trace::SessionMode::Passthrough)
             {
                 continue;
             }
@@ -115,17 +113,13 @@ impl ReplayBackend {
                         continue;
                     }
                 };
-                if record.kind != "step" && record.kind != "side_call" {
-                    continue;
-                }
-                let Some(completion) = completion_of(&record.data) else {
+                let Some(call) = record.call() else {
                     continue;
                 };
-                let Some(sha) = record
-                    .data
-                    .pointer("/prompt/sha256")
-                    .and_then(Value::as_str)
-                else {
+                let Some(completion) = completion_of(call) else {
+                    continue;
+                };
+                let Some(sha) = call.prompt.as_ref().map(|p| p.sha256.as_str()) else {
                     continue;
                 };
                 match models.iter_mut().find(|(m, _)| *m == completion.model) {
@@ -138,10 +132,10 @@ impl ReplayBackend {
                     .or_default()
                     .push((index, entries.len()));
                 entries.push(Entry {
-                    step: record.u64("step").unwrap_or(0) as usize,
-                    attempt: record.u64("attempt").unwrap_or(0) as usize,
-                    side_call: (record.kind == "side_call")
-                        .then(|| record.str("kind").unwrap_or("side_call").to_string()),
+                    step: call.step,
+                    attempt: call.attempt,
+                    side_call: (record.kind() == "side_call")
+                        .then(|| call.kind.unwrap_or("side_call").to_string()),
                     completion,
                 });
             }
@@ -290,20 +284,14 @@ impl ReplayBackend {
     }
 }
 
-/// The recorded `completion` of a record, if it has one with a text.
-fn completion_of(data: &Value) -> Option<BackendCompletion> {
-    let c = data.get("completion").filter(|c| c.is_object())?;
-    let text = |key: &str| c.get(key).and_then(Value::as_str).map(str::to_string);
+/// The recorded `completion` of a call, as the backend answered it (the proxy's `closer`
+/// is recomputed by the replayed turn; one HTTP attempt).
+fn completion_of(call: &crate::trace::StepRecord) -> Option<BackendCompletion> {
+    let c = call.completion.as_ref()?;
     Some(BackendCompletion {
-        text: text("text")?,
-        finish_reason: text("finish_reason"),
-        matched_stop: text("matched_stop"),
         closer: None,
-        usage: c
-            .get("usage")
-            .and_then(|u| serde_json::from_value(u.clone()).ok()),
-        model: text("model").unwrap_or_default(),
         attempts: 1,
+        ..c.clone()
     })
 }
 
@@ -324,7 +312,7 @@ impl Recorded for ReplayBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn line(kind: &str, data: Value) -> String {
         json!({"v": 1, "type": kind, "session": "aaaaaaaaaaaa", "time_ms": 0, "data": data})

@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use crate::trace::ParseRecord;
+
 use crate::parse::Parsed;
 
 /// Bytes of context shown on each side of the first difference.
@@ -50,13 +52,15 @@ pub fn context(text: &str, at: usize) -> String {
 }
 
 /// The parse outcome as recorded: the action (JSON, as the trace stores it) and the failure
-/// class, from a record's `parse` object.
-pub fn recorded_outcome(parse: &Value) -> (Value, Option<String>) {
-    let action = parse.get("action").cloned().unwrap_or(Value::Null);
+/// class, from a record's `parse`.
+pub fn recorded_outcome(parse: Option<&ParseRecord>) -> (Value, Option<String>) {
+    let action = parse
+        .and_then(|p| p.action.as_ref())
+        .and_then(|a| serde_json::to_value(a).ok())
+        .unwrap_or(Value::Null);
     let class = parse
-        .pointer("/error/class")
-        .and_then(Value::as_str)
-        .map(str::to_string);
+        .and_then(|p| p.error.as_ref())
+        .map(|e| e.class.as_str().to_string());
     (action, class)
 }
 

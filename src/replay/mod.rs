@@ -42,15 +42,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
-use serde_json::Value;
-
 use crate::config::{ProfileChoice, PromptConfig, DEFAULT_PREFIX_K};
 use crate::error::CliError;
 use crate::prefix::PrefixStore;
 use crate::profile::Profiles;
 use crate::render::{Renderer, FORMATS};
-use crate::session::{NudgeKind, SessionId, SessionIndex, DEFAULT_INDEX_CAPACITY};
-use crate::trace::read::{Record, TraceReader};
+use crate::session::{SessionId, SessionIndex, DEFAULT_INDEX_CAPACITY};
+use crate::trace::read::{Body, Record, TraceReader};
+use crate::trace::SessionMode;
 pub use backend::ReplayBackend;
 use step::FileReplay;
 
@@ -256,7 +255,7 @@ impl Replayer {
             // A write cut short by a crash: expected, skipped, not counted as unreadable.
             lines.push(format!("{}: note: torn last line skipped", path.display()));
         }
-        let format_name = session.str("format").unwrap_or_default();
+        let format_name = session.format.as_str();
         let Some(format) = FORMATS.into_iter().find(|f| f.name() == format_name) else {
             summary.unreadable += 1;
             lines.push(format!(
@@ -265,30 +264,27 @@ impl Replayer {
             ));
             return Ok(report);
         };
-        let k = session
-            .u64("prefix_k")
-            .map_or(DEFAULT_PREFIX_K, |k| k as usize);
+        let k = session.prefix_k.unwrap_or(DEFAULT_PREFIX_K);
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
         let mut file = FileReplay {
             path,
             config: PromptConfig {
-                profile: ProfileChoice::Named(session.str("profile").unwrap_or("generic").into()),
+                profile: ProfileChoice::Named(match session.profile.as_str() {
+                    "" => "generic".into(),
+                    profile => profile.into(),
+                }),
                 format,
                 prefixes: self.prefix_dirs.clone(),
                 prefix_k: k,
             },
             store: self.store(k)?,
-            passthrough: session.str("mode") == Some("passthrough"),
+            passthrough: session.mode == Some(SessionMode::Passthrough),
             // The file's stem is the session id the pipeline remembered turns under.
             session: SessionId::from_recorded(stem).unwrap_or_else(SessionId::mint),
             sessions: SessionIndex::new(DEFAULT_INDEX_CAPACITY),
             current: None,
             nudged: Vec::new(),
-            recorded_prefix: session
-                .data
-                .pointer("/prefix/id")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            recorded_prefix: session.prefix.as_ref().map(|p| p.id.clone()),
             prefix_checked: false,
         };
         while let Some(record) = reader.next_record() {
@@ -300,21 +296,17 @@ impl Replayer {
                     continue;
                 }
             };
-            let outcome = match record.kind.as_str() {
-                "nudge" => {
-                    let kind = match record.str("kind") {
-                        Some("submit_before_edit") => Some(NudgeKind::SubmitBeforeEdit),
-                        Some("repeated_action") => Some(NudgeKind::RepeatedAction),
-                        _ => None,
-                    };
-                    if let Some(kind) = kind {
-                        let step = record.u64("step").unwrap_or(0);
-                        let attempt = record.u64("attempt").unwrap_or(0);
-                        file.nudged.push((step, attempt, file.current.take(), kind));
-                    }
+            let outcome = match &record.body {
+                Body::Nudge(nudge) => {
+                    file.nudged.push((
+                        nudge.step as u64,
+                        nudge.attempt as u64,
+                        file.current.take(),
+                        nudge.kind,
+                    ));
                     continue;
                 }
-                "step" | "side_call" => self.step(&mut file, &reader, &record),
+                Body::Step(_) | Body::SideCall(_) => self.step(&mut file, &reader, &record),
                 _ => continue,
             };
             summary.steps += 1;
@@ -344,19 +336,20 @@ impl Replayer {
 
 /// `file:line step S attempt A` (or `side_call KIND step S`).
 fn label(path: &Path, record: &Record) -> String {
-    let step = record.u64("step").unwrap_or(0);
-    match record.kind.as_str() {
-        "side_call" => format!(
+    let call = record.call();
+    let step = call.map_or(0, |c| c.step);
+    match &record.body {
+        Body::SideCall(call) => format!(
             "{}:{} side_call {} step {step}",
             path.display(),
             record.line,
-            record.str("kind").unwrap_or("?")
+            call.kind.unwrap_or("?")
         ),
         _ => format!(
             "{}:{} step {step} attempt {}",
             path.display(),
             record.line,
-            record.u64("attempt").unwrap_or(0)
+            call.map_or(0, |c| c.attempt)
         ),
     }
 }

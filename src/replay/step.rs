@@ -5,8 +5,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use super::{diff, Replayer};
 use crate::config::PromptConfig;
 use crate::context;
@@ -16,6 +14,7 @@ use crate::prefix::PrefixStore;
 use crate::session::{NudgeKind, SessionId, SessionIndex};
 use crate::side_call;
 use crate::trace::read::{Record, TraceReader};
+use crate::trace::StepRecord;
 use crate::util::sha256_hex;
 
 /// One file's settings and state.
@@ -53,14 +52,16 @@ impl Replayer {
         reader: &TraceReader,
         record: &Record,
     ) -> Result<Check, String> {
-        let recorded_sha = record
-            .data
-            .pointer("/prompt/sha256")
-            .and_then(Value::as_str)
+        let call = record.call().ok_or("not a completion call")?;
+        let recorded_sha = call
+            .prompt
+            .as_ref()
+            .map(|p| p.sha256.as_str())
+            .filter(|sha| !sha.is_empty())
             .ok_or("the record has no prompt sha256")?;
-        let attempt = record.u64("attempt").unwrap_or(0);
-        let side = record.kind == "side_call";
-        let cut = recorded_cut(record);
+        let attempt = call.attempt as u64;
+        let side = record.kind() == "side_call";
+        let cut = recorded_cut(call);
         let rendered = if side {
             Rendered::Prompt(side_call::prompt(&request(reader)?.0))
         } else if attempt == 0 {
@@ -91,7 +92,7 @@ impl Replayer {
                 }
             }
         } else {
-            let step = record.u64("step").unwrap_or(0);
+            let step = call.step as u64;
             let at = file
                 .nudged
                 .iter()
@@ -147,21 +148,16 @@ impl Replayer {
                 ));
             }
         }
-        let completion = record
-            .data
-            .pointer("/completion/text")
-            .and_then(Value::as_str);
-        if let (Some(text), false) = (completion, file.passthrough) {
-            let str_at = |ptr: &str| record.data.pointer(ptr).and_then(Value::as_str);
+        if let (Some(completion), false) = (&call.completion, file.passthrough) {
             let (parsed, _) = pipeline::parse_completion(
                 file.config.format,
-                text,
-                str_at("/completion/finish_reason"),
-                str_at("/completion/matched_stop"),
+                &completion.text,
+                completion.finish_reason.as_deref(),
+                completion.matched_stop.as_deref(),
                 &current.prepared,
             );
             let replayed = diff::replayed_outcome(&parsed);
-            let recorded = diff::recorded_outcome(record.data.get("parse").unwrap_or(&Value::Null));
+            let recorded = diff::recorded_outcome(call.parse.as_ref());
             if replayed != recorded {
                 check.parse = Some(format!(
                     "parse differs: recorded {}, replayed {}",
@@ -176,12 +172,9 @@ impl Replayer {
         }
         // A turn answered without a tool call has no id to carry its session: the pipeline
         // remembers it by content and prompt, and so does the replay.
-        if let Some(response) = record.data.get("response").filter(|r| r.is_object()) {
-            if response.get("tool_call").is_none_or(Value::is_null) {
-                let content = response
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+        if let Some(response) = &call.response {
+            if response.tool_call.is_none() {
+                let content = response.content.as_deref().unwrap_or_default();
                 current.prepared.remember_turn(
                     &file.sessions,
                     content,
@@ -220,12 +213,8 @@ impl Replayer {
 
 /// The context cut recorded in a step record (`context.elided_before_step`): the long
 /// observations of the steps before it were elided; 0 (or no `context`) when none were.
-fn recorded_cut(record: &Record) -> usize {
-    record
-        .data
-        .pointer("/context/elided_before_step")
-        .and_then(Value::as_u64)
-        .map_or(0, |cut| cut as usize)
+fn recorded_cut(call: &StepRecord) -> usize {
+    call.context.as_ref().map_or(0, |c| c.elided_before_step)
 }
 
 /// A re-rendered prompt, or why there is none.

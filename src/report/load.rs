@@ -15,7 +15,8 @@ use crate::profile::Action;
 use crate::profile::{Profiles, ScaffoldReply, ToolRole, ToolSet};
 use crate::session::CallId;
 use crate::trace::delta::RequestState;
-use crate::trace::read::{ReadError, Record, TraceFilesError, TraceReader};
+use crate::trace::read::{Body, ReadError, Record, TraceFilesError, TraceReader};
+use crate::trace::{RunSource, StepDecision, StepRecord};
 
 /// Errors reading trace files.
 #[derive(Debug, thiserror::Error)]
@@ -87,84 +88,65 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
     let Some(session) = reader.session().cloned() else {
         return Ok((None, notes));
     };
-    let data = &session.data;
-    let text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_string);
     let mut trajectory = Trajectory {
         session: path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        label: text("label").unwrap_or_else(|| "unknown".into()),
-        instance_id: text("task").unwrap_or_default(),
-        run: (text("run_source").as_deref() == Some("header"))
-            .then(|| data.get("run").and_then(Value::as_u64))
-            .flatten()
-            .map(|r| r as usize),
-        start_ms: session.time_ms,
-        profile: text("profile").unwrap_or_default(),
-        format: text("format").unwrap_or_default(),
-        prefix: data.get("prefix").and_then(|p| {
-            Some((
-                p.get("id")?.as_str()?.to_string(),
-                p.get("k")?.as_u64()? as usize,
-            ))
-        }),
-        task_text: text("task_text").unwrap_or_default(),
+        label: match session.label.as_str() {
+            "" => "unknown".into(),
+            label => label.to_string(),
+        },
+        instance_id: session.task.clone(),
+        run: (session.run_source == RunSource::Header).then_some(session.run),
+        start_ms: reader.session_time_ms().unwrap_or(0),
+        profile: session.profile.clone(),
+        format: session.format.clone(),
+        prefix: session.prefix.as_ref().map(|p| (p.id.clone(), p.k)),
+        task_text: session.task_text.clone(),
         protocol: SessionProtocol {
-            mode: text("mode"),
-            prefix_k: data
-                .get("prefix_k")
-                .and_then(Value::as_u64)
-                .map(|k| k as usize),
+            mode: session.mode.map(|m| m.as_str().to_string()),
+            prefix_k: session.prefix_k,
             prefix_source: protocol::prefix_source(
-                text("prefix_source").as_deref(),
-                data.get("prefix")
-                    .and_then(|p| p.get("matched_by"))
-                    .and_then(Value::as_str),
+                session.prefix_source,
+                session.prefix.as_ref().map(|p| p.matched_by),
             ),
-            rules: data
-                .get("rules")
-                .and_then(|r| serde_json::from_value(r.clone()).ok()),
+            rules: session.rules,
             backend_model: None,
             // Two builds of one version may parse or decide differently: the commit tells them
             // apart where the record has it.
-            proxy_version: text("proxy_version").map(|v| match text("proxy_build") {
-                Some(build) => format!("{v} ({build})"),
-                None => v,
-            }),
+            proxy_version: session
+                .proxy_version
+                .clone()
+                .map(|v| match &session.proxy_build {
+                    Some(build) => format!("{v} ({build})"),
+                    None => v,
+                }),
         },
         ..Trajectory::default()
     };
     let mut first_results = FirstResults::default();
     while let Some(record) = reader.next_record() {
         let record = record.map_err(invalid)?;
-        match record.kind.as_str() {
-            "step" => {
-                first_results.read(&record, reader.request());
-                trajectory.error = record.str("error").map(str::to_string);
+        match &record.body {
+            Body::Step(call) => {
+                first_results.read(call, reader.request());
+                trajectory.error = call.error.clone();
                 if let Some(turn) = turn(&record) {
                     if trajectory.protocol.backend_model.is_none() {
-                        trajectory.protocol.backend_model = record
-                            .data
-                            .get("completion")
-                            .and_then(|c| c.get("model"))
-                            .and_then(Value::as_str)
-                            .map(str::to_string);
+                        trajectory.protocol.backend_model =
+                            call.completion.as_ref().map(|c| c.model.clone());
                     }
                     trajectory.turns.push(turn);
                 }
             }
-            "nudge" => {
-                let kind = record
-                    .data
-                    .get("kind")
-                    .and_then(|k| serde_json::from_value(k.clone()).ok());
+            Body::Nudge(nudge) => {
                 if let Some(last) = trajectory.turns.last_mut() {
-                    last.nudge = kind;
+                    last.nudge = Some(nudge.kind);
                 }
             }
-            "terminate" => {
-                trajectory.termination = record.str("reason").map(str::to_string);
+            Body::Terminate(terminate) => {
+                trajectory.termination = Some(terminate.termination.name().to_string());
                 if let Some(last) = trajectory.turns.last_mut() {
                     last.terminated = true;
                 }
@@ -186,17 +168,12 @@ struct FirstResults {
 impl FirstResults {
     /// Reads the tool messages that `record`'s request delta sent (the messages from
     /// `messages_from` on of the rebuilt `request`); a step's first result is kept.
-    fn read(&mut self, record: &Record, request: &RequestState) {
-        let Some(from) = record
-            .data
-            .get("request")
-            .and_then(|r| r.get("messages_from"))
-            .and_then(Value::as_u64)
-        else {
+    fn read(&mut self, call: &StepRecord, request: &RequestState) {
+        let Some(from) = call.request.as_ref().map(|r| r.messages_from) else {
             return;
         };
         let messages = request.messages();
-        for message in messages.get(from as usize..).unwrap_or_default() {
+        for message in messages.get(from..).unwrap_or_default() {
             if message.get("role").and_then(Value::as_str) != Some("tool") {
                 continue;
             }
@@ -250,7 +227,7 @@ fn reads_as_submit(action: &Action, tools: &ToolSet) -> bool {
 /// completion (see [`trajectory_with_notes`]). The turns of a [`Trajectory`] are these
 /// records, in file order.
 pub fn is_turn(record: &Record) -> bool {
-    record.kind == "step" && record.data.get("completion").is_some_and(Value::is_object)
+    matches!(&record.body, Body::Step(call) if call.completion.is_some())
 }
 
 /// A turn from a `step` record, without the parts that need the profile.
@@ -258,21 +235,17 @@ fn turn(record: &Record) -> Option<Turn> {
     if !is_turn(record) {
         return None;
     }
-    let parse = record.data.get("parse");
-    let action: Option<Action> = parse
-        .and_then(|p| p.get("action"))
-        .filter(|a| a.is_object())
-        .and_then(|a| serde_json::from_value(a.clone()).ok());
+    let call = record.call()?;
+    let parse = call.parse.as_ref();
+    let action: Option<Action> = parse.and_then(|p| p.action.clone());
     Some(Turn {
-        step: record.u64("step").unwrap_or(0) as usize,
-        attempt: record.u64("attempt").unwrap_or(0) as usize,
+        step: call.step,
+        attempt: call.attempt,
         parse_error: parse
-            .and_then(|p| p.get("error"))
-            .and_then(|e| e.get("class"))
-            .and_then(Value::as_str)
-            .map(str::to_string),
+            .and_then(|p| p.error.as_ref())
+            .map(|e| e.class.as_str().to_string()),
         is_submit: matches!(action, Some(Action::Submit { .. })),
-        terminated: record.str("decision") == Some("terminate"),
+        terminated: call.decision == StepDecision::Terminate,
         action,
         ..Turn::default()
     })

@@ -16,10 +16,9 @@ pub use crate::trace::{PrefixSource, Rules};
 /// A session's prefix source from its record: `prefix_source` when recorded, else derived from
 /// the rendered prefix's `matched_by` (traces before issue 17: `default` → demonstration;
 /// `header`, `metadata`, `fingerprint` → task; no prefix → none).
-pub fn prefix_source(recorded: Option<&str>, matched_by: Option<&str>) -> PrefixSource {
+pub fn prefix_source(recorded: Option<PrefixSource>, matched_by: Option<&str>) -> PrefixSource {
     match recorded {
-        Some(source) => serde_json::from_value(serde_json::Value::String(source.to_string()))
-            .unwrap_or(PrefixSource::None),
+        Some(source) => source,
         None => match matched_by {
             None => PrefixSource::None,
             Some("default") => PrefixSource::Demonstration,

@@ -45,21 +45,33 @@ pub struct ContentRef {
     pub len: usize,
 }
 
-/// The request of a record, as a delta against the previous record's.
-#[derive(Debug, Clone, Serialize)]
+/// The request of a record, as a delta against the previous record's. Read back (from JSON
+/// text: `rest` stays raw) by [`RequestState::apply_delta`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RequestDelta {
     /// Messages of the previous request kept (a prefix of it).
     pub messages_from: usize,
     /// Messages appended after those.
+    #[serde(default)]
     pub messages: Vec<Value>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub content_refs: Vec<ContentRef>,
     /// Every top-level field but `messages`, when it differs from the previous request's.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rest: Option<Box<RawValue>>,
     /// Headers the proxy reads, when they differ from the previous request's.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
+}
+
+impl PartialEq for RequestDelta {
+    fn eq(&self, other: &Self) -> bool {
+        self.messages_from == other.messages_from
+            && self.messages == other.messages
+            && self.content_refs == other.content_refs
+            && self.rest.as_ref().map(|r| r.get()) == other.rest.as_ref().map(|r| r.get())
+            && self.headers == other.headers
+    }
 }
 
 type Digest16 = [u8; 16];
@@ -443,27 +455,29 @@ pub struct RequestState {
     seen: bool,
 }
 
-/// The stored form of [`RequestDelta`], for reading.
-#[derive(Debug, Deserialize)]
-struct StoredDelta {
-    messages_from: usize,
-    #[serde(default)]
-    messages: Vec<Value>,
-    #[serde(default)]
-    content_refs: Vec<ContentRef>,
-    #[serde(default)]
-    rest: Option<Map<String, Value>>,
-    #[serde(default)]
-    headers: Option<BTreeMap<String, String>>,
-}
-
 impl RequestState {
-    /// Applies a record's `request` delta; `prompt` is the record's full prompt.
+    /// Applies a record's `request` delta given as a JSON value (see
+    /// [`RequestState::apply_delta`]).
     ///
     /// Errors: a malformed delta, or one that refers past the stored messages or prompt.
     pub fn apply(&mut self, delta: &Value, prompt: &str) -> Result<(), String> {
-        let delta: StoredDelta =
-            serde_json::from_value(delta.clone()).map_err(|e| format!("request delta: {e}"))?;
+        let delta: RequestDelta = serde_json::to_string(delta)
+            .and_then(|text| serde_json::from_str(&text))
+            .map_err(|e| format!("request delta: {e}"))?;
+        self.apply_delta(&delta, prompt)
+    }
+
+    /// Applies a record's `request` delta; `prompt` is the record's full prompt.
+    ///
+    /// Errors: a delta whose `rest` is not an object, or one that refers past the stored
+    /// messages or prompt.
+    pub fn apply_delta(&mut self, delta: &RequestDelta, prompt: &str) -> Result<(), String> {
+        let rest: Option<Map<String, Value>> = delta
+            .rest
+            .as_ref()
+            .map(|r| serde_json::from_str(r.get()))
+            .transpose()
+            .map_err(|e| format!("request delta: {e}"))?;
         if delta.messages_from > self.messages.len() {
             return Err(format!(
                 "request delta keeps {} messages of {}",
@@ -471,7 +485,7 @@ impl RequestState {
                 self.messages.len()
             ));
         }
-        let mut messages = delta.messages;
+        let mut messages = delta.messages.clone();
         for r in &delta.content_refs {
             let text = prompt
                 .get(r.start..r.start + r.len)
@@ -483,11 +497,11 @@ impl RequestState {
         }
         self.messages.truncate(delta.messages_from);
         self.messages.extend(messages);
-        if let Some(rest) = delta.rest {
+        if let Some(rest) = rest {
             self.rest = rest;
         }
-        if let Some(headers) = delta.headers {
-            self.headers = headers;
+        if let Some(headers) = &delta.headers {
+            self.headers = headers.clone();
         }
         self.seen = true;
         Ok(())

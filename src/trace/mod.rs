@@ -21,6 +21,7 @@
 //! linearly with the trajectory, not quadratically.
 
 pub mod delta;
+pub mod names;
 pub mod read;
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,10 +29,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendCompletion;
-use crate::openai::response::ToolCallOut;
 use crate::parse::{ParseFailure, Parsed};
 use crate::policy::{Limits, LoopRule, Termination};
 use crate::profile::Action;
@@ -76,47 +76,108 @@ pub enum RunSource {
     Order,
 }
 
-/// First record of a session file.
-#[derive(Debug, Clone, Serialize)]
+impl RunSource {
+    fn order() -> Self {
+        Self::Order
+    }
+}
+
+/// First record of a session file. Read back with defaults for what older traces lack
+/// (`docs/trace-format.md`, "Reading").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
     /// `instance_id` of the task: the request's explicit id (`X-ASAP-Task`,
     /// `metadata.instance_id`), else the id of the prefix matched by task-text fingerprint.
+    #[serde(default)]
     pub instance_id: Option<String>,
     /// Task key used for grouping: `instance_id`, else `task-` and 12 hex digits of the
     /// SHA-256 of `task_text`.
+    #[serde(default)]
     pub task: String,
-    /// The first user message of the session's first request.
+    /// The first user message of the session's first request (empty in traces before it
+    /// was recorded).
+    #[serde(default)]
     pub task_text: String,
     /// Run index of this session for (task, label), 0-based.
+    #[serde(default)]
     pub run: usize,
+    #[serde(default = "RunSource::order")]
     pub run_source: RunSource,
     /// Model or checkpoint label: `serve --label`, else the request's `model`.
+    #[serde(default)]
     pub label: String,
     /// The request's `model` field.
+    #[serde(default)]
     pub model: Option<String>,
+    #[serde(default)]
     pub profile: String,
+    #[serde(default)]
     pub format: String,
-    /// `proxy` or `passthrough`.
-    pub mode: &'static str,
+    /// `proxy` or `passthrough` (`None`: not recorded).
+    #[serde(default)]
+    pub mode: Option<SessionMode>,
     /// The reference prefix rendered (id, how it matched, K), if any.
+    #[serde(default, deserialize_with = "names::lenient")]
     pub prefix: Option<PrefixInfo>,
-    /// Configured K (`--prefix-k`).
-    pub prefix_k: usize,
+    /// Configured K (`--prefix-k`; `None`: not recorded).
+    #[serde(default)]
+    pub prefix_k: Option<usize>,
     /// What kind of prefix the session's prompts start from: a same-task prefix (the paper's
-    /// setting), the built-in demonstration (a fallback), or none.
-    pub prefix_source: PrefixSource,
+    /// setting), the built-in demonstration (a fallback), or none. Always written; `None`:
+    /// a trace from before issue 17.
+    #[serde(default, deserialize_with = "names::lenient")]
+    pub prefix_source: Option<PrefixSource>,
     /// The termination rules the session ran under (issue 17: every rule beyond the paper's
-    /// is named, switchable and recorded).
-    pub rules: Rules,
+    /// is named, switchable and recorded). Always written; `None`: a trace from before
+    /// issue 17.
+    #[serde(default, deserialize_with = "names::lenient")]
+    pub rules: Option<Rules>,
     /// Backend URL without credentials.
+    #[serde(default)]
     pub backend: String,
-    /// SHA-256 of the settings that shape prompts and decisions (see `docs/trace-format.md`).
-    pub config_sha256: String,
-    pub proxy_version: &'static str,
+    /// SHA-256 of the settings that shape prompts and decisions (see `docs/trace-format.md`;
+    /// `None`: not recorded).
+    #[serde(default)]
+    pub config_sha256: Option<String>,
+    #[serde(default)]
+    pub proxy_version: Option<String>,
     /// The git commit the proxy was built from (12 hex digits; `build.rs`); absent when the
     /// build had no git checkout.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub proxy_build: Option<&'static str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_build: Option<String>,
+}
+
+/// `mode` of the session record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionMode {
+    /// The proxy's adaptation (render, parse, policy).
+    Proxy,
+    /// Requests forwarded unchanged (`--mode passthrough`).
+    Passthrough,
+    /// Read only: a mode this build does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl SessionMode {
+    /// The mode named `name` (`proxy`, `passthrough`).
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "proxy" => Self::Proxy,
+            "passthrough" => Self::Passthrough,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Proxy => "proxy",
+            Self::Passthrough => "passthrough",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 /// `prefix_source` of the session record.
@@ -206,23 +267,29 @@ impl From<Limits> for Rules {
 }
 
 /// The prompt of a step, as a delta against the previous step's (see [`delta`]).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PromptRecord {
     /// Bytes of the previous step's full prompt this prompt starts with (0: stored whole).
     pub prefix_bytes: usize,
     /// The rest of the prompt.
     pub delta: String,
-    /// Hex SHA-256 of the full prompt.
+    /// Hex SHA-256 of the full prompt (empty: not recorded, not checked).
     pub sha256: String,
     /// Length of the full prompt, bytes.
     pub bytes: usize,
 }
 
 /// What the parser made of the completion.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ParseRecord {
     pub thought: String,
+    /// An action of another shape (an older trace's) reads as `None`.
+    #[serde(deserialize_with = "names::lenient")]
     pub action: Option<Action>,
+    /// A failure of another shape (an older trace's) reads as `None`.
+    #[serde(deserialize_with = "names::lenient")]
     pub error: Option<ParseFailure>,
     /// Bytes of the completion after the action that were dropped.
     pub dropped_bytes: usize,
@@ -230,40 +297,89 @@ pub struct ParseRecord {
 }
 
 /// A rejected output: the nudge, the action it rejected, the hint shown.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NudgeRecord {
+    #[serde(default)]
     pub step: usize,
+    #[serde(default)]
     pub attempt: usize,
     pub kind: NudgeKind,
+    #[serde(default, deserialize_with = "names::lenient")]
     pub rejected: Option<Action>,
+    #[serde(default)]
     pub hint: String,
 }
 
 /// A rule ended the trajectory.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TerminateRecord {
+    #[serde(default)]
     pub step: usize,
+    #[serde(default)]
     pub attempt: usize,
     /// `reason` (snake_case) and the rule's parameter, e.g. `{"reason": "step_cap",
     /// "max_steps": 100}`.
     #[serde(flatten)]
     pub termination: Termination,
     /// One-line explanation.
+    #[serde(default)]
     pub description: String,
     /// `submit` (the finish action was sent) or `error` (HTTP 400 `trajectory_terminated`).
-    pub on_terminate: &'static str,
+    #[serde(default = "unknown", deserialize_with = "names::name")]
+    pub on_terminate: names::Name,
+}
+
+fn unknown() -> &'static str {
+    "unknown"
 }
 
 /// What was sent to the client.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResponseRecord {
+    #[serde(default)]
     pub content: Option<String>,
-    pub tool_call: Option<ToolCallOut>,
-    pub finish_reason: &'static str,
+    #[serde(default, deserialize_with = "names::lenient")]
+    pub tool_call: Option<ToolCallRecord>,
+    #[serde(default = "unknown", deserialize_with = "names::name")]
+    pub finish_reason: names::Name,
+}
+
+/// `response.tool_call`: the tool call sent, as the client got it
+/// ([`crate::openai::response::ToolCallOut`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ToolCallRecord {
+    pub id: String,
+    /// `function`.
+    pub r#type: String,
+    pub function: FunctionRecord,
+}
+
+/// `response.tool_call.function`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FunctionRecord {
+    pub name: String,
+    /// A JSON string, `"{}"` for none.
+    pub arguments: String,
+}
+
+impl From<&crate::openai::response::ToolCallOut> for ToolCallRecord {
+    fn from(call: &crate::openai::response::ToolCallOut) -> Self {
+        Self {
+            id: call.id.clone(),
+            r#type: call.r#type.to_string(),
+            function: FunctionRecord {
+                name: call.function.name.clone(),
+                arguments: call.function.arguments.clone(),
+            },
+        }
+    }
 }
 
 /// Milliseconds spent per stage.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Timings {
     pub render_ms: f64,
     pub backend_ms: f64,
@@ -273,7 +389,7 @@ pub struct Timings {
 }
 
 /// What the policy decided about a step's output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepDecision {
     /// Sent to the scaffold.
@@ -287,6 +403,9 @@ pub enum StepDecision {
     Error,
     /// The client disconnected; the backend call was cancelled and nothing was sent.
     Aborted,
+    /// Read only: a decision this build does not know.
+    #[serde(other)]
+    Unknown,
 }
 
 impl StepDecision {
@@ -298,6 +417,7 @@ impl StepDecision {
             Self::Terminate => "terminate",
             Self::Error => "error",
             Self::Aborted => "aborted",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -323,16 +443,21 @@ pub struct RequestInput {
     pub run: Option<usize>,
 }
 
-/// One completion call (`step`), or a side call (`side_call`, with `kind`).
-#[derive(Debug, Clone, Default, Serialize)]
+/// One completion call (`step`), or a side call (`side_call`, with `kind`). Read back with
+/// defaults for what older traces lack; the `#[serde(skip)]` fields are the writer's.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StepRecord {
     /// 0-based step index: actions in the history (a requery of a failed turn keeps it).
     pub step: usize,
     /// Completion call within the request: 0, then 1 and 2 after nudges.
     pub attempt: usize,
-    /// Side calls only: `summary` or `question`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<&'static str>,
+    /// Side calls only: `terminus_summary`, … (see [`names`]).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "names::optional_name"
+    )]
+    pub kind: Option<names::Name>,
     pub profile: String,
     /// The client asked for SSE.
     pub stream: bool,
@@ -351,13 +476,19 @@ pub struct StepRecord {
     pub parse: Option<ParseRecord>,
     pub response: Option<ResponseRecord>,
     /// Nudges used in the session before this completion, in order: kind and place.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "names::lenient"
+    )]
     pub nudges_used: Vec<(NudgeKind, usize)>,
     /// The error returned to the client, when the step failed.
     pub error: Option<String>,
     /// The context-window check, when the backend's context length is known: the length,
     /// the prompt's tokens and how they were counted, observations elided.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "names::lenient"
+    )]
     pub context: Option<crate::context::ContextRecord>,
     pub timings: Timings,
 
@@ -379,16 +510,18 @@ pub struct StepRecord {
 }
 
 /// Which prefix a request got (for the trace's session record).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrefixInfo {
     /// `instance_id` of the prefix (`shell-demo` for the built-in demonstration).
     pub id: String,
-    /// `header`, `metadata`, `fingerprint` or `default`.
-    pub matched_by: &'static str,
+    /// `header`, `metadata`, `fingerprint` or `default` (see [`names`]).
+    #[serde(default = "unknown", deserialize_with = "names::name")]
+    pub matched_by: names::Name,
     /// Steps rendered.
+    #[serde(default)]
     pub k: usize,
     /// The demonstration rendered with a task prefix that names one (`example`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub example: Option<String>,
 }
 
@@ -427,7 +560,7 @@ impl StepRecord {
     pub fn set_response(&mut self, reply: &Reply) {
         self.response = Some(ResponseRecord {
             content: reply.content.clone(),
-            tool_call: reply.tool_call.clone(),
+            tool_call: reply.tool_call.as_ref().map(ToolCallRecord::from),
             finish_reason: reply.finish_reason,
         });
     }
@@ -652,19 +785,21 @@ impl TraceWriter {
             model: input.model,
             profile: record.profile.clone(),
             format: self.settings.format.clone(),
-            mode: self.settings.mode,
+            mode: Some(SessionMode::from_name(self.settings.mode)),
             prefix: record.prefix.clone(),
-            prefix_k: self.settings.prefix_k,
-            prefix_source: if self.settings.prefix_k == 0 {
+            prefix_k: Some(self.settings.prefix_k),
+            prefix_source: Some(if self.settings.prefix_k == 0 {
                 PrefixSource::None
             } else {
                 PrefixSource::of(record.prefix.as_ref())
-            },
-            rules: self.settings.limits.into(),
+            }),
+            rules: Some(self.settings.limits.into()),
             backend: self.settings.backend.clone(),
-            config_sha256: self.settings.config_sha256.clone(),
-            proxy_version: env!("CARGO_PKG_VERSION"),
-            proxy_build: Some(env!("ASAP_BUILD_COMMIT")).filter(|c| !c.is_empty()),
+            config_sha256: Some(self.settings.config_sha256.clone()),
+            proxy_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            proxy_build: Some(env!("ASAP_BUILD_COMMIT"))
+                .filter(|c| !c.is_empty())
+                .map(str::to_string),
         }
     }
 

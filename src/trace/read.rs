@@ -10,10 +10,11 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use super::delta::RequestState;
-use super::SCHEMA_VERSION;
+use super::{NudgeRecord, SessionRecord, StepRecord, TerminateRecord, SCHEMA_VERSION};
 use crate::util::sha256_hex;
 
 /// A path given to [`trace_files`] that cannot be read.
@@ -90,26 +91,68 @@ pub enum ReadError {
     },
 }
 
-/// One record: its envelope fields and `data`.
+/// One record: its envelope fields and its typed `data`.
 #[derive(Debug, Clone)]
 pub struct Record {
-    /// `session`, `step`, `nudge`, `terminate`, `side_call`.
-    pub kind: String,
     /// 1-based line number in the file.
     pub line: usize,
     pub time_ms: u64,
-    pub data: Value,
+    pub body: Body,
+}
+
+/// A record's `data`, typed by the envelope's `type` (the schema of [`super`]).
+#[derive(Debug, Clone)]
+pub enum Body {
+    Session(Box<SessionRecord>),
+    Step(Box<StepRecord>),
+    /// A [`StepRecord`] with its `kind`.
+    SideCall(Box<StepRecord>),
+    Nudge(Box<NudgeRecord>),
+    Terminate(Box<TerminateRecord>),
+    /// A `type` this build does not know (a newer build's): skipped by every reader.
+    Other(String),
+    /// A `session`, `nudge` or `terminate` record whose `data` does not fit the schema:
+    /// its type and why (readers skip it; a `step` or `side_call` that does not fit is an
+    /// error of [`TraceReader::next_record`] instead, as its prompt cannot be rebuilt).
+    Invalid {
+        kind: String,
+        message: String,
+    },
 }
 
 impl Record {
-    /// `data[key]` as a string.
-    pub fn str(&self, key: &str) -> Option<&str> {
-        self.data.get(key).and_then(Value::as_str)
+    /// The envelope's `type`: `session`, `step`, `nudge`, `terminate`, `side_call`, or
+    /// another one (see [`Body::Other`]).
+    pub fn kind(&self) -> &str {
+        match &self.body {
+            Body::Session(_) => "session",
+            Body::Step(_) => "step",
+            Body::SideCall(_) => "side_call",
+            Body::Nudge(_) => "nudge",
+            Body::Terminate(_) => "terminate",
+            Body::Other(kind) | Body::Invalid { kind, .. } => kind,
+        }
     }
 
-    /// `data[key]` as an unsigned integer.
-    pub fn u64(&self, key: &str) -> Option<u64> {
-        self.data.get(key).and_then(Value::as_u64)
+    /// The typed `data` serialised again (what the writer writes for a current record;
+    /// `null` for [`Body::Other`] and [`Body::Invalid`]).
+    pub fn data(&self) -> serde_json::Value {
+        let value = match &self.body {
+            Body::Session(r) => serde_json::to_value(r),
+            Body::Step(r) | Body::SideCall(r) => serde_json::to_value(r),
+            Body::Nudge(r) => serde_json::to_value(r),
+            Body::Terminate(r) => serde_json::to_value(r),
+            Body::Other(_) | Body::Invalid { .. } => Ok(serde_json::Value::Null),
+        };
+        value.unwrap_or_default()
+    }
+
+    /// The completion call of a `step` or `side_call` record.
+    pub fn call(&self) -> Option<&StepRecord> {
+        match &self.body {
+            Body::Step(step) | Body::SideCall(step) => Some(step),
+            _ => None,
+        }
     }
 }
 
@@ -125,7 +168,7 @@ pub struct TraceReader {
     request: RequestState,
     invalid_lines: Vec<usize>,
     torn_tail: bool,
-    session: Option<Record>,
+    session: Option<(SessionRecord, u64)>,
 }
 
 impl TraceReader {
@@ -194,7 +237,10 @@ impl TraceReader {
             }
             i = next;
         }
-        let session = records.iter().find(|r| r.kind == "session").cloned();
+        let session = records.iter().find_map(|r| match &r.body {
+            Body::Session(s) => Some(((**s).clone(), r.time_ms)),
+            _ => None,
+        });
         Ok(Self {
             path: path.to_path_buf(),
             records: records.into_iter(),
@@ -208,8 +254,13 @@ impl TraceReader {
     }
 
     /// The file's `session` record, if it has one.
-    pub fn session(&self) -> Option<&Record> {
-        self.session.as_ref()
+    pub fn session(&self) -> Option<&SessionRecord> {
+        self.session.as_ref().map(|(s, _)| s)
+    }
+
+    /// The `time_ms` of the file's `session` record (when the session started).
+    pub fn session_time_ms(&self) -> Option<u64> {
+        self.session.as_ref().map(|(_, t)| *t)
     }
 
     /// Lines skipped as invalid (1-based), not counting a torn last line.
@@ -238,45 +289,45 @@ impl TraceReader {
     /// Errors: a delta that does not apply, or a prompt whose SHA-256 does not match.
     pub fn next_record(&mut self) -> Option<Result<Record, ReadError>> {
         let record = self.records.next()?;
-        if record.kind == "step" || record.kind == "side_call" {
-            if let Err(message) = self.rebuild(&record) {
-                return Some(Err(ReadError::Invalid {
-                    path: self.path.clone(),
-                    line: record.line,
-                    message,
-                }));
+        let result = match &record.body {
+            Body::Invalid { kind, message } if kind == "step" || kind == "side_call" => {
+                Err(message.clone())
             }
-        }
-        Some(Ok(record))
+            Body::Step(step) => self.rebuild(step, false),
+            Body::SideCall(step) => self.rebuild(step, true),
+            _ => Ok(()),
+        };
+        Some(match result {
+            Ok(()) => Ok(record),
+            Err(message) => Err(ReadError::Invalid {
+                path: self.path.clone(),
+                line: record.line,
+                message,
+            }),
+        })
     }
 
-    fn rebuild(&mut self, record: &Record) -> Result<(), String> {
-        let Some(prompt) = record.data.get("prompt").filter(|p| p.is_object()) else {
+    fn rebuild(&mut self, record: &StepRecord, side_call: bool) -> Result<(), String> {
+        let Some(prompt) = &record.prompt else {
             return Ok(());
         };
-        let prefix_bytes = prompt
-            .get("prefix_bytes")
-            .and_then(Value::as_u64)
-            .unwrap_or(0) as usize;
-        let delta = prompt.get("delta").and_then(Value::as_str).unwrap_or("");
+        let prefix_bytes = prompt.prefix_bytes;
         let base = self.chain.get(..prefix_bytes).ok_or_else(|| {
             format!("prompt delta keeps {prefix_bytes} bytes of a shorter prompt")
         })?;
-        let full = format!("{base}{delta}");
-        if let Some(expected) = prompt.get("sha256").and_then(Value::as_str) {
-            if sha256_hex(full.as_bytes()) != expected {
-                return Err("rebuilt prompt does not match its sha256".into());
-            }
+        let full = format!("{base}{}", prompt.delta);
+        if !prompt.sha256.is_empty() && sha256_hex(full.as_bytes()) != prompt.sha256 {
+            return Err("rebuilt prompt does not match its sha256".into());
         }
-        if record.kind == "step" {
+        if side_call {
+            self.side_prompt = Some(full);
+        } else {
             self.chain = full;
             self.side_prompt = None;
-        } else {
-            self.side_prompt = Some(full);
         }
-        if let Some(request) = record.data.get("request").filter(|r| r.is_object()) {
+        if let Some(request) = &record.request {
             let prompt = self.side_prompt.as_deref().unwrap_or(&self.chain);
-            self.request.apply(request, prompt)?;
+            self.request.apply_delta(request, prompt)?;
         }
         Ok(())
     }
@@ -325,22 +376,48 @@ fn spread_record_end(lines: &[&[u8]], first: usize) -> Option<usize> {
     None
 }
 
+/// The envelope of a line, its `data` still raw.
+#[derive(Deserialize)]
+struct RawEnvelope<'a> {
+    v: u64,
+    r#type: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    time_ms: Option<serde_json::Value>,
+    #[serde(borrow)]
+    data: &'a RawValue,
+}
+
 /// `None`: not a record; `Some(Err(v))`: a record of a newer schema version `v`.
 fn parse_envelope(line: &[u8]) -> Option<Result<Record, u64>> {
-    let mut value: Value = serde_json::from_slice(line).ok()?;
-    let object = value.as_object_mut()?;
-    let v = object.get("v").and_then(Value::as_u64)?;
-    if v > u64::from(SCHEMA_VERSION) {
-        return Some(Err(v));
+    let envelope: RawEnvelope = serde_json::from_slice(line).ok()?;
+    if envelope.v > u64::from(SCHEMA_VERSION) {
+        return Some(Err(envelope.v));
     }
-    let kind = object.get("type").and_then(Value::as_str)?.to_string();
-    let time_ms = object.get("time_ms").and_then(Value::as_u64).unwrap_or(0);
-    let data = object.remove("data")?;
+    let time_ms = envelope
+        .time_ms
+        .as_ref()
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    let data = envelope.data.get();
+    fn typed<T: serde::de::DeserializeOwned>(data: &str) -> Result<Box<T>, String> {
+        serde_json::from_str(data).map_err(|e| format!("record data: {e}"))
+    }
+    let body = match &*envelope.r#type {
+        "session" => typed(data).map(Body::Session),
+        "step" => typed(data).map(Body::Step),
+        "side_call" => typed(data).map(Body::SideCall),
+        "nudge" => typed(data).map(Body::Nudge),
+        "terminate" => typed(data).map(Body::Terminate),
+        other => Ok(Body::Other(other.to_string())),
+    }
+    .unwrap_or_else(|message| Body::Invalid {
+        kind: envelope.r#type.to_string(),
+        message,
+    });
     Some(Ok(Record {
-        kind,
         line: 0,
         time_ms,
-        data,
+        body,
     }))
 }
 
@@ -371,8 +448,8 @@ mod tests {
         let mut kinds = Vec::new();
         while let Some(record) = reader.next_record() {
             let record = record.unwrap();
-            kinds.push((record.kind.clone(), record.line));
-            if record.kind == "step" {
+            kinds.push((record.kind().to_string(), record.line));
+            if record.kind() == "step" {
                 assert_eq!(
                     reader.request().body(),
                     serde_json::json!({"tools": [{"x": "} ]\""}], "messages": [{"role": "user", "content": "a\nb"}]})
@@ -387,5 +464,95 @@ mod tests {
                 ("terminate".to_string(), 9)
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    /// Every record of the committed traces of today's format (tests/fixtures/traces/v1):
+    /// typed, serialised again to exactly the stored `data`, and deserialised again to the
+    /// same typed record. Covers each record type: session, step, side_call, nudge, terminate.
+    #[test]
+    fn each_record_type_round_trips_through_the_schema() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/v1");
+        let mut kinds = std::collections::BTreeSet::new();
+        for path in trace_files(&[dir]).unwrap() {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines() {
+                let stored: serde_json::Value = serde_json::from_str(line).unwrap();
+                let record = parse_envelope(line.as_bytes()).unwrap().unwrap();
+                assert!(!matches!(
+                    record.body,
+                    Body::Invalid { .. } | Body::Other(_)
+                ));
+                assert_eq!(record.kind(), stored["type"]);
+                let data = record.data();
+                assert_eq!(data, stored["data"], "{}: {line}", path.display());
+                // Serialised again, it reads back as the same record.
+                let again = serde_json::json!({"v": 1, "type": record.kind(), "data": data});
+                let reread = parse_envelope(again.to_string().as_bytes())
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(reread.data(), data);
+                match (&record.body, &reread.body) {
+                    (Body::Session(a), Body::Session(b)) => assert_eq!(a, b),
+                    (Body::Nudge(a), Body::Nudge(b)) => assert_eq!(a, b),
+                    (Body::Terminate(a), Body::Terminate(b)) => assert_eq!(a, b),
+                    (Body::Step(a), Body::Step(b)) | (Body::SideCall(a), Body::SideCall(b)) => {
+                        assert_eq!(a.prompt, b.prompt);
+                        assert_eq!(a.request, b.request);
+                        assert_eq!(a.completion, b.completion);
+                        assert_eq!(a.parse, b.parse);
+                        assert_eq!(a.response, b.response);
+                        assert_eq!(a.timings, b.timings);
+                        assert_eq!((a.kind, a.decision), (b.kind, b.decision));
+                    }
+                    _ => panic!("kind changed"),
+                }
+                kinds.insert(record.kind().to_string());
+            }
+        }
+        assert_eq!(
+            kinds.into_iter().collect::<Vec<_>>(),
+            ["nudge", "session", "side_call", "step", "terminate"]
+        );
+    }
+
+    /// What older traces lack reads with defaults, and names this build does not know do not
+    /// fail the record.
+    #[test]
+    fn older_and_newer_shapes_read() {
+        let old_session = r#"{"v":1,"type":"session","time_ms":5,"data":{"task":"t","label":"l","mode":"proxy","prefix":{"id":"p","matched_by":"default","k":2}}}"#;
+        let Body::Session(s) = parse_envelope(old_session.as_bytes())
+            .unwrap()
+            .unwrap()
+            .body
+        else {
+            panic!("not a session")
+        };
+        assert_eq!(
+            (s.rules, s.prefix_source, s.task_text.as_str()),
+            (None, None, "")
+        );
+        assert_eq!(s.prefix.unwrap().matched_by, "default");
+        let retired = r#"{"v":1,"type":"terminate","data":{"step":3,"attempt":0,"reason":"same_action_thrice","window":3,"description":"d","on_terminate":"submit"}}"#;
+        let Body::Terminate(t) = parse_envelope(retired.as_bytes()).unwrap().unwrap().body else {
+            panic!("not a terminate")
+        };
+        assert_eq!(t.termination.name(), "same_action_thrice");
+        let newer =
+            r#"{"v":1,"type":"terminate","data":{"reason":"a_newer_rule","on_terminate":"x"}}"#;
+        let Body::Terminate(t) = parse_envelope(newer.as_bytes()).unwrap().unwrap().body else {
+            panic!("not a terminate")
+        };
+        assert_eq!((t.termination.name(), t.on_terminate), ("unknown", "x"));
+        let step = r#"{"v":1,"type":"step","data":{"decision":"a_newer_decision","parse":{"action":{"kind":"odd"}}}}"#;
+        let Body::Step(s) = parse_envelope(step.as_bytes()).unwrap().unwrap().body else {
+            panic!("not a step")
+        };
+        assert_eq!(s.decision, crate::trace::StepDecision::Unknown);
+        assert!(s.parse.unwrap().action.is_none());
     }
 }

@@ -135,7 +135,9 @@ impl Viewer {
             .into_iter()
             .find(|s| Path::new(&s.path) == path.as_path())
             .ok_or_else(|| ViewError::NotFound(format!("{}: not a trace", path.display())))?;
-        let record = sessions::session_record(path).unwrap_or_default();
+        let record = sessions::session_record(path)
+            .and_then(|r| serde_json::to_value(r).ok())
+            .unwrap_or_default();
         // Fields older traces lack (`prefix_source`, `rules`) are left out.
         let shown = [
             "backend",
@@ -148,7 +150,10 @@ impl Viewer {
             "proxy_build",
         ]
         .into_iter()
-        .filter_map(|k| Some((k.to_string(), field_text(record.get(k)?))))
+        .filter_map(|k| {
+            let v = record.get(k).filter(|v| !v.is_null() && *v != "")?;
+            Some((k.to_string(), field_text(v)))
+        })
         .collect();
         let steps = steps::read(path).map_err(|e| ViewError::Read(e.to_string()))?;
         Ok(SessionPage {

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::report::load::{self, LoadError};
 use crate::report::{number_runs, Behaviour, Outcome, Results, Trajectory};
 use crate::trace::read::TraceReader;
+use crate::trace::{RunSource, SessionRecord};
 
 /// How a trajectory ended, for display: a short text and a CSS class (`ok`, `bad`, `warn`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -150,8 +150,8 @@ fn read(path: &Path) -> Loaded {
     let shown = path.display();
     match load::trajectory_with_notes(path) {
         Ok((Some(trajectory), notes)) => {
-            let record = session_record(path).unwrap_or(Value::Null);
-            let mut summary = summarize(path, &trajectory, &record);
+            let record = session_record(path);
+            let mut summary = summarize(path, &trajectory, record.as_ref());
             if !notes.invalid_lines.is_empty() {
                 summary
                     .notes
@@ -174,19 +174,22 @@ fn read(path: &Path) -> Loaded {
     }
 }
 
-/// The `data` of the file's `session` record, read from its first line only (the writer puts
-/// it there), with the trace reader.
-pub(super) fn session_record(path: &Path) -> Option<Value> {
+/// The file's `session` record, read from its first line only (the writer puts it there),
+/// with the trace reader.
+pub(super) fn session_record(path: &Path) -> Option<SessionRecord> {
     let file = std::fs::File::open(path).ok()?;
     let mut first = Vec::new();
     BufReader::new(file).read_until(b'\n', &mut first).ok()?;
     let reader = TraceReader::from_bytes(path, &first).ok()?;
-    reader.session().map(|r| r.data.clone())
+    reader.session().cloned()
 }
 
-/// The summary of one trajectory; `record` is its session record's `data`.
-pub(super) fn summarize(path: &Path, trajectory: &Trajectory, record: &Value) -> SessionSummary {
-    let text = |key: &str| record.get(key).and_then(Value::as_str).map(str::to_string);
+/// The summary of one trajectory; `record` is its session record (`None`: unreadable).
+pub(super) fn summarize(
+    path: &Path,
+    trajectory: &Trajectory,
+    record: Option<&SessionRecord>,
+) -> SessionSummary {
     let behaviour = Behaviour::of(trajectory, None);
     let mut steps: Vec<usize> = trajectory.turns.iter().map(|t| t.step).collect();
     steps.sort_unstable();
@@ -195,11 +198,17 @@ pub(super) fn summarize(path: &Path, trajectory: &Trajectory, record: &Value) ->
         session: trajectory.session.clone(),
         path: path.display().to_string(),
         task: trajectory.instance_id.clone(),
-        task_text: text("task_text").unwrap_or_default(),
+        task_text: record.map(|r| r.task_text.clone()).unwrap_or_default(),
         label: trajectory.label.clone(),
-        model: text("model"),
+        model: record.and_then(|r| r.model.clone()),
         run: trajectory.run.unwrap_or(0),
-        run_source: text("run_source").unwrap_or_default(),
+        run_source: record
+            .map(|r| match r.run_source {
+                RunSource::Header => "header",
+                RunSource::Order => "order",
+            })
+            .unwrap_or_default()
+            .to_string(),
         profile: trajectory.profile.clone(),
         format: trajectory.format.clone(),
         prefix: trajectory

@@ -16,7 +16,8 @@ use crate::report::failure::shows_test_failure;
 use crate::report::load::{self, is_turn};
 use crate::report::testcmd::is_test_command;
 use crate::report::Turn;
-use crate::trace::read::{ReadError, Record, TraceReader};
+use crate::trace::read::{Body, ReadError, Record, TraceReader};
+use crate::trace::{PromptRecord, ResponseRecord, StepDecision, StepRecord};
 
 /// Prompts up to this size are put on the page whole (in a collapsed `<details>`); longer
 /// ones show only the part new in that call, with a link to the whole text. Keeps a
@@ -170,27 +171,27 @@ pub fn read(path: &Path) -> Result<Steps, ReadError> {
                 break;
             }
         };
-        match record.kind.as_str() {
-            "step" | "side_call" => {
+        match &record.body {
+            Body::Step(_) | Body::SideCall(_) => {
                 let turn = if is_turn(&record) { turns.next() } else { None };
                 let index = out.steps.len();
                 out.steps
                     .push(step_view(index, &record, reader.prompt(), turn.as_ref()));
             }
-            "nudge" => {
+            Body::Nudge(nudge) => {
                 if let Some(last) = out.steps.last_mut() {
                     last.nudge = Some(NudgeView {
-                        kind: record.str("kind").unwrap_or_default().to_string(),
-                        hint: record.str("hint").unwrap_or_default().to_string(),
+                        kind: nudge.kind.as_str().to_string(),
+                        hint: nudge.hint.clone(),
                     });
                 }
             }
-            "terminate" => {
+            Body::Terminate(terminate) => {
                 if let Some(last) = out.steps.last_mut() {
                     last.termination = Some(TerminationView {
-                        reason: record.str("reason").unwrap_or_default().to_string(),
-                        description: record.str("description").unwrap_or_default().to_string(),
-                        on_terminate: record.str("on_terminate").unwrap_or_default().to_string(),
+                        reason: terminate.termination.name().to_string(),
+                        description: terminate.description.clone(),
+                        on_terminate: terminate.on_terminate.to_string(),
                     });
                 }
             }
@@ -208,7 +209,7 @@ pub fn prompt(path: &Path, n: usize) -> Result<Option<String>, ReadError> {
     let mut seen = 0;
     while let Some(record) = reader.next_record() {
         let record = record?;
-        if record.kind == "step" || record.kind == "side_call" {
+        if record.call().is_some() {
             if seen == n {
                 return Ok(Some(reader.prompt().to_string()));
             }
@@ -219,150 +220,151 @@ pub fn prompt(path: &Path, n: usize) -> Result<Option<String>, ReadError> {
 }
 
 fn step_view(index: usize, record: &Record, prompt: &str, turn: Option<&Turn>) -> StepView {
-    let data = &record.data;
-    let get = |path: &[&str]| path.iter().try_fold(data, |v, k| v.get(k));
-    let text = |path: &[&str]| get(path).and_then(Value::as_str).map(str::to_string);
-    let parse = data.get("parse").filter(|p| p.is_object());
-    let action = parse
-        .and_then(|p| p.get("action"))
-        .filter(|a| a.is_object())
-        .and_then(|a| serde_json::from_value::<Action>(a.clone()).ok());
-    let failure = parse
-        .and_then(|p| p.get("error"))
-        .filter(|e| e.is_object())
-        .map(|e| FailureView {
-            class: e
-                .get("class")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .into(),
-            detail: e
-                .get("detail")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .into(),
-        });
-    let timings = ["render_ms", "backend_ms", "parse_ms", "total_ms"]
-        .into_iter()
-        .filter_map(|k| Some((k.to_string(), get(&["timings", k])?.as_f64()?)))
-        .collect();
-    let elided = data
-        .get("context")
-        .filter(|c| c.get("elided_observations").and_then(Value::as_u64) > Some(0))
+    let Some(call) = record.call() else {
+        return StepView::empty(index);
+    };
+    let parse = call.parse.as_ref();
+    let completion = call.completion.as_ref();
+    let response = call.response.as_ref();
+    let usage = completion.and_then(|c| c.usage);
+    let t = &call.timings;
+    let timings = [
+        ("render_ms", t.render_ms),
+        ("backend_ms", t.backend_ms),
+        ("parse_ms", t.parse_ms),
+        ("total_ms", t.total_ms),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let elided = call
+        .context
+        .as_ref()
+        .filter(|c| c.elided_observations > 0)
         .map(|c| {
-            let n = |k: &str| c.get(k).and_then(Value::as_u64).unwrap_or(0);
             format!(
                 "{} observations before step {} elided ({} bytes) to fit {} tokens",
-                n("elided_observations"),
-                n("elided_before_step"),
-                n("elided_bytes"),
-                n("context_length")
+                c.elided_observations, c.elided_before_step, c.elided_bytes, c.context_length
             )
         });
     StepView {
         index,
-        step: record.u64("step").unwrap_or(0),
-        attempt: record.u64("attempt").unwrap_or(0),
-        side_call: (record.kind == "side_call")
-            .then(|| record.str("kind").unwrap_or("side_call").to_string()),
-        decision: record.str("decision").unwrap_or_default().to_string(),
-        thought: parse
-            .and_then(|p| p.get("thought"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        action: action.as_ref().map(action_view),
-        failure,
+        step: call.step as u64,
+        attempt: call.attempt as u64,
+        side_call: matches!(record.body, Body::SideCall(_))
+            .then(|| call.kind.unwrap_or("side_call").to_string()),
+        decision: call.decision.as_str().to_string(),
+        thought: parse.map(|p| p.thought.clone()).unwrap_or_default(),
+        action: parse.and_then(|p| p.action.as_ref()).map(action_view),
+        failure: parse.and_then(|p| p.error.as_ref()).map(|e| FailureView {
+            class: e.class.as_str().into(),
+            detail: e.detail.clone(),
+        }),
         observation: turn.and_then(|t| t.observation.clone()),
         nudge: None,
         termination: None,
-        error: text(&["error"]),
-        completion: text(&["completion", "text"]),
-        backend_finish: text(&["completion", "finish_reason"]),
-        matched_stop: text(&["completion", "matched_stop"]).map(|s| format!("{s:?}")),
-        sent_finish: text(&["response", "finish_reason"]),
-        sent_tool: text(&["response", "tool_call", "function", "name"]),
-        sent: (record.str("decision") == Some("terminate"))
-            .then(|| {
-                data.get("response")
-                    .filter(|r| r.is_object())
-                    .map(sent_view)
-            })
+        error: call.error.clone(),
+        completion: completion.map(|c| c.text.clone()),
+        backend_finish: completion.and_then(|c| c.finish_reason.clone()),
+        matched_stop: completion
+            .and_then(|c| c.matched_stop.as_ref())
+            .map(|s| format!("{s:?}")),
+        sent_finish: response.map(|r| r.finish_reason.to_string()),
+        sent_tool: response
+            .and_then(|r| r.tool_call.as_ref())
+            .map(|c| c.function.name.clone()),
+        sent: (call.decision == StepDecision::Terminate)
+            .then(|| response.map(sent_view))
             .flatten(),
-        prompt_tokens: get(&["completion", "usage", "prompt_tokens"]).and_then(Value::as_u64),
-        completion_tokens: get(&["completion", "usage", "completion_tokens"])
-            .and_then(Value::as_u64),
+        prompt_tokens: usage.map(|u| u.prompt_tokens),
+        completion_tokens: usage.map(|u| u.completion_tokens),
         timings,
-        dropped: dropped(data),
-        notes: get(&["parse", "notes"])
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default(),
+        dropped: dropped(call),
+        notes: parse.map(|p| p.notes.clone()).unwrap_or_default(),
         elided,
         flags: turn.map(flags).unwrap_or_default(),
-        prompt: data
-            .get("prompt")
-            .filter(|p| p.is_object())
-            .map(|p| prompt_view(p, prompt)),
+        prompt: call.prompt.as_ref().map(|p| prompt_view(p, prompt)),
+    }
+}
+
+impl StepView {
+    /// A view of a record that is no completion call (not reached: only calls are shown).
+    fn empty(index: usize) -> Self {
+        Self {
+            index,
+            step: 0,
+            attempt: 0,
+            side_call: None,
+            decision: String::new(),
+            thought: String::new(),
+            action: None,
+            failure: None,
+            observation: None,
+            nudge: None,
+            termination: None,
+            error: None,
+            completion: None,
+            backend_finish: None,
+            matched_stop: None,
+            sent_finish: None,
+            sent_tool: None,
+            sent: None,
+            prompt_tokens: None,
+            completion_tokens: None,
+            timings: Vec::new(),
+            dropped: None,
+            notes: Vec::new(),
+            elided: None,
+            flags: Vec::new(),
+            prompt: None,
+        }
     }
 }
 
 /// `parse.dropped_bytes` when the dropped text (the end of the completion) is more than
 /// whitespace: the newline after an action is not worth a line on the page.
-fn dropped(data: &Value) -> Option<u64> {
-    let n = data
-        .get("parse")?
-        .get("dropped_bytes")?
-        .as_u64()
+fn dropped(call: &StepRecord) -> Option<u64> {
+    let n = call
+        .parse
+        .as_ref()
+        .map(|p| p.dropped_bytes)
         .filter(|n| *n > 0)?;
-    let text = data.get("completion")?.get("text")?.as_str()?;
+    let text = &call.completion.as_ref()?.text;
     let tail = text
         .len()
-        .checked_sub(n as usize)
+        .checked_sub(n)
         .and_then(|start| text.get(start..));
     match tail {
         Some(tail) if tail.trim().is_empty() => None,
-        _ => Some(n),
+        _ => Some(n as u64),
     }
 }
 
 /// The trace's `response` (content and/or `tool_call` with its JSON `arguments` string).
-fn sent_view(response: &Value) -> SentView {
-    let tool_call = response
-        .get("tool_call")
-        .and_then(|c| c.get("function"))
-        .map(|f| {
-            let arguments = f.get("arguments").and_then(Value::as_str).unwrap_or("{}");
-            let arguments = match serde_json::from_str::<Value>(arguments) {
-                Ok(Value::Object(map)) => map
-                    .into_iter()
-                    .map(|(k, v)| {
-                        let shown = match v {
-                            Value::String(s) => s,
-                            other => serde_json::to_string_pretty(&other).unwrap_or_default(),
-                        };
-                        (k, shown)
-                    })
-                    .collect(),
-                _ => vec![("arguments".to_string(), arguments.to_string())],
-            };
-            ActionView {
-                tool: f
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                arguments,
-            }
-        });
+fn sent_view(response: &ResponseRecord) -> SentView {
+    let tool_call = response.tool_call.as_ref().map(|c| &c.function).map(|f| {
+        let arguments = f.arguments.as_str();
+        let arguments = match serde_json::from_str::<Value>(arguments) {
+            Ok(Value::Object(map)) => map
+                .into_iter()
+                .map(|(k, v)| {
+                    let shown = match v {
+                        Value::String(s) => s,
+                        other => serde_json::to_string_pretty(&other).unwrap_or_default(),
+                    };
+                    (k, shown)
+                })
+                .collect(),
+            _ => vec![("arguments".to_string(), arguments.to_string())],
+        };
+        ActionView {
+            tool: f.name.clone(),
+            arguments,
+        }
+    });
     let content = response
-        .get("content")
-        .and_then(Value::as_str)
+        .content
+        .as_deref()
         .filter(|c| !c.trim().is_empty())
         .map(str::to_string);
     SentView { tool_call, content }
@@ -415,13 +417,11 @@ fn flags(turn: &Turn) -> Vec<&'static str> {
     flags
 }
 
-fn prompt_view(record: &Value, full: &str) -> PromptView {
+fn prompt_view(record: &PromptRecord, full: &str) -> PromptView {
     let inline = full.len() <= INLINE_PROMPT_BYTES;
     // The new part, at most the last INLINE_PROMPT_BYTES of it (a first prompt is all new).
-    let mut from = (record
-        .get("prefix_bytes")
-        .and_then(Value::as_u64)
-        .unwrap_or(0) as usize)
+    let mut from = record
+        .prefix_bytes
         .max(full.len().saturating_sub(INLINE_PROMPT_BYTES))
         .min(full.len());
     while !full.is_char_boundary(from) {
@@ -429,11 +429,7 @@ fn prompt_view(record: &Value, full: &str) -> PromptView {
     }
     PromptView {
         bytes: full.len(),
-        sha256: record
-            .get("sha256")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
+        sha256: record.sha256.clone(),
         full: inline.then(|| full.to_string()),
         new_part: (!inline).then(|| full.get(from..).unwrap_or_default().to_string()),
         new_from: from,
