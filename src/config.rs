@@ -341,7 +341,17 @@ impl Default for ServerLimits {
 }
 
 /// What the proxy does when a rule ends a trajectory (`--on-terminate`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OnTerminate {
     /// Answer with the profile's finish action (SWE-agent `submit`, OpenHands `finish`,
@@ -350,6 +360,16 @@ pub enum OnTerminate {
     Submit,
     /// Answer with an error (HTTP 400, code `trajectory_terminated`).
     Error,
+}
+
+impl OnTerminate {
+    /// The flag's and the trace's name (`submit`, `error`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Submit => "submit",
+            Self::Error => "error",
+        }
+    }
 }
 
 /// What `serve` does with a chat request (`--mode`).

@@ -7,24 +7,62 @@
 //! no parsing and no nudges; the trace record has `side_call` set and its step number is
 //! that of the trajectory, so it is never counted as a step or an unparsable turn.
 
+use serde::{Deserialize, Serialize};
+
 use crate::openai::chat::{ChatCompletionRequest, Role};
 
+/// Which side call a request is (the trace's `kind` of a `side_call` record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SideCallKind {
+    /// Terminus-2's hand-off summary when its context fills.
+    TerminusSummary,
+    /// Terminus-2's questions of the agent that picks the work up.
+    TerminusQuestions,
+    /// Terminus-2's answers to those questions.
+    TerminusAnswers,
+    /// OpenHands' condenser summary.
+    OpenhandsCondenser,
+    /// Read only: the first layout's name of a summary.
+    Summary,
+    /// Read only: the first layout's name of a question.
+    Question,
+    /// Read only: a kind this build does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl SideCallKind {
+    /// The trace's name (`terminus_summary`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TerminusSummary => "terminus_summary",
+            Self::TerminusQuestions => "terminus_questions",
+            Self::TerminusAnswers => "terminus_answers",
+            Self::OpenhandsCondenser => "openhands_condenser",
+            Self::Summary => "summary",
+            Self::Question => "question",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
 /// (kind, marker) pairs, matched against the last user message.
-pub const MARKERS: [(&str, &str); 4] = [
+pub const MARKERS: [(SideCallKind, &str); 4] = [
     (
-        "terminus_summary",
+        SideCallKind::TerminusSummary,
         "You are about to hand off your work to another AI agent.",
     ),
     (
-        "terminus_questions",
+        SideCallKind::TerminusQuestions,
         "You are picking up work from a previous AI agent on this task:",
     ),
     (
-        "terminus_answers",
+        SideCallKind::TerminusAnswers,
         "The next agent has a few questions for you",
     ),
     (
-        "openhands_condenser",
+        SideCallKind::OpenhandsCondenser,
         "You are maintaining a context-aware state summary",
     ),
 ];
@@ -34,7 +72,7 @@ pub const MARKERS: [(&str, &str); 4] = [
 pub const STOP: [&str; 3] = ["\nUser:", "\nSystem:", "\n## Thinking"];
 
 /// The kind of side call a request is, if any.
-pub fn detect(request: &ChatCompletionRequest) -> Option<&'static str> {
+pub fn detect(request: &ChatCompletionRequest) -> Option<SideCallKind> {
     let last_user = request
         .messages
         .iter()
@@ -86,7 +124,7 @@ mod tests {
         assert_eq!(detect(&req("New Terminal Output:\n$ ")), None);
         assert_eq!(
             detect(&req("You are about to hand off your work to another AI agent.\nPlease provide a comprehensive summary")),
-            Some("terminus_summary")
+            Some(SideCallKind::TerminusSummary)
         );
         let p = prompt(&req(
             "The next agent has a few questions for you, please answer",

@@ -358,7 +358,7 @@ fn output_round_trips_into_the_store_and_matches_by_fingerprint() {
         .unwrap();
     let hit = store.select(None, first_user, None).unwrap();
     assert_eq!(
-        (hit.id.as_str(), hit.matched_by, hit.steps.len()),
+        (hit.id.as_str(), hit.matched_by.as_str(), hit.steps.len()),
         ("asap-trace-3ed3f8b7a0cb", "fingerprint", 3)
     );
 }

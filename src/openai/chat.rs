@@ -44,6 +44,15 @@ pub struct ChatCompletionRequest {
     pub raw_body: bytes::Bytes,
 }
 
+/// Where a request names its task ([`ChatCompletionRequest::explicit_task`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskSource {
+    /// The `X-ASAP-Task` header.
+    Header,
+    /// `metadata.instance_id` in the body.
+    Metadata,
+}
+
 /// The `X-ASAP-Task` and `X-ASAP-Run` headers of a request (docs/recipes.md): they travel
 /// beside the decoded body, which holds only what the client sent in it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,15 +78,15 @@ impl ChatCompletionRequest {
 
     /// The task this request names explicitly, and how: the `X-ASAP-Task` header, else
     /// `metadata.instance_id` in the body (LiteLLM forwards `metadata`; `extra_body` works too).
-    pub fn explicit_task(&self, headers: &AsapHeaders) -> Option<(String, &'static str)> {
+    pub fn explicit_task(&self, headers: &AsapHeaders) -> Option<(String, TaskSource)> {
         if let Some(id) = headers.task.as_deref().filter(|t| !t.trim().is_empty()) {
-            return Some((id.trim().to_string(), "header"));
+            return Some((id.trim().to_string(), TaskSource::Header));
         }
         self.extra
             .get("metadata")
             .and_then(|m| m.get("instance_id"))
             .and_then(Value::as_str)
-            .map(|id| (id.to_string(), "metadata"))
+            .map(|id| (id.to_string(), TaskSource::Metadata))
     }
 
     /// System text and the first user message: where a scaffold states its reply format

@@ -1,9 +1,40 @@
 //! Chat completion responses: the non-streaming object and the SSE chunk, per the OpenAI API
 //! reference (`chat.completion`, `chat.completion.chunk`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::completions::Usage;
+
+/// Why a choice ended (`finish_reason`, OpenAI API reference). The proxy decides it itself,
+/// never copying the backend's (see `crate::respond`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The turn's answer is complete (content, or a content-dialect action).
+    Stop,
+    /// Generation hit the token limit before an action was complete.
+    Length,
+    /// The answer is a tool call.
+    ToolCalls,
+    /// Passed on from a passthrough backend.
+    ContentFilter,
+    /// Read only (traces): a reason this build does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl FinishReason {
+    /// The wire name (`stop`, `length`, `tool_calls`, `content_filter`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::ToolCalls => "tool_calls",
+            Self::ContentFilter => "content_filter",
+            Self::Unknown => "unknown",
+        }
+    }
+}
 
 /// `chat.completion` object.
 #[derive(Debug, Clone, Serialize)]
@@ -22,7 +53,7 @@ pub struct ChatCompletion {
 pub struct ChatChoice {
     pub index: u32,
     pub message: AssistantMessage,
-    pub finish_reason: &'static str,
+    pub finish_reason: FinishReason,
     pub logprobs: Option<()>,
 }
 
@@ -70,7 +101,7 @@ pub struct ChatCompletionChunk {
 pub struct ChunkChoice {
     pub index: u32,
     pub delta: Delta,
-    pub finish_reason: Option<&'static str>,
+    pub finish_reason: Option<FinishReason>,
     pub logprobs: Option<()>,
 }
 

@@ -166,6 +166,7 @@ mod tests {
     use super::*;
     use crate::config::{ProfileChoice, PromptConfig};
     use crate::openai::chat::ChatCompletionRequest;
+    use crate::openai::response::FinishReason;
     use crate::prefix::PrefixStore;
     use crate::profile::{Action, Profiles};
     use crate::session::SessionIndex;
@@ -244,7 +245,7 @@ mod tests {
         };
         let call = reply.tool_call.expect("a tool call");
         assert_eq!(call.function.name, "bash");
-        assert_eq!(reply.finish_reason, "tool_calls");
+        assert_eq!(reply.finish_reason, FinishReason::ToolCalls);
     }
 
     #[test]

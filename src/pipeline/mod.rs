@@ -30,6 +30,7 @@ use crate::context::{self, ContextRecord, ContextSettings, TokenCounter};
 use crate::conversation::Conversation;
 use crate::error::ProxyError;
 use crate::openai::chat::{AsapHeaders, ChatCompletionRequest};
+use crate::openai::response::FinishReason;
 use crate::policy::Limits;
 use crate::prefix::PrefixStore;
 use crate::profile::{Action, Profiles};
@@ -361,10 +362,7 @@ pub async fn run_turn(
                     attempt,
                     termination,
                     description: termination.describe(),
-                    on_terminate: match scope.on_terminate {
-                        OnTerminate::Submit => "submit",
-                        OnTerminate::Error => "error",
-                    },
+                    on_terminate: Some(scope.on_terminate),
                 });
                 tracing::info!(%session, step, reason = termination.describe(), "trajectory terminated");
                 match &reply {
@@ -398,7 +396,7 @@ fn confirmation(turn: &Attempts) -> Option<Reply> {
     .then(|| Reply {
         content: Some(confirmation),
         tool_call: None,
-        finish_reason: "stop",
+        finish_reason: FinishReason::Stop,
         usage: Default::default(),
         action: Some(Action::Submit { message: None }),
         parse_error: None,
@@ -473,7 +471,7 @@ async fn run_side_call(
     input: &Arc<RequestInput>,
     mut side: Prepared,
     prompt: String,
-    kind: &'static str,
+    kind: side_call::SideCallKind,
     started: Instant,
 ) -> Result<TurnOutcome, ProxyError> {
     let session = side.session.session.clone();
@@ -492,7 +490,7 @@ async fn run_side_call(
                 session: &session,
                 step,
                 attempt: 0,
-                side_call: Some(kind),
+                side_call: Some(kind.as_str()),
             },
         )
         .await;
@@ -513,9 +511,9 @@ async fn run_side_call(
             content: Some(completion.text.trim().to_string()),
             tool_call: None,
             finish_reason: if completion.hit_length() {
-                "length"
+                FinishReason::Length
             } else {
-                "stop"
+                FinishReason::Stop
             },
             usage: completion.usage.unwrap_or_default(),
             action: None,

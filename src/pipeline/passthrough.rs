@@ -21,7 +21,7 @@ use crate::backend::BackendCompletion;
 use crate::error::ProxyError;
 use crate::openai::chat::{ChatCompletionRequest, RAW_ARGUMENTS};
 use crate::openai::completions::Usage;
-use crate::openai::response::{FunctionOut, ToolCallOut};
+use crate::openai::response::{FinishReason, FunctionOut, ToolCallOut};
 use crate::parse::{FailureClass, ParseFailure, Parsed};
 use crate::respond::Reply;
 use crate::session::CallId;
@@ -133,10 +133,10 @@ pub(super) async fn run(
             function: FunctionOut { name, arguments },
         }),
         finish_reason: match choice["finish_reason"].as_str() {
-            Some("tool_calls") => "tool_calls",
-            Some("length") => "length",
-            _ if !calls.is_empty() => "tool_calls",
-            _ => "stop",
+            Some("tool_calls") => FinishReason::ToolCalls,
+            Some("length") => FinishReason::Length,
+            _ if !calls.is_empty() => FinishReason::ToolCalls,
+            _ => FinishReason::Stop,
         },
         usage: usage.unwrap_or_default(),
         action: parsed.outcome.as_ref().ok().cloned(),

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::conversation::Step;
+use crate::openai::chat::TaskSource;
 use crate::profile::Action;
 use crate::profile::SUBMIT_TAG;
 
@@ -151,13 +152,55 @@ pub struct Selected {
     /// `instance_id` of the prefix.
     pub id: String,
     /// How it was matched: `header`, `metadata`, `fingerprint` or `default`.
-    pub matched_by: &'static str,
+    pub matched_by: MatchedBy,
     /// The steps, at most K.
     pub steps: Vec<Step>,
     /// For a demonstration: its made-up task (rendered as an example, not as this task's steps).
     pub demo_task: Option<String>,
     /// For a task prefix that names one (`example`): that demonstration, also cut to K.
     pub example: Option<Box<Selected>>,
+}
+
+/// How a request's prefix was found (the trace's `prefix.matched_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchedBy {
+    /// The task the `X-ASAP-Task` header names.
+    Header,
+    /// The task `metadata.instance_id` names.
+    Metadata,
+    /// The task text's fingerprint.
+    Fingerprint,
+    /// The profile's `default_prefix` (the demonstration).
+    Default,
+    /// The demonstration a task prefix names as its example.
+    Example,
+    /// Read only (traces): a way this build does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl From<TaskSource> for MatchedBy {
+    fn from(source: TaskSource) -> Self {
+        match source {
+            TaskSource::Header => Self::Header,
+            TaskSource::Metadata => Self::Metadata,
+        }
+    }
+}
+
+impl MatchedBy {
+    /// The trace's name (`header`, `metadata`, `fingerprint`, `default`, `example`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Header => "header",
+            Self::Metadata => "metadata",
+            Self::Fingerprint => "fingerprint",
+            Self::Default => "default",
+            Self::Example => "example",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 /// Prefix loading failure.
@@ -293,7 +336,7 @@ impl PrefixStore {
     /// the profile's `default_prefix`, or none. `None` also when K is 0.
     pub fn select(
         &self,
-        explicit: Option<(&str, &'static str)>,
+        explicit: Option<(&str, TaskSource)>,
         first_user: &str,
         default: Option<&str>,
     ) -> Option<Selected> {
@@ -301,26 +344,29 @@ impl PrefixStore {
             return None;
         }
         let (prefix, matched_by) = explicit
-            .and_then(|(id, how)| self.by_id.get(id).map(|p| (p, how)))
-            .or_else(|| self.fingerprint(first_user).map(|p| (p, "fingerprint")))
+            .and_then(|(id, how)| self.by_id.get(id).map(|p| (p, MatchedBy::from(how))))
+            .or_else(|| {
+                self.fingerprint(first_user)
+                    .map(|p| (p, MatchedBy::Fingerprint))
+            })
             .or_else(|| {
                 default
                     .and_then(|d| self.defaults.get(d))
-                    .map(|p| (p, "default"))
+                    .map(|p| (p, MatchedBy::Default))
             })?;
         let example = prefix
             .example
             .as_deref()
             .filter(|_| prefix.demo_task.is_none())
             .and_then(|name| self.defaults.get(name))
-            .map(|demo| Box::new(self.cut(demo, "example")));
+            .map(|demo| Box::new(self.cut(demo, MatchedBy::Example)));
         Some(Selected {
             example,
             ..self.cut(prefix, matched_by)
         })
     }
 
-    fn cut(&self, prefix: &Prefix, matched_by: &'static str) -> Selected {
+    fn cut(&self, prefix: &Prefix, matched_by: MatchedBy) -> Selected {
         Selected {
             id: prefix.instance_id.clone(),
             matched_by,
@@ -445,10 +491,15 @@ mod tests {
         let hit = s.select(None, user, Some("shell-demo")).unwrap();
         assert_eq!(
             (hit.id.as_str(), hit.matched_by, hit.steps.len()),
-            ("a__a-1", "fingerprint", 3)
+            ("a__a-1", MatchedBy::Fingerprint, 3)
         );
-        let hit = s.select(Some(("b__b-2", "header")), user, None).unwrap();
-        assert_eq!((hit.id.as_str(), hit.matched_by), ("b__b-2", "header"));
+        let hit = s
+            .select(Some(("b__b-2", TaskSource::Header)), user, None)
+            .unwrap();
+        assert_eq!(
+            (hit.id.as_str(), hit.matched_by),
+            ("b__b-2", MatchedBy::Header)
+        );
         let hit = s
             .select(
                 None,
@@ -470,16 +521,23 @@ mod tests {
         );
         let hit = s
             .select(
-                Some(("unknown", "metadata")),
+                Some(("unknown", TaskSource::Metadata)),
                 "nothing known",
                 Some("shell-demo"),
             )
             .unwrap();
-        assert_eq!((hit.id.as_str(), hit.matched_by), ("shell-demo", "default"));
+        assert_eq!(
+            (hit.id.as_str(), hit.matched_by),
+            ("shell-demo", MatchedBy::Default)
+        );
         assert!(hit.demo_task.is_some());
         assert_eq!(s.select(None, "nothing known", None), None);
         assert_eq!(
-            store(0).select(Some(("a__a-1", "header")), user, Some("shell-demo")),
+            store(0).select(
+                Some(("a__a-1", TaskSource::Header)),
+                user,
+                Some("shell-demo")
+            ),
             None
         );
         assert_eq!(s.len(), 2505);

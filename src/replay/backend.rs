@@ -135,7 +135,7 @@ impl ReplayBackend {
                     step: call.step,
                     attempt: call.attempt,
                     side_call: (record.kind() == "side_call")
-                        .then(|| call.kind.unwrap_or("side_call").to_string()),
+                        .then(|| call.kind.map_or("side_call", |k| k.as_str()).to_string()),
                     completion,
                 });
             }

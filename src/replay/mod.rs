@@ -343,7 +343,7 @@ fn label(path: &Path, record: &Record) -> String {
             "{}:{} side_call {} step {step}",
             path.display(),
             record.line,
-            call.kind.unwrap_or("?")
+            call.kind.map_or("?", |k| k.as_str())
         ),
         _ => format!(
             "{}:{} step {step} attempt {}",

@@ -11,17 +11,22 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::prefix::MatchedBy;
+
 pub use crate::trace::{PrefixSource, Rules};
 
 /// A session's prefix source from its record: `prefix_source` when recorded, else derived from
 /// the rendered prefix's `matched_by` (traces before issue 17: `default` → demonstration;
 /// `header`, `metadata`, `fingerprint` → task; no prefix → none).
-pub fn prefix_source(recorded: Option<PrefixSource>, matched_by: Option<&str>) -> PrefixSource {
+pub fn prefix_source(
+    recorded: Option<PrefixSource>,
+    matched_by: Option<MatchedBy>,
+) -> PrefixSource {
     match recorded {
         Some(source) => source,
         None => match matched_by {
             None => PrefixSource::None,
-            Some("default") => PrefixSource::Demonstration,
+            Some(MatchedBy::Default) => PrefixSource::Demonstration,
             Some(_) => PrefixSource::Task,
         },
     }

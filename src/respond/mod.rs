@@ -16,7 +16,7 @@ use crate::backend::BackendCompletion;
 use crate::openai::completions::Usage;
 use crate::openai::response::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChunkChoice, Delta,
-    FunctionDelta, FunctionOut, ToolCallDelta, ToolCallOut,
+    FinishReason, FunctionDelta, FunctionOut, ToolCallDelta, ToolCallOut,
 };
 use crate::parse::{ParseFailure, Parsed};
 use crate::policy::Termination;
@@ -33,7 +33,7 @@ pub struct Reply {
     /// Thought (or final answer) without markup; `None` when empty beside a tool call.
     pub content: Option<String>,
     pub tool_call: Option<ToolCallOut>,
-    pub finish_reason: &'static str,
+    pub finish_reason: FinishReason,
     pub usage: Usage,
     /// The neutral action, when one was parsed.
     pub action: Option<Action>,
@@ -42,7 +42,7 @@ pub struct Reply {
 
 /// Builds the reply for a parsed completion. Mints the tool-call id. With
 /// `tool_choice: "none"` (`allow_tool_call` false) an action is not sent: the thought comes
-/// back as content with `finish_reason: "stop"`, as the OpenAI API specifies for `none`.
+/// back as content with `finish_reason: FinishReason::Stop`, as the OpenAI API specifies for `none`.
 pub fn reply(
     parsed: &Parsed,
     completion: &BackendCompletion,
@@ -58,9 +58,9 @@ pub fn reply(
             content: Some(dialect.write(&thought, action, tools)),
             tool_call: None,
             finish_reason: if completion.hit_length() && action.is_none() {
-                "length"
+                FinishReason::Length
             } else {
-                "stop"
+                FinishReason::Stop
             },
             usage,
             action: action.cloned(),
@@ -72,9 +72,9 @@ pub fn reply(
             content: Some(thought),
             tool_call: None,
             finish_reason: if completion.hit_length() && parsed.outcome.is_err() {
-                "length"
+                FinishReason::Length
             } else {
-                "stop"
+                FinishReason::Stop
             },
             usage,
             action: parsed.outcome.as_ref().ok().cloned(),
@@ -93,7 +93,7 @@ pub fn reply(
                         arguments: Value::Object(arguments).to_string(),
                     },
                 }),
-                finish_reason: "tool_calls",
+                finish_reason: FinishReason::ToolCalls,
                 usage,
                 action: Some(action.clone()),
                 parse_error: None,
@@ -101,7 +101,7 @@ pub fn reply(
             ScaffoldReply::Content(text) => Reply {
                 content: Some(text),
                 tool_call: None,
-                finish_reason: "stop",
+                finish_reason: FinishReason::Stop,
                 usage,
                 action: Some(action.clone()),
                 parse_error: None,
@@ -111,9 +111,9 @@ pub fn reply(
             content: Some(thought),
             tool_call: None,
             finish_reason: if completion.hit_length() {
-                "length"
+                FinishReason::Length
             } else {
-                "stop"
+                FinishReason::Stop
             },
             usage,
             action: None,
@@ -190,7 +190,7 @@ pub struct ChunkBuilder {
 }
 
 impl ChunkBuilder {
-    fn chunk(&self, delta: Delta, finish_reason: Option<&'static str>) -> ChatCompletionChunk {
+    fn chunk(&self, delta: Delta, finish_reason: Option<FinishReason>) -> ChatCompletionChunk {
         ChatCompletionChunk {
             id: self.id.clone(),
             object: "chat.completion.chunk",

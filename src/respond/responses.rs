@@ -4,6 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use super::Reply;
+use crate::openai::response::FinishReason;
 
 fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
@@ -35,7 +36,7 @@ impl ResponseBuilder {
         o.insert("id".into(), json!(self.id));
         o.insert("object".into(), json!("response"));
         o.insert("created_at".into(), json!(self.created_at));
-        let incomplete = reply.is_some_and(|r| r.finish_reason == "length");
+        let incomplete = reply.is_some_and(|r| r.finish_reason == FinishReason::Length);
         let status = match reply {
             None => "in_progress",
             Some(_) if incomplete => "incomplete",
@@ -174,7 +175,7 @@ impl ResponseBuilder {
 /// for a tool call, or one `message` for a content reply. `call_id` is the minted tool-call
 /// id, which carries the session and nudge state into the next request.
 pub fn output_items(reply: &Reply) -> Vec<Value> {
-    let status = if reply.finish_reason == "length" {
+    let status = if reply.finish_reason == FinishReason::Length {
         "incomplete"
     } else {
         "completed"

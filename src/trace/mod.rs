@@ -21,7 +21,7 @@
 //! linearly with the trajectory, not quadratically.
 
 pub mod delta;
-pub mod names;
+mod lenient;
 pub mod read;
 
 use std::collections::{BTreeMap, HashMap};
@@ -32,8 +32,10 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendCompletion;
+use crate::openai::response::FinishReason;
 use crate::parse::{ParseFailure, Parsed};
 use crate::policy::{Limits, LoopRule, Termination};
+use crate::prefix::MatchedBy;
 use crate::profile::Action;
 use crate::respond::Reply;
 use crate::session::{NudgeKind, SessionId};
@@ -117,7 +119,7 @@ pub struct SessionRecord {
     #[serde(default)]
     pub mode: Option<SessionMode>,
     /// The reference prefix rendered (id, how it matched, K), if any.
-    #[serde(default, deserialize_with = "names::lenient")]
+    #[serde(default, deserialize_with = "lenient::lenient")]
     pub prefix: Option<PrefixInfo>,
     /// Configured K (`--prefix-k`; `None`: not recorded).
     #[serde(default)]
@@ -125,12 +127,12 @@ pub struct SessionRecord {
     /// What kind of prefix the session's prompts start from: a same-task prefix (the paper's
     /// setting), the built-in demonstration (a fallback), or none. Always written; `None`:
     /// a trace from before issue 17.
-    #[serde(default, deserialize_with = "names::lenient")]
+    #[serde(default, deserialize_with = "lenient::lenient")]
     pub prefix_source: Option<PrefixSource>,
     /// The termination rules the session ran under (issue 17: every rule beyond the paper's
     /// is named, switchable and recorded). Always written; `None`: a trace from before
     /// issue 17.
-    #[serde(default, deserialize_with = "names::lenient")]
+    #[serde(default, deserialize_with = "lenient::lenient")]
     pub rules: Option<Rules>,
     /// Backend URL without credentials.
     #[serde(default)]
@@ -212,7 +214,7 @@ impl PrefixSource {
         match prefix {
             Option::None => Self::None,
             Some(p) if p.k == 0 => Self::None,
-            Some(p) if p.matched_by == "default" => Self::Demonstration,
+            Some(p) if p.matched_by == MatchedBy::Default => Self::Demonstration,
             Some(_) => Self::Task,
         }
     }
@@ -286,10 +288,10 @@ pub struct PromptRecord {
 pub struct ParseRecord {
     pub thought: String,
     /// An action of another shape (an older trace's) reads as `None`.
-    #[serde(deserialize_with = "names::lenient")]
+    #[serde(deserialize_with = "lenient::lenient")]
     pub action: Option<Action>,
     /// A failure of another shape (an older trace's) reads as `None`.
-    #[serde(deserialize_with = "names::lenient")]
+    #[serde(deserialize_with = "lenient::lenient")]
     pub error: Option<ParseFailure>,
     /// Bytes of the completion after the action that were dropped.
     pub dropped_bytes: usize,
@@ -304,7 +306,7 @@ pub struct NudgeRecord {
     #[serde(default)]
     pub attempt: usize,
     pub kind: NudgeKind,
-    #[serde(default, deserialize_with = "names::lenient")]
+    #[serde(default, deserialize_with = "lenient::lenient")]
     pub rejected: Option<Action>,
     #[serde(default)]
     pub hint: String,
@@ -324,13 +326,10 @@ pub struct TerminateRecord {
     /// One-line explanation.
     #[serde(default)]
     pub description: String,
-    /// `submit` (the finish action was sent) or `error` (HTTP 400 `trajectory_terminated`).
-    #[serde(default = "unknown", deserialize_with = "names::name")]
-    pub on_terminate: names::Name,
-}
-
-fn unknown() -> &'static str {
-    "unknown"
+    /// `submit` (the finish action was sent) or `error` (HTTP 400 `trajectory_terminated`);
+    /// always written, `None` only when read from a record without a known one.
+    #[serde(default, deserialize_with = "lenient::lenient")]
+    pub on_terminate: Option<crate::config::OnTerminate>,
 }
 
 /// What was sent to the client.
@@ -338,10 +337,18 @@ fn unknown() -> &'static str {
 pub struct ResponseRecord {
     #[serde(default)]
     pub content: Option<String>,
-    #[serde(default, deserialize_with = "names::lenient")]
+    #[serde(default, deserialize_with = "lenient::lenient")]
     pub tool_call: Option<ToolCallRecord>,
-    #[serde(default = "unknown", deserialize_with = "names::name")]
-    pub finish_reason: names::Name,
+    #[serde(default = "unknown_finish")]
+    pub finish_reason: FinishReason,
+}
+
+fn unknown_match() -> MatchedBy {
+    MatchedBy::Unknown
+}
+
+fn unknown_finish() -> FinishReason {
+    FinishReason::Unknown
 }
 
 /// `response.tool_call`: the tool call sent, as the client got it
@@ -452,12 +459,9 @@ pub struct StepRecord {
     pub step: usize,
     /// Completion call within the request: 0, then 1 and 2 after nudges.
     pub attempt: usize,
-    /// Side calls only: `terminus_summary`, … (see [`names`]).
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "names::optional_name"
-    )]
-    pub kind: Option<names::Name>,
+    /// Side calls only: `terminus_summary`, …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<crate::side_call::SideCallKind>,
     pub profile: String,
     /// The client asked for SSE.
     pub stream: bool,
@@ -478,7 +482,7 @@ pub struct StepRecord {
     /// Nudges used in the session before this completion, in order: kind and place.
     #[serde(
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "names::lenient"
+        deserialize_with = "lenient::lenient"
     )]
     pub nudges_used: Vec<(NudgeKind, usize)>,
     /// The error returned to the client, when the step failed.
@@ -487,7 +491,7 @@ pub struct StepRecord {
     /// the prompt's tokens and how they were counted, observations elided.
     #[serde(
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "names::lenient"
+        deserialize_with = "lenient::lenient"
     )]
     pub context: Option<crate::context::ContextRecord>,
     pub timings: Timings,
@@ -514,9 +518,9 @@ pub struct StepRecord {
 pub struct PrefixInfo {
     /// `instance_id` of the prefix (`shell-demo` for the built-in demonstration).
     pub id: String,
-    /// `header`, `metadata`, `fingerprint` or `default` (see [`names`]).
-    #[serde(default = "unknown", deserialize_with = "names::name")]
-    pub matched_by: names::Name,
+    /// `header`, `metadata`, `fingerprint` or `default`.
+    #[serde(default = "unknown_match")]
+    pub matched_by: MatchedBy,
     /// Steps rendered.
     #[serde(default)]
     pub k: usize,
@@ -759,7 +763,7 @@ impl TraceWriter {
             record
                 .prefix
                 .as_ref()
-                .filter(|p| p.matched_by == "fingerprint")
+                .filter(|p| p.matched_by == MatchedBy::Fingerprint)
                 .map(|p| p.id.clone())
         });
         let task = instance_id

@@ -536,7 +536,10 @@ mod schema_tests {
             (s.rules, s.prefix_source, s.task_text.as_str()),
             (None, None, "")
         );
-        assert_eq!(s.prefix.unwrap().matched_by, "default");
+        assert_eq!(
+            s.prefix.unwrap().matched_by,
+            crate::prefix::MatchedBy::Default
+        );
         let retired = r#"{"v":1,"type":"terminate","data":{"step":3,"attempt":0,"reason":"same_action_thrice","window":3,"description":"d","on_terminate":"submit"}}"#;
         let Body::Terminate(t) = parse_envelope(retired.as_bytes()).unwrap().unwrap().body else {
             panic!("not a terminate")
@@ -547,7 +550,7 @@ mod schema_tests {
         let Body::Terminate(t) = parse_envelope(newer.as_bytes()).unwrap().unwrap().body else {
             panic!("not a terminate")
         };
-        assert_eq!((t.termination.name(), t.on_terminate), ("unknown", "x"));
+        assert_eq!((t.termination.name(), t.on_terminate), ("unknown", None));
         let step = r#"{"v":1,"type":"step","data":{"decision":"a_newer_decision","parse":{"action":{"kind":"odd"}}}}"#;
         let Body::Step(s) = parse_envelope(step.as_bytes()).unwrap().unwrap().body else {
             panic!("not a step")

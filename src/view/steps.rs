@@ -191,7 +191,10 @@ pub fn read(path: &Path) -> Result<Steps, ReadError> {
                     last.termination = Some(TerminationView {
                         reason: terminate.termination.name().to_string(),
                         description: terminate.description.clone(),
-                        on_terminate: terminate.on_terminate.to_string(),
+                        on_terminate: terminate
+                            .on_terminate
+                            .map_or("unknown", |o| o.as_str())
+                            .to_string(),
                     });
                 }
             }
@@ -252,7 +255,7 @@ fn step_view(index: usize, record: &Record, prompt: &str, turn: Option<&Turn>) -
         step: call.step as u64,
         attempt: call.attempt as u64,
         side_call: matches!(record.body, Body::SideCall(_))
-            .then(|| call.kind.unwrap_or("side_call").to_string()),
+            .then(|| call.kind.map_or("side_call", |k| k.as_str()).to_string()),
         decision: call.decision.as_str().to_string(),
         thought: parse.map(|p| p.thought.clone()).unwrap_or_default(),
         action: parse.and_then(|p| p.action.as_ref()).map(action_view),
@@ -269,7 +272,7 @@ fn step_view(index: usize, record: &Record, prompt: &str, turn: Option<&Turn>) -
         matched_stop: completion
             .and_then(|c| c.matched_stop.as_ref())
             .map(|s| format!("{s:?}")),
-        sent_finish: response.map(|r| r.finish_reason.to_string()),
+        sent_finish: response.map(|r| r.finish_reason.as_str().to_string()),
         sent_tool: response
             .and_then(|r| r.tool_call.as_ref())
             .map(|c| c.function.name.clone()),
