@@ -9,8 +9,8 @@ a cycle).
 Usage: scripts/module-graph.py [--check] [--doc FILE] [--dot] [--root SRC]
   --check  exit 1 and list every strongly connected component of more than one module
   --doc    with --check: also exit 1 when the module map in FILE (a Markdown table whose rows
-           are | `module` | owns | may use |) lacks a module, names one that does not exist, or
-           does not allow an import the code makes
+           are | `module` | owns | may use |) lacks a module, names one that does not exist,
+           does not allow an import the code makes, or lists one it does not make
   --dot    print the graph in Graphviz form
   --root   the source tree to read (default: this repository's src/)
 Without flags, prints one line per module: the modules it uses.
@@ -127,6 +127,8 @@ def doc_problems(edges: dict[str, set[str]], allowed: dict[str, set[str]]) -> li
     for m in sorted(set(edges) & set(allowed)):
         for used in sorted(edges[m] - allowed[m]):
             problems.append(f"module map: `{m}` uses `{used}`, which its row does not allow")
+        for unused in sorted(allowed[m] - edges[m]):
+            problems.append(f"module map: `{m}`'s row lists `{unused}`, which it does not use")
     return problems
 
 

@@ -37,6 +37,7 @@ use crate::conversation::Step;
 use crate::openai::chat::TaskSource;
 use crate::profile::Action;
 use crate::profile::SUBMIT_TAG;
+use crate::trace::MatchedBy;
 
 /// Built-in demonstrations, selected by a profile's `default_prefix`.
 pub const BUILTIN: [(&str, &str); 1] = [(
@@ -159,48 +160,6 @@ pub struct Selected {
     pub demo_task: Option<String>,
     /// For a task prefix that names one (`example`): that demonstration, also cut to K.
     pub example: Option<Box<Selected>>,
-}
-
-/// How a request's prefix was found (the trace's `prefix.matched_by`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MatchedBy {
-    /// The task the `X-ASAP-Task` header names.
-    Header,
-    /// The task `metadata.instance_id` names.
-    Metadata,
-    /// The task text's fingerprint.
-    Fingerprint,
-    /// The profile's `default_prefix` (the demonstration).
-    Default,
-    /// The demonstration a task prefix names as its example.
-    Example,
-    /// Read only (traces): a way this build does not know.
-    #[serde(other)]
-    Unknown,
-}
-
-impl From<TaskSource> for MatchedBy {
-    fn from(source: TaskSource) -> Self {
-        match source {
-            TaskSource::Header => Self::Header,
-            TaskSource::Metadata => Self::Metadata,
-        }
-    }
-}
-
-impl MatchedBy {
-    /// The trace's name (`header`, `metadata`, `fingerprint`, `default`, `example`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Header => "header",
-            Self::Metadata => "metadata",
-            Self::Fingerprint => "fingerprint",
-            Self::Default => "default",
-            Self::Example => "example",
-            Self::Unknown => "unknown",
-        }
-    }
 }
 
 /// Prefix loading failure.

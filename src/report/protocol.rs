@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::prefix::MatchedBy;
+use crate::trace::MatchedBy;
 
 pub use crate::trace::{PrefixSource, Rules};
 

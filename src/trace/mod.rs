@@ -32,10 +32,10 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendCompletion;
+use crate::openai::chat::TaskSource;
 use crate::openai::response::FinishReason;
 use crate::parse::{ParseFailure, Parsed};
 use crate::policy::{Limits, LoopRule, Termination};
-use crate::prefix::MatchedBy;
 use crate::profile::Action;
 use crate::respond::Reply;
 use crate::session::{NudgeKind, SessionId};
@@ -511,6 +511,48 @@ pub struct StepRecord {
     /// Set on a termination: written as a `terminate` record after this one.
     #[serde(skip)]
     pub termination: Option<TerminateRecord>,
+}
+
+/// How a request's prefix was found (the trace's `prefix.matched_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchedBy {
+    /// The task the `X-ASAP-Task` header names.
+    Header,
+    /// The task `metadata.instance_id` names.
+    Metadata,
+    /// The task text's fingerprint.
+    Fingerprint,
+    /// The profile's `default_prefix` (the demonstration).
+    Default,
+    /// The demonstration a task prefix names as its example.
+    Example,
+    /// Read only (traces): a way this build does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl From<TaskSource> for MatchedBy {
+    fn from(source: TaskSource) -> Self {
+        match source {
+            TaskSource::Header => Self::Header,
+            TaskSource::Metadata => Self::Metadata,
+        }
+    }
+}
+
+impl MatchedBy {
+    /// The trace's name (`header`, `metadata`, `fingerprint`, `default`, `example`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Header => "header",
+            Self::Metadata => "metadata",
+            Self::Fingerprint => "fingerprint",
+            Self::Default => "default",
+            Self::Example => "example",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 /// Which prefix a request got (for the trace's session record).

@@ -185,6 +185,19 @@ impl TraceReader {
 
     /// As [`TraceReader::open`], from the file's bytes.
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self, ReadError> {
+        Self::read(path, bytes, false)
+    }
+
+    /// As [`TraceReader::from_bytes`], also reading the unversioned first layout (records
+    /// without `v`, written before schema version 1): `time_ms` inside `data` instead of the
+    /// envelope, and a `step` record's `nudge` or `termination` object (non-null) instead of
+    /// its `decision` (`nudge`, `terminate`; else `accept`). Only `prefix build` reads that
+    /// layout; for every other reader such lines are not records ([`Self::invalid_lines`]).
+    pub fn from_bytes_with_unversioned(path: &Path, bytes: &[u8]) -> Result<Self, ReadError> {
+        Self::read(path, bytes, true)
+    }
+
+    fn read(path: &Path, bytes: &[u8], unversioned: bool) -> Result<Self, ReadError> {
         let mut records = Vec::new();
         let mut invalid_lines = Vec::new();
         let mut torn_tail = false;
@@ -207,12 +220,12 @@ impl TraceReader {
                 i += 1;
                 continue;
             }
-            let mut parsed = parse_envelope(line);
+            let mut parsed = parse_envelope(line, unversioned);
             let mut next = i + 1;
             if parsed.is_none() && i != last {
                 if let Some(end) = spread_record_end(&lines, i) {
                     let text = &bytes[starts[i]..starts[end] + lines[end].len()];
-                    if let Some(record) = parse_envelope(text) {
+                    if let Some(record) = parse_envelope(text, unversioned) {
                         parsed = Some(record);
                         next = end + 1;
                     }
@@ -387,22 +400,58 @@ struct RawEnvelope<'a> {
     data: &'a RawValue,
 }
 
-/// `None`: not a record; `Some(Err(v))`: a record of a newer schema version `v`.
-fn parse_envelope(line: &[u8]) -> Option<Result<Record, u64>> {
-    let envelope: RawEnvelope = serde_json::from_slice(line).ok()?;
-    if envelope.v > u64::from(SCHEMA_VERSION) {
-        return Some(Err(envelope.v));
-    }
-    let time_ms = envelope
-        .time_ms
-        .as_ref()
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0);
-    let data = envelope.data.get();
+/// A line of the unversioned first layout: no `v` (one that has a `v` is not of this layout).
+#[derive(Deserialize)]
+struct RawUnversioned<'a> {
+    #[serde(default)]
+    v: Option<serde::de::IgnoredAny>,
+    r#type: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    data: &'a RawValue,
+}
+
+/// What the unversioned first layout kept in `data` that version 1 keeps elsewhere.
+#[derive(Deserialize, Default)]
+struct UnversionedData {
+    #[serde(default)]
+    time_ms: Option<u64>,
+    #[serde(default)]
+    nudge: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    termination: Option<serde::de::IgnoredAny>,
+}
+
+/// `None`: not a record; `Some(Err(v))`: a record of a newer schema version `v`. With
+/// `unversioned`, a line without `v` is read as the first layout
+/// ([`TraceReader::from_bytes_with_unversioned`]).
+fn parse_envelope(line: &[u8], unversioned: bool) -> Option<Result<Record, u64>> {
+    let (kind, time_ms, data, first_layout) = match serde_json::from_slice::<RawEnvelope>(line) {
+        Ok(envelope) => {
+            if envelope.v > u64::from(SCHEMA_VERSION) {
+                return Some(Err(envelope.v));
+            }
+            let time_ms = envelope
+                .time_ms
+                .as_ref()
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            (envelope.r#type, time_ms, envelope.data, None)
+        }
+        Err(_) if unversioned => {
+            let raw: RawUnversioned = serde_json::from_slice(line).ok()?;
+            if raw.v.is_some() {
+                return None;
+            }
+            let old: UnversionedData = serde_json::from_str(raw.data.get()).unwrap_or_default();
+            (raw.r#type, old.time_ms.unwrap_or(0), raw.data, Some(old))
+        }
+        Err(_) => return None,
+    };
+    let data = data.get();
     fn typed<T: serde::de::DeserializeOwned>(data: &str) -> Result<Box<T>, String> {
         serde_json::from_str(data).map_err(|e| format!("record data: {e}"))
     }
-    let body = match &*envelope.r#type {
+    let mut body = match &*kind {
         "session" => typed(data).map(Body::Session),
         "step" => typed(data).map(Body::Step),
         "side_call" => typed(data).map(Body::SideCall),
@@ -411,9 +460,16 @@ fn parse_envelope(line: &[u8]) -> Option<Result<Record, u64>> {
         other => Ok(Body::Other(other.to_string())),
     }
     .unwrap_or_else(|message| Body::Invalid {
-        kind: envelope.r#type.to_string(),
+        kind: kind.to_string(),
         message,
     });
+    if let (Some(old), Body::Step(step) | Body::SideCall(step)) = (first_layout, &mut body) {
+        if old.termination.is_some() {
+            step.decision = super::StepDecision::Terminate;
+        } else if old.nudge.is_some() {
+            step.decision = super::StepDecision::Nudge;
+        }
+    }
     Some(Ok(Record {
         line: 0,
         time_ms,
@@ -465,6 +521,50 @@ mod tests {
             ]
         );
     }
+    /// The unversioned first layout is read only on request (`prefix build`): `time_ms` from
+    /// `data`, a step's `nudge`/`termination` as its decision. A versioned line reads the same
+    /// either way.
+    #[test]
+    fn the_unversioned_first_layout_reads_only_on_request() {
+        let text = concat!(
+            "{\"type\":\"session\",\"data\":{\"profile\":\"swe-agent\",\"time_ms\":7}}\n",
+            "{\"type\":\"step\",\"data\":{\"step\":0,\"prompt\":{\"prefix_bytes\":0,\"delta\":\"p\"},\"nudge\":null,\"termination\":null}}\n",
+            "{\"type\":\"step\",\"data\":{\"step\":1,\"prompt\":{\"prefix_bytes\":1,\"delta\":\"q\"},\"nudge\":{\"kind\":\"repeated_action\"}}}\n",
+            "{\"type\":\"step\",\"data\":{\"step\":1,\"attempt\":1,\"prompt\":{\"prefix_bytes\":1,\"delta\":\"r\"},\"nudge\":{},\"termination\":{\"reason\":\"step_cap\"}}}\n",
+            "{\"v\":1,\"type\":\"nudge\",\"time_ms\":9,\"data\":{\"kind\":\"repeated_action\"}}\n",
+        );
+        let path = Path::new("t.jsonl");
+        let mut reader = TraceReader::from_bytes(path, text.as_bytes()).unwrap();
+        assert_eq!(reader.invalid_lines(), [1, 2, 3, 4]);
+        assert!(reader.session().is_none());
+        assert_eq!(reader.next_record().unwrap().unwrap().time_ms, 9);
+        assert!(reader.next_record().is_none());
+
+        let mut reader = TraceReader::from_bytes_with_unversioned(path, text.as_bytes()).unwrap();
+        assert!(reader.invalid_lines().is_empty());
+        assert_eq!(reader.session().unwrap().profile, "swe-agent");
+        assert_eq!(reader.session_time_ms(), Some(7));
+        let mut got = Vec::new();
+        while let Some(record) = reader.next_record() {
+            let record = record.unwrap();
+            let decision = record.call().map(|c| c.decision.as_str());
+            got.push((record.kind().to_string(), record.time_ms, decision));
+            if record.kind() == "step" {
+                assert!(["p", "pq", "pr"].contains(&reader.prompt()));
+            }
+        }
+        let step = |decision| ("step".to_string(), 0, Some(decision));
+        assert_eq!(
+            got,
+            [
+                ("session".to_string(), 7, None),
+                step("accept"),
+                step("nudge"),
+                step("terminate"),
+                ("nudge".to_string(), 9, None),
+            ]
+        );
+    }
 }
 
 #[cfg(test)]
@@ -482,7 +582,7 @@ mod schema_tests {
             let text = std::fs::read_to_string(&path).unwrap();
             for line in text.lines() {
                 let stored: serde_json::Value = serde_json::from_str(line).unwrap();
-                let record = parse_envelope(line.as_bytes()).unwrap().unwrap();
+                let record = parse_envelope(line.as_bytes(), false).unwrap().unwrap();
                 assert!(!matches!(
                     record.body,
                     Body::Invalid { .. } | Body::Other(_)
@@ -492,7 +592,7 @@ mod schema_tests {
                 assert_eq!(data, stored["data"], "{}: {line}", path.display());
                 // Serialised again, it reads back as the same record.
                 let again = serde_json::json!({"v": 1, "type": record.kind(), "data": data});
-                let reread = parse_envelope(again.to_string().as_bytes())
+                let reread = parse_envelope(again.to_string().as_bytes(), false)
                     .unwrap()
                     .unwrap();
                 assert_eq!(reread.data(), data);
@@ -525,7 +625,7 @@ mod schema_tests {
     #[test]
     fn older_and_newer_shapes_read() {
         let old_session = r#"{"v":1,"type":"session","time_ms":5,"data":{"task":"t","label":"l","mode":"proxy","prefix":{"id":"p","matched_by":"default","k":2}}}"#;
-        let Body::Session(s) = parse_envelope(old_session.as_bytes())
+        let Body::Session(s) = parse_envelope(old_session.as_bytes(), false)
             .unwrap()
             .unwrap()
             .body
@@ -538,21 +638,33 @@ mod schema_tests {
         );
         assert_eq!(
             s.prefix.unwrap().matched_by,
-            crate::prefix::MatchedBy::Default
+            crate::trace::MatchedBy::Default
         );
         let retired = r#"{"v":1,"type":"terminate","data":{"step":3,"attempt":0,"reason":"same_action_thrice","window":3,"description":"d","on_terminate":"submit"}}"#;
-        let Body::Terminate(t) = parse_envelope(retired.as_bytes()).unwrap().unwrap().body else {
+        let Body::Terminate(t) = parse_envelope(retired.as_bytes(), false)
+            .unwrap()
+            .unwrap()
+            .body
+        else {
             panic!("not a terminate")
         };
         assert_eq!(t.termination.name(), "same_action_thrice");
         let newer =
             r#"{"v":1,"type":"terminate","data":{"reason":"a_newer_rule","on_terminate":"x"}}"#;
-        let Body::Terminate(t) = parse_envelope(newer.as_bytes()).unwrap().unwrap().body else {
+        let Body::Terminate(t) = parse_envelope(newer.as_bytes(), false)
+            .unwrap()
+            .unwrap()
+            .body
+        else {
             panic!("not a terminate")
         };
         assert_eq!((t.termination.name(), t.on_terminate), ("unknown", None));
         let step = r#"{"v":1,"type":"step","data":{"decision":"a_newer_decision","parse":{"action":{"kind":"odd"}}}}"#;
-        let Body::Step(s) = parse_envelope(step.as_bytes()).unwrap().unwrap().body else {
+        let Body::Step(s) = parse_envelope(step.as_bytes(), false)
+            .unwrap()
+            .unwrap()
+            .body
+        else {
             panic!("not a step")
         };
         assert_eq!(s.decision, crate::trace::StepDecision::Unknown);

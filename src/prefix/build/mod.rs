@@ -35,12 +35,16 @@
 //!   (arguments from `tool_call_metadata.model_response`, else rebuilt from `args` for `run`,
 //!   `run_ipython`, `read`, `edit`, `think`, `finish`, `browse`); its observation the event whose
 //!   `cause` is the action's `id`. Task: the first user `message` action.
-//! - **asap-proxy traces** (JSONL from [`crate::trace`]): one step per `step` record with a
-//!   `parse.action` whose `decision` is `accept` (already neutral), up to a `terminate`; the thought is
-//!   `parse.thought`; the observation is the last `<observation>` block of the prompt delta of
-//!   the next record with a higher `step`. Task: the first prompt's text between `# Task` and
-//!   `# Tools` (system text included unless the statement is tagged). Instance id: the session's `instance_id` if recorded,
-//!   else the file stem.
+//! - **asap-proxy traces** (JSONL from [`crate::trace`], read as its typed records by
+//!   [`crate::trace::read::TraceReader`], the unversioned first layout included;
+//!   docs/trace-format.md, "Reading"): one step per `step` record with a `parse.action`
+//!   (already neutral) whose `decision` is not `nudge` or `error`, up to a `terminate`; the
+//!   thought is `parse.thought`; the observation is the last `<observation>` block of the
+//!   prompt delta of the next record with a higher `step`. Task: the session record's
+//!   `task_text`; a trace without it (the unversioned first layout, version 1 before it was
+//!   recorded) falls back to the first prompt's text between `# Task` and `# Tools` (system
+//!   text included unless the statement is tagged). Instance id: the session's `instance_id`,
+//!   else its `task`, else the file stem. Date: the session record's time.
 //!
 //! Tool names go through the scaffold's profile ([`ToolSet::from_scaffold`]: swe-agent,
 //! openhands-sdk, openhands-codeact for V0, or `--profile`), then a fixed table for names the
@@ -422,7 +426,10 @@ pub fn read_trajectories(path: &Path) -> Result<(InputFormat, Vec<Trajectory>), 
         return Err(bad("empty file"));
     };
     if is_trace_record(first) {
-        return Ok((InputFormat::Trace, vec![read_trace(&docs, &stem)]));
+        return Ok((
+            InputFormat::Trace,
+            vec![read_trace(path, text.as_bytes(), &stem)?],
+        ));
     }
     if first.get("trajectory").is_some() || first.get("attempts").is_some() {
         let many = docs.len() > 1;
@@ -776,6 +783,47 @@ mod tests {
             task_section("# Task\n\nsys\n\nDo it.\n\n# Tools\n\nWork"),
             "sys\n\nDo it."
         );
+    }
+
+    /// A trace's task is its session record's `task_text`; the rendered `# Task` section only
+    /// when the session record has none. A newer schema version is an error.
+    #[test]
+    fn trace_task_from_the_session_record_else_the_prompt() {
+        let trace = |session: &str| {
+            format!(
+                "{{\"v\":1,\"type\":\"session\",\"time_ms\":1709251200000,\"data\":{session}}}\n{}\n{}\n",
+                r##"{"v":1,"type":"step","data":{"step":0,"prompt":{"prefix_bytes":0,"delta":"# Task\n\nsys\n\nOther words.\n\n# Tools\n\n## Thinking\n"},"parse":{"thought":"look","action":{"kind":"call","tag":"bash","arguments":{"command":"ls"}}}}}"##,
+                r#"{"v":1,"type":"step","data":{"step":1,"prompt":{"prefix_bytes":0,"delta":"<observation>\na.py\n</observation>\n"},"parse":{"action":{"kind":"submit","message":null}}}}"#,
+            )
+        };
+        let path = Path::new("t.jsonl");
+        let read = |text: String| read_trace(path, text.as_bytes(), "stem");
+        let got = read(trace(
+            r#"{"task":"t-1","task_text":"Intro <issue>Fix it.</issue>"}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            (got.instance_id.as_str(), got.task_text.as_str()),
+            ("t-1", "Fix it.")
+        );
+        assert_eq!(got.date.as_deref(), Some("2024-03-01"));
+        assert_eq!(got.steps.len(), 2);
+        assert_eq!(
+            (
+                got.steps[0].tool.as_str(),
+                got.steps[0].observation.as_str()
+            ),
+            ("bash", "a.py")
+        );
+        let got = read(trace(r#"{"instance_id":"i-1","task":"t-1"}"#)).unwrap();
+        assert_eq!(
+            (got.instance_id.as_str(), got.task_text.as_str()),
+            ("i-1", "sys\n\nOther words.")
+        );
+        let got = read(trace("{}")).unwrap();
+        assert_eq!(got.instance_id, "stem");
+        let newer = trace("{}").replacen("\"v\":1", "\"v\":2", 1);
+        assert!(read(newer).is_err());
     }
 
     #[test]

@@ -1,110 +1,127 @@
-//! asap-proxy's own trace logs (proxy and passthrough mode).
+//! asap-proxy's own trace logs (proxy and passthrough mode), read through the typed trace
+//! schema ([`crate::trace::read::TraceReader`], docs/trace-format.md).
+
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 
 use super::*;
+use crate::trace::read::{Body, ReadError, TraceReader};
+use crate::trace::{StepDecision, StepRecord};
 
 // ---------------------------------------------------------------------------------------------
 // asap-proxy traces
 
+/// Whether an input's first JSON value is a trace record: a `type` of the schema, with `data`
+/// (versioned, or the unversioned first layout).
 pub(super) fn is_trace_record(v: &Value) -> bool {
-    matches!(
-        str_of(v, "type"),
-        Some("session" | "step" | "side_call" | "nudge" | "terminate")
-    ) && v.get("data").is_some()
+    #[derive(Deserialize)]
+    struct Envelope {
+        r#type: String,
+        #[serde(rename = "data")]
+        _data: IgnoredAny,
+    }
+    Envelope::deserialize(v).is_ok_and(|e| {
+        matches!(
+            e.r#type.as_str(),
+            "session" | "step" | "side_call" | "nudge" | "terminate"
+        )
+    })
 }
 
-pub(super) fn read_trace(records: &[Value], stem: &str) -> Trajectory {
-    let session = records
-        .iter()
-        .find(|r| str_of(r, "type") == Some("session"))
-        .and_then(|r| r.get("data"));
-    let steps: Vec<&Value> = records
-        .iter()
-        .filter(|r| str_of(r, "type") == Some("step"))
-        .filter_map(|r| r.get("data"))
-        .filter(|r| r.get("prompt").is_some_and(Value::is_object))
-        .collect();
-    let delta = |r: &Value| -> String {
-        r.get("prompt")
-            .and_then(|p| str_of(p, "delta"))
-            .unwrap_or_default()
-            .to_string()
+/// One trajectory from a trace file's bytes: steps from the `step` records (side calls are
+/// not steps of the trajectory), the task from the session record.
+///
+/// Errors: a record of a newer schema version, or a `step`/`side_call` record whose prompt
+/// or request delta does not apply.
+pub(super) fn read_trace(path: &Path, bytes: &[u8], stem: &str) -> Result<Trajectory, BuildError> {
+    let invalid = |e: ReadError| match e {
+        ReadError::Io { path, source } => PrefixError::Read { path, source },
+        ReadError::Invalid {
+            path,
+            line,
+            message,
+        } => PrefixError::Parse {
+            path: path.display().to_string(),
+            message: format!("line {line}: {message}"),
+        },
     };
-    // The session record keeps the first user message (`task_text`); older traces only have
-    // the rendered `# Task` section, which mixes in the system text.
+    let mut reader = TraceReader::from_bytes_with_unversioned(path, bytes).map_err(invalid)?;
+    // The completion calls of the trajectory that carry a prompt, in file order.
+    let mut steps: Vec<StepRecord> = Vec::new();
+    while let Some(record) = reader.next_record() {
+        if let Body::Step(step) = record.map_err(invalid)?.body {
+            if step.prompt.is_some() {
+                steps.push(*step);
+            }
+        }
+    }
+    let session = reader.session();
+    // The session record keeps the first user message (`task_text`); traces without it (the
+    // unversioned first layout, version 1 before it was recorded) only have the rendered
+    // `# Task` section of the first prompt, which mixes in the system text.
     let task_text = session
-        .and_then(|s| str_of(s, "task_text"))
+        .map(|s| s.task_text.as_str())
         .filter(|t| !t.trim().is_empty())
         .map(|t| statement_or_whole(t.to_string()))
         .or_else(|| {
             steps
                 .first()
-                .map(|r| statement_or_whole(task_section(&delta(r))))
+                .map(|s| statement_or_whole(task_section(delta(s))))
         })
         .unwrap_or_default();
     let model = steps
         .iter()
-        .find_map(|r| r.get("completion").and_then(|c| str_of(c, "model")))
-        .map(str::to_string);
-    let date = session
-        .and_then(|s| s.get("time_ms"))
-        .and_then(Value::as_u64)
+        .find_map(|s| s.completion.as_ref())
+        .map(|c| c.model.clone());
+    let date = reader
+        .session_time_ms()
+        .filter(|&ms| ms > 0)
         .map(date_of_unix_ms);
     let instance_id = session
-        .and_then(|s| str_of(s, "instance_id").or_else(|| str_of(s, "task")))
-        .map_or_else(|| stem.to_string(), str::to_string);
-    let index = |r: &Value| r.get("step").and_then(Value::as_u64).unwrap_or(0);
+        .and_then(|s| {
+            s.instance_id
+                .clone()
+                .or_else(|| Some(s.task.clone()).filter(|t| !t.is_empty()))
+        })
+        .unwrap_or_else(|| stem.to_string());
     let mut out = Vec::new();
-    for (i, r) in steps.iter().enumerate() {
-        // Schema v1 has `decision`; the unversioned first layout had `nudge`/`termination`.
-        let set = |key: &str| r.get(key).is_some_and(|v| !v.is_null());
-        match str_of(r, "decision") {
-            Some("terminate") => break,
-            Some("nudge" | "error") => continue,
-            _ if set("termination") => break,
-            _ if set("nudge") => continue,
-            _ => {}
+    for (i, s) in steps.iter().enumerate() {
+        match s.decision {
+            StepDecision::Terminate => break,
+            StepDecision::Nudge | StepDecision::Error => continue,
+            StepDecision::Accept | StepDecision::Aborted | StepDecision::Unknown => {}
         }
-        let Some(action) = r
-            .get("parse")
-            .and_then(|p| p.get("action"))
-            .filter(|a| a.is_object())
-        else {
-            continue;
+        let Some(parse) = &s.parse else { continue };
+        let (tool, arguments) = match &parse.action {
+            None => continue,
+            Some(Action::Submit { .. }) => (SUBMIT_TAG.to_string(), Map::new()),
+            Some(Action::Call { tag, arguments }) => (tag.clone(), arguments.clone()),
         };
-        let (tool, arguments) = match str_of(action, "kind") {
-            Some("submit") => (SUBMIT_TAG.to_string(), Map::new()),
-            _ => (
-                str_of(action, "tag").unwrap_or_default().to_string(),
-                action
-                    .get("arguments")
-                    .and_then(Value::as_object)
-                    .cloned()
-                    .unwrap_or_default(),
-            ),
-        };
+        // The observation is in the prompt of the next call that is a later step.
         let observation = steps[i + 1..]
             .iter()
-            .find(|n| index(n) > index(r))
-            .and_then(|n| last_observation(&delta(n)))
+            .find(|n| n.step > s.step)
+            .and_then(|n| last_observation(delta(n)))
             .unwrap_or_default();
         out.push(RawStep {
-            thought: r
-                .get("parse")
-                .and_then(|p| str_of(p, "thought"))
-                .unwrap_or_default()
-                .to_string(),
+            thought: parse.thought.clone(),
             tool,
             arguments,
             observation,
         });
     }
-    Trajectory {
+    Ok(Trajectory {
         instance_id,
         task_text,
         model,
         date,
         steps: out,
-    }
+    })
+}
+
+/// A step record's prompt delta (empty without a prompt).
+fn delta(s: &StepRecord) -> &str {
+    s.prompt.as_ref().map_or("", |p| p.delta.as_str())
 }
 
 /// The rendered document's text between `# Task` and `# Tools`.
