@@ -11,23 +11,13 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{fixture_json, read_trace};
+use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::{read_trace, request};
 
-const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
+use crate::util::cli::BIN;
 
 fn swe_request() -> Value {
-    fixture_json("requests/swe-agent-1.json")
-}
-
-/// The step records (after the session record) of the proxy's only trace file.
-fn steps(proxy: &Proxy) -> Vec<Value> {
-    let files = proxy.trace_files();
-    assert_eq!(files.len(), 1, "{files:?}");
-    read_trace(&files[0])[1..]
-        .iter()
-        .map(|r| r["data"].clone())
-        .collect()
+    request("swe-agent-1")
 }
 
 /// Asserts an OpenAI error body.
@@ -56,14 +46,13 @@ fn assert_stream_error(data: &[String], code: &str) {
 
 #[tokio::test]
 async fn backend_429_is_retried_after_its_retry_after() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::RateLimited {
             retry_after: Some("1".into()),
         },
         Scripted::text("Look.\n\n<bash>ls</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let started = Instant::now();
     let (status, r) = proxy.post(&swe_request()).await;
     assert_eq!(status, 200, "{r}");
@@ -72,27 +61,20 @@ async fn backend_429_is_retried_after_its_retry_after() {
         "waited the backend's Retry-After"
     );
     assert_eq!(backend.calls(), 2);
-    assert_eq!(steps(&proxy)[0]["completion"]["attempts"], 2);
+    assert_eq!(proxy.steps()[0]["completion"]["attempts"], 2);
 }
 
 #[tokio::test]
 async fn backend_429_is_passed_on_with_retry_after_after_the_bounded_retries() {
     // Retry-After 0: retried at once, twice (--backend-retries 2), then passed on.
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::RateLimited {
             retry_after: Some("0".into()),
         };
         3
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .json(&swe_request())
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send_chat(&swe_request()).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "1");
     let body: Value = resp.json().await.unwrap();
@@ -102,30 +84,22 @@ async fn backend_429_is_passed_on_with_retry_after_after_the_bounded_retries() {
         .unwrap()
         .contains("Rate limit reached"));
     assert_eq!(backend.calls(), 3);
-    let records = steps(&proxy);
+    let records = proxy.steps();
     assert_eq!(records[0]["decision"], "error");
     assert!(records[0]["error"].as_str().unwrap().contains("429"));
 
     // A Retry-After longer than the proxy waits itself is passed on at once, as given.
-    let backend = FakeBackend::start(vec![Scripted::RateLimited {
+    let (backend, proxy) = serve(vec![Scripted::RateLimited {
         retry_after: Some("120".into()),
     }])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .json(&swe_request())
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send_chat(&swe_request()).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "120");
     assert_eq!(backend.calls(), 1);
 
     // Streaming: the 429 arrives after the role chunk, as an error event before [DONE].
-    let backend = FakeBackend::start(vec![Scripted::RateLimited { retry_after: None }; 3]).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (backend, proxy) = serve(vec![Scripted::RateLimited { retry_after: None }; 3]).await;
     let mut body = swe_request();
     body["stream"] = json!(true);
     let (status, data) = proxy.post_stream(&body).await;
@@ -184,21 +158,14 @@ fn backend_overflows() -> Vec<(&'static str, u16, &'static str)> {
 async fn a_backends_context_overflow_is_openais_400_at_once_for_every_backend() {
     for (name, status, body) in backend_overflows() {
         for stream in [false, true] {
-            let backend = FakeBackend::start(vec![Scripted::Raw {
+            let (backend, proxy) = serve(vec![Scripted::Raw {
                 status,
                 body: body.to_string(),
             }])
             .await;
-            let proxy = Proxy::start(&backend.url()).await;
             let mut request = swe_request();
             request["stream"] = json!(stream);
-            let resp = proxy
-                .client
-                .post(proxy.url())
-                .json(&request)
-                .send()
-                .await
-                .unwrap();
+            let resp = proxy.send_chat(&request).await;
             let what = format!("{name}, stream={stream}");
             assert_eq!(resp.status(), 400, "{what}");
             let err: Value = resp.json().await.unwrap();
@@ -223,7 +190,7 @@ async fn a_backends_context_overflow_is_openais_400_at_once_for_every_backend() 
                 assert!(message.contains("(4390 in the messages, "), "{what}");
             }
             assert_eq!(backend.calls(), 1, "{what}: not retried");
-            let records = steps(&proxy);
+            let records = proxy.steps();
             assert_eq!(records.len(), 1, "{what}");
             assert_eq!(records[0]["decision"], "error", "{what}");
             assert!(
@@ -241,12 +208,14 @@ async fn a_backends_context_overflow_is_openais_400_at_once_for_every_backend() 
 #[tokio::test]
 async fn an_overflow_answer_without_numbers_names_the_configured_context_length() {
     let (_, status, body) = backend_overflows().remove(2);
-    let backend = FakeBackend::start(vec![Scripted::Raw {
-        status,
-        body: body.to_string(),
-    }])
+    let (backend, proxy) = serve_with(
+        vec![Scripted::Raw {
+            status,
+            body: body.to_string(),
+        }],
+        |a| a.context_length = Some(30_000),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.context_length = Some(30_000)).await;
     let (status, err) = proxy.post(&swe_request()).await;
     assert_eq!(status, 400);
     assert_error(&err, "invalid_request_error", "context_length_exceeded");
@@ -266,25 +235,23 @@ async fn an_overflow_answer_without_numbers_names_the_configured_context_length(
 async fn a_backends_context_overflow_on_the_responses_api_is_a_400_too() {
     let (_, status, body) = backend_overflows().remove(2);
     for stream in [false, true] {
-        let backend = FakeBackend::start(vec![Scripted::Raw {
+        let (backend, proxy) = serve(vec![Scripted::Raw {
             status,
             body: body.to_string(),
         }])
         .await;
-        let proxy = Proxy::start(&backend.url()).await;
         let resp = proxy
-            .client
-            .post(format!("http://{}/v1/responses", proxy.addr))
-            .json(&json!({
-                "model": "m",
-                "input": "Find the answer.",
-                "stream": stream,
-                "tools": [{"type": "function", "name": "search", "parameters": {
-                    "type": "object", "properties": {"query": {"type": "string"}}}}],
-            }))
-            .send()
-            .await
-            .unwrap();
+            .send(
+                "/v1/responses",
+                &json!({
+                    "model": "m",
+                    "input": "Find the answer.",
+                    "stream": stream,
+                    "tools": [{"type": "function", "name": "search", "parameters": {
+                        "type": "object", "properties": {"query": {"type": "string"}}}}],
+                }),
+            )
+            .await;
         assert_eq!(resp.status(), 400, "stream={stream}");
         let err: Value = resp.json().await.unwrap();
         assert_error(&err, "invalid_request_error", "context_length_exceeded");
@@ -301,39 +268,36 @@ async fn invalid_json_or_an_unexpected_shape_from_the_backend_is_502() {
         r#"[1, 2, 3]"#,
         "",
     ] {
-        let backend = FakeBackend::start(vec![Scripted::Raw {
+        let (backend, proxy) = serve(vec![Scripted::Raw {
             status: 200,
             body: body.into(),
         }])
         .await;
-        let proxy = Proxy::start(&backend.url()).await;
         let (status, err) = proxy.post(&swe_request()).await;
         assert_eq!(status, 502, "{body}: {err}");
         assert_error(&err, "server_error", "backend_error");
         assert_eq!(backend.calls(), 1, "not retried: {body}");
-        let records = steps(&proxy);
+        let records = proxy.steps();
         assert_eq!(records[0]["decision"], "error", "{body}");
     }
     // Streamed: the backend answered within the stream's start grace, before the stream
     // began, so the 502 is an HTTP status too.
-    let backend = FakeBackend::start(vec![Scripted::Raw {
+    let (_backend, proxy) = serve(vec![Scripted::Raw {
         status: 200,
         body: "<html>gateway</html>".into(),
     }])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let mut body = swe_request();
     body["stream"] = json!(true);
     let (status, err) = proxy.post(&body).await;
     assert_eq!(status, 502, "{err}");
     assert_error(&err, "server_error", "backend_error");
     // A 4xx that is not about the context is a 502 too (the proxy's request was refused).
-    let backend = FakeBackend::start(vec![Scripted::Raw {
+    let (_backend, proxy) = serve(vec![Scripted::Raw {
         status: 404,
         body: r#"{"error": {"message": "model not found"}}"#.into(),
     }])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let (status, err) = proxy.post(&swe_request()).await;
     assert_eq!(status, 502);
     assert!(err["error"]["message"]
@@ -344,27 +308,24 @@ async fn invalid_json_or_an_unexpected_shape_from_the_backend_is_502() {
 
 #[tokio::test]
 async fn a_dropped_backend_connection_is_retried_then_502() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::Hangup,
         Scripted::text("Look.\n\n<bash>ls</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let (status, r) = proxy.post(&swe_request()).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(backend.calls(), 2);
 
-    let backend = FakeBackend::start(vec![Scripted::Hangup; 3]).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (backend, proxy) = serve(vec![Scripted::Hangup; 3]).await;
     let (status, err) = proxy.post(&swe_request()).await;
     assert_eq!(status, 502);
     assert_error(&err, "server_error", "backend_unavailable");
     assert_eq!(backend.calls(), 3, "1 try + 2 retries");
-    let error = steps(&proxy)[0]["error"].as_str().unwrap().to_string();
+    let error = proxy.steps()[0]["error"].as_str().unwrap().to_string();
     assert!(error.contains("connection dropped"), "{error}");
 
-    let backend = FakeBackend::start(vec![Scripted::Hangup; 3]).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (_backend, proxy) = serve(vec![Scripted::Hangup; 3]).await;
     let mut body = swe_request();
     body["stream"] = json!(true);
     let (status, data) = proxy.post_stream(&body).await;
@@ -374,18 +335,20 @@ async fn a_dropped_backend_connection_is_retried_then_502() {
 
 #[tokio::test]
 async fn backend_timeout_mid_stream_ends_with_an_error_event() {
-    let backend = FakeBackend::start(vec![Scripted::Slow {
-        delay: Duration::from_secs(3),
-        text: "x".into(),
-    }])
+    let (_backend, proxy) = serve_with(
+        vec![Scripted::Slow {
+            delay: Duration::from_secs(3),
+            text: "x".into(),
+        }],
+        |a| a.backend_timeout = Some(1),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.backend_timeout = Some(1)).await;
     let mut body = swe_request();
     body["stream"] = json!(true);
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_stream_error(&data, "backend_timeout");
-    assert_eq!(steps(&proxy)[0]["decision"], "error");
+    assert_eq!(proxy.steps()[0]["decision"], "error");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -394,8 +357,7 @@ async fn backend_timeout_mid_stream_ends_with_an_error_event() {
 
 #[tokio::test]
 async fn body_size_limit_is_configurable_and_answers_413() {
-    let backend = FakeBackend::start(vec![]).await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.max_body_bytes = Some(4096)).await;
+    let (backend, proxy) = serve_with(vec![], |a| a.max_body_bytes = Some(4096)).await;
     let mut body = swe_request();
     body["messages"][1]["content"] = json!("x".repeat(8192));
     let (status, err) = proxy.post(&body).await;
@@ -419,15 +381,17 @@ async fn body_size_limit_is_configurable_and_answers_413() {
 async fn request_timeout_covers_nudge_retries_and_is_traced() {
     // The first output is nudged (submit before any edit); the generation after the nudge is
     // slow, and the request's 2 s run out during it.
-    let backend = FakeBackend::start(vec![
-        Scripted::text("Looks fine.\n<submit/>\n"),
-        Scripted::Slow {
-            delay: Duration::from_secs(10),
-            text: "Look.\n<bash>ls</bash>\n".into(),
-        },
-    ])
+    let (backend, proxy) = serve_with(
+        vec![
+            Scripted::text("Looks fine.\n<submit/>\n"),
+            Scripted::Slow {
+                delay: Duration::from_secs(10),
+                text: "Look.\n<bash>ls</bash>\n".into(),
+            },
+        ],
+        |a| a.request_timeout = Some(2),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.request_timeout = Some(2)).await;
     let started = Instant::now();
     let (status, err) = proxy.post(&swe_request()).await;
     let took = started.elapsed();
@@ -439,7 +403,7 @@ async fn request_timeout_covers_nudge_retries_and_is_traced() {
         .contains("--request-timeout"));
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(backend.calls(), 2);
-    let records = steps(&proxy);
+    let records = proxy.steps();
     assert_eq!(records.len(), 2, "the nudged call and the timed-out one");
     assert_eq!(records[0]["decision"], "nudge");
     assert_eq!(records[1]["attempt"], 1);
@@ -450,12 +414,14 @@ async fn request_timeout_covers_nudge_retries_and_is_traced() {
         .contains("request timeout"));
 
     // Streaming: the error event and [DONE].
-    let backend = FakeBackend::start(vec![Scripted::Slow {
-        delay: Duration::from_secs(10),
-        text: "x".into(),
-    }])
+    let (_backend, proxy) = serve_with(
+        vec![Scripted::Slow {
+            delay: Duration::from_secs(10),
+            text: "x".into(),
+        }],
+        |a| a.request_timeout = Some(1),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.request_timeout = Some(1)).await;
     let mut body = swe_request();
     body["stream"] = json!(true);
     let (status, data) = proxy.post_stream(&body).await;
@@ -465,15 +431,17 @@ async fn request_timeout_covers_nudge_retries_and_is_traced() {
 
 #[tokio::test]
 async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
-    let backend = FakeBackend::start(vec![
-        Scripted::Slow {
-            delay: Duration::from_millis(1500),
-            text: "Look.\n<bash>ls</bash>\n".into(),
-        },
-        Scripted::text("Look.\n<bash>ls</bash>\n"),
-    ])
+    let (backend, proxy) = serve_with(
+        vec![
+            Scripted::Slow {
+                delay: Duration::from_millis(1500),
+                text: "Look.\n<bash>ls</bash>\n".into(),
+            },
+            Scripted::text("Look.\n<bash>ls</bash>\n"),
+        ],
+        |a| a.max_concurrency = Some(1),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.max_concurrency = Some(1)).await;
     let first = tokio::spawn({
         let client = proxy.client.clone();
         let url = proxy.url();
@@ -485,13 +453,7 @@ async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
     while backend.calls() == 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .json(&swe_request())
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send_chat(&swe_request()).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "1");
     let body: Value = resp.json().await.unwrap();
@@ -501,13 +463,7 @@ async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
         .unwrap()
         .contains("--max-concurrency"));
     // The Responses endpoint shares the limit; health and models are not limited.
-    let resp = proxy
-        .client
-        .post(format!("http://{}/v1/responses", proxy.addr))
-        .json(&json!({"input": "hi"}))
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send("/v1/responses", &json!({"input": "hi"})).await;
     assert_eq!(resp.status(), 429);
     for path in ["/health", "/v1/models"] {
         let resp = proxy
@@ -530,8 +486,7 @@ async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
 
 #[tokio::test]
 async fn message_and_tool_counts_are_limited_with_400s_naming_the_limit() {
-    let backend = FakeBackend::start(vec![]).await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
+    let (backend, proxy) = serve_with(vec![], |a| {
         a.max_messages = Some(2);
         a.max_tools = Some(2);
     })
@@ -573,8 +528,7 @@ fn generic_request(tool: Value) -> Value {
 
 #[tokio::test]
 async fn tool_and_parameter_names_that_are_not_tag_names_are_rejected() {
-    let backend = FakeBackend::start(vec![]).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (backend, proxy) = serve(vec![]).await;
     let param = |name: &str, schema: Value| {
         json!({"name": "search", "description": "Search.", "parameters": {
             "type": "object", "properties": {name: schema}}})
@@ -637,11 +591,10 @@ async fn tool_and_parameter_names_that_are_not_tag_names_are_rejected() {
     assert_eq!(backend.calls(), 0);
 
     // Dots and dashes are fine, and so is the Responses API's flat tool shape.
-    let backend = FakeBackend::start(vec![Scripted::text(
+    let (_backend, proxy) = serve(vec![Scripted::text(
         "Search.\n<web.search-v2>\n<max-results>3</max-results>\n</web.search-v2>\n",
     )])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let (status, r) = proxy
         .post(&generic_request(
             json!({"name": "web.search-v2", "description": "Search.",
@@ -653,13 +606,7 @@ async fn tool_and_parameter_names_that_are_not_tag_names_are_rejected() {
         r["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
         "web.search-v2"
     );
-    let resp = proxy
-        .client
-        .post(format!("http://{}/v1/responses", proxy.addr))
-        .json(&json!({"input": "hi", "tools": [{"type": "function", "name": "<b>", "parameters": {}}]}))
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send("/v1/responses", &json!({"input": "hi", "tools": [{"type": "function", "name": "<b>", "parameters": {}}]})).await;
     assert_eq!(resp.status(), 400);
 }
 
@@ -675,8 +622,7 @@ async fn descriptions_cannot_close_tags_or_start_steps_in_the_prompt() {
         }}, "required": ["query"]},
     });
     for format in ["markdown-xml", "xml", "markdown", "json"] {
-        let backend = FakeBackend::start(vec![Scripted::text("Search.\n<submit/>\n"); 2]).await;
-        let proxy = Proxy::start_with(&backend.url(), |a| {
+        let (backend, proxy) = serve_with(vec![Scripted::text("Search.\n<submit/>\n"); 2], |a| {
             a.prompt.prefix_k = Some(0);
             a.prompt.format = Some(clap::ValueEnum::from_str(format, true).unwrap());
         })
@@ -718,8 +664,7 @@ async fn descriptions_cannot_close_tags_or_start_steps_in_the_prompt() {
 
 #[tokio::test]
 async fn api_key_is_required_on_every_endpoint_but_health() {
-    let backend = FakeBackend::start(vec![Scripted::text("Look.\n<bash>ls</bash>\n"); 2]).await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
+    let (backend, proxy) = serve_with(vec![Scripted::text("Look.\n<bash>ls</bash>\n"); 2], |a| {
         a.api_key = vec!["key-one".into(), "key-two".into()];
     })
     .await;
@@ -1148,7 +1093,7 @@ async fn a_client_disconnect_cancels_the_backend_call_and_is_traced() {
         }])
         .await;
         let proxy = Proxy::start(&backend.url()).await;
-        let mut body = fixture_json("requests/swe-agent-1.json");
+        let mut body = request("swe-agent-1");
         body["stream"] = json!(stream);
         let client = reqwest::Client::builder()
             .timeout(Duration::from_millis(300))
