@@ -17,12 +17,7 @@ const KEY: &str = "metrics-test-key";
 
 /// `GET /metrics` without credentials: the status, the `Content-Type` and the text.
 async fn scrape(proxy: &Proxy) -> (u16, String, String) {
-    let resp = proxy
-        .client
-        .get(format!("http://{}/metrics", proxy.addr))
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.get("/metrics").await;
     let status = resp.status().as_u16();
     let content_type = resp.headers()["content-type"].to_str().unwrap().to_string();
     (status, content_type, resp.text().await.unwrap())

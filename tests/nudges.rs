@@ -4,7 +4,9 @@
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::chunks;
 use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::push_message;
 use crate::util::{
     arguments as args, continue_with as push_result, read_trace, request, tool_call as call,
 };
@@ -99,10 +101,7 @@ async fn repeated_action_is_nudged_once_then_the_second_one_ends_the_run_streami
     push_result(&mut body, &r1, "calc.py");
     body["stream"] = json!(true);
     let (_, data) = proxy.post_stream(&body).await;
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks: Vec<Value> = chunks(&data);
     let head = chunks
         .iter()
         .find_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["id"].as_str())
@@ -382,10 +381,10 @@ async fn requeries_keep_session_and_step() {
     let (_, r1) = proxy.post(&body).await;
     push_result(&mut body, &r1, "a.py");
     proxy.post(&body).await;
-    body["messages"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "No tool calls found."}));
+    push_message(
+        &mut body,
+        json!({"role": "user", "content": "No tool calls found."}),
+    );
     let (_, r3) = proxy.post(&body).await;
     assert_eq!(
         (id_parts(&r3).0, id_parts(&r3).1),
@@ -424,10 +423,10 @@ async fn a_nudge_in_a_dropped_turn_is_not_lost() {
     push_result(&mut body, &r1, "a");
     let (_, r2) = proxy.post(&body).await;
     assert!(r2["choices"][0]["message"].get("tool_calls").is_none());
-    body["messages"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "No tool calls found."}));
+    push_message(
+        &mut body,
+        json!({"role": "user", "content": "No tool calls found."}),
+    );
     let (_, r3) = proxy.post(&body).await;
     assert_eq!(
         args(&r3)["command"],

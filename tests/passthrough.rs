@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::chunks;
 use crate::util::proxy::{serve_with, Proxy};
 use crate::util::{read_trace, request};
 
@@ -37,10 +38,7 @@ pub async fn record_reference_session() -> (Proxy, FakeBackend) {
             body["stream"] = json!(true);
             let (status, data) = proxy.post_stream(&body).await;
             assert_eq!(status, 200);
-            let chunks: Vec<Value> = data[..data.len() - 1]
-                .iter()
-                .map(|d| serde_json::from_str(d).unwrap())
-                .collect();
+            let chunks: Vec<Value> = chunks(&data);
             let head = chunks
                 .iter()
                 .find_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["id"].as_str())

@@ -14,11 +14,9 @@ use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::proxy::{serve, serve_with, Proxy};
 use crate::util::{read_trace, request};
 
+use crate::util::backend::slow;
 use crate::util::cli::BIN;
-
-fn swe_request() -> Value {
-    request("swe-agent-1")
-}
+use crate::util::streamed;
 
 /// Asserts an OpenAI error body.
 fn assert_error(body: &Value, kind: &str, code: &str) {
@@ -54,7 +52,7 @@ async fn backend_429_is_retried_after_its_retry_after() {
     ])
     .await;
     let started = Instant::now();
-    let (status, r) = proxy.post(&swe_request()).await;
+    let (status, r) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200, "{r}");
     assert!(
         started.elapsed() >= Duration::from_millis(950),
@@ -74,7 +72,7 @@ async fn backend_429_is_passed_on_with_retry_after_after_the_bounded_retries() {
         3
     ])
     .await;
-    let resp = proxy.send_chat(&swe_request()).await;
+    let resp = proxy.send_chat(&request("swe-agent-1")).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "1");
     let body: Value = resp.json().await.unwrap();
@@ -93,15 +91,14 @@ async fn backend_429_is_passed_on_with_retry_after_after_the_bounded_retries() {
         retry_after: Some("120".into()),
     }])
     .await;
-    let resp = proxy.send_chat(&swe_request()).await;
+    let resp = proxy.send_chat(&request("swe-agent-1")).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "120");
     assert_eq!(backend.calls(), 1);
 
     // Streaming: the 429 arrives after the role chunk, as an error event before [DONE].
     let (backend, proxy) = serve(vec![Scripted::RateLimited { retry_after: None }; 3]).await;
-    let mut body = swe_request();
-    body["stream"] = json!(true);
+    let body = streamed(request("swe-agent-1"));
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_stream_error(&data, "rate_limit_exceeded");
@@ -163,7 +160,7 @@ async fn a_backends_context_overflow_is_openais_400_at_once_for_every_backend() 
                 body: body.to_string(),
             }])
             .await;
-            let mut request = swe_request();
+            let mut request = request("swe-agent-1");
             request["stream"] = json!(stream);
             let resp = proxy.send_chat(&request).await;
             let what = format!("{name}, stream={stream}");
@@ -216,7 +213,7 @@ async fn an_overflow_answer_without_numbers_names_the_configured_context_length(
         |a| a.context_length = Some(30_000),
     )
     .await;
-    let (status, err) = proxy.post(&swe_request()).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 400);
     assert_error(&err, "invalid_request_error", "context_length_exceeded");
     let message = err["error"]["message"].as_str().unwrap();
@@ -273,7 +270,7 @@ async fn invalid_json_or_an_unexpected_shape_from_the_backend_is_502() {
             body: body.into(),
         }])
         .await;
-        let (status, err) = proxy.post(&swe_request()).await;
+        let (status, err) = proxy.post(&request("swe-agent-1")).await;
         assert_eq!(status, 502, "{body}: {err}");
         assert_error(&err, "server_error", "backend_error");
         assert_eq!(backend.calls(), 1, "not retried: {body}");
@@ -287,7 +284,7 @@ async fn invalid_json_or_an_unexpected_shape_from_the_backend_is_502() {
         body: "<html>gateway</html>".into(),
     }])
     .await;
-    let mut body = swe_request();
+    let mut body = request("swe-agent-1");
     body["stream"] = json!(true);
     let (status, err) = proxy.post(&body).await;
     assert_eq!(status, 502, "{err}");
@@ -298,7 +295,7 @@ async fn invalid_json_or_an_unexpected_shape_from_the_backend_is_502() {
         body: r#"{"error": {"message": "model not found"}}"#.into(),
     }])
     .await;
-    let (status, err) = proxy.post(&swe_request()).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 502);
     assert!(err["error"]["message"]
         .as_str()
@@ -313,12 +310,12 @@ async fn a_dropped_backend_connection_is_retried_then_502() {
         Scripted::text("Look.\n\n<bash>ls</bash>\n"),
     ])
     .await;
-    let (status, r) = proxy.post(&swe_request()).await;
+    let (status, r) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(backend.calls(), 2);
 
     let (backend, proxy) = serve(vec![Scripted::Hangup; 3]).await;
-    let (status, err) = proxy.post(&swe_request()).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 502);
     assert_error(&err, "server_error", "backend_unavailable");
     assert_eq!(backend.calls(), 3, "1 try + 2 retries");
@@ -326,8 +323,7 @@ async fn a_dropped_backend_connection_is_retried_then_502() {
     assert!(error.contains("connection dropped"), "{error}");
 
     let (_backend, proxy) = serve(vec![Scripted::Hangup; 3]).await;
-    let mut body = swe_request();
-    body["stream"] = json!(true);
+    let body = streamed(request("swe-agent-1"));
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_stream_error(&data, "backend_unavailable");
@@ -335,16 +331,11 @@ async fn a_dropped_backend_connection_is_retried_then_502() {
 
 #[tokio::test]
 async fn backend_timeout_mid_stream_ends_with_an_error_event() {
-    let (_backend, proxy) = serve_with(
-        vec![Scripted::Slow {
-            delay: Duration::from_secs(3),
-            text: "x".into(),
-        }],
-        |a| a.backend_timeout = Some(1),
-    )
+    let (_backend, proxy) = serve_with(vec![slow(Duration::from_secs(3), "x")], |a| {
+        a.backend_timeout = Some(1)
+    })
     .await;
-    let mut body = swe_request();
-    body["stream"] = json!(true);
+    let body = streamed(request("swe-agent-1"));
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_stream_error(&data, "backend_timeout");
@@ -358,7 +349,7 @@ async fn backend_timeout_mid_stream_ends_with_an_error_event() {
 #[tokio::test]
 async fn body_size_limit_is_configurable_and_answers_413() {
     let (backend, proxy) = serve_with(vec![], |a| a.max_body_bytes = Some(4096)).await;
-    let mut body = swe_request();
+    let mut body = request("swe-agent-1");
     body["messages"][1]["content"] = json!("x".repeat(8192));
     let (status, err) = proxy.post(&body).await;
     assert_eq!(status, 413);
@@ -384,16 +375,13 @@ async fn request_timeout_covers_nudge_retries_and_is_traced() {
     let (backend, proxy) = serve_with(
         vec![
             Scripted::text("Looks fine.\n<submit/>\n"),
-            Scripted::Slow {
-                delay: Duration::from_secs(10),
-                text: "Look.\n<bash>ls</bash>\n".into(),
-            },
+            slow(Duration::from_secs(10), "Look.\n<bash>ls</bash>\n"),
         ],
         |a| a.request_timeout = Some(2),
     )
     .await;
     let started = Instant::now();
-    let (status, err) = proxy.post(&swe_request()).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     let took = started.elapsed();
     assert_eq!(status, 504, "{err}");
     assert_error(&err, "server_error", "request_timeout");
@@ -414,16 +402,11 @@ async fn request_timeout_covers_nudge_retries_and_is_traced() {
         .contains("request timeout"));
 
     // Streaming: the error event and [DONE].
-    let (_backend, proxy) = serve_with(
-        vec![Scripted::Slow {
-            delay: Duration::from_secs(10),
-            text: "x".into(),
-        }],
-        |a| a.request_timeout = Some(1),
-    )
+    let (_backend, proxy) = serve_with(vec![slow(Duration::from_secs(10), "x")], |a| {
+        a.request_timeout = Some(1)
+    })
     .await;
-    let mut body = swe_request();
-    body["stream"] = json!(true);
+    let body = streamed(request("swe-agent-1"));
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_stream_error(&data, "request_timeout");
@@ -433,10 +416,7 @@ async fn request_timeout_covers_nudge_retries_and_is_traced() {
 async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
     let (backend, proxy) = serve_with(
         vec![
-            Scripted::Slow {
-                delay: Duration::from_millis(1500),
-                text: "Look.\n<bash>ls</bash>\n".into(),
-            },
+            slow(Duration::from_millis(1500), "Look.\n<bash>ls</bash>\n"),
             Scripted::text("Look.\n<bash>ls</bash>\n"),
         ],
         |a| a.max_concurrency = Some(1),
@@ -446,14 +426,19 @@ async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
         let client = proxy.client.clone();
         let url = proxy.url();
         async move {
-            let resp = client.post(url).json(&swe_request()).send().await.unwrap();
+            let resp = client
+                .post(url)
+                .json(&request("swe-agent-1"))
+                .send()
+                .await
+                .unwrap();
             resp.status().as_u16()
         }
     });
     while backend.calls() == 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let resp = proxy.send_chat(&swe_request()).await;
+    let resp = proxy.send_chat(&request("swe-agent-1")).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "1");
     let body: Value = resp.json().await.unwrap();
@@ -466,16 +451,11 @@ async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
     let resp = proxy.send("/v1/responses", &json!({"input": "hi"})).await;
     assert_eq!(resp.status(), 429);
     for path in ["/health", "/v1/models"] {
-        let resp = proxy
-            .client
-            .get(format!("http://{}{path}", proxy.addr))
-            .send()
-            .await
-            .unwrap();
+        let resp = proxy.get(path).await;
         assert_eq!(resp.status(), 200, "{path}");
     }
     assert_eq!(first.await.unwrap(), 200);
-    let (status, r) = proxy.post(&swe_request()).await;
+    let (status, r) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200, "the slot is free again: {r}");
     assert_eq!(
         backend.calls(),
@@ -491,7 +471,7 @@ async fn message_and_tool_counts_are_limited_with_400s_naming_the_limit() {
         a.max_tools = Some(2);
     })
     .await;
-    let mut body = swe_request();
+    let mut body = request("swe-agent-1");
     let messages = body["messages"].as_array_mut().unwrap();
     messages.push(json!({"role": "user", "content": "more"}));
     let (status, err) = proxy.post(&body).await;
@@ -503,7 +483,7 @@ async fn message_and_tool_counts_are_limited_with_400s_naming_the_limit() {
         "{message}"
     );
 
-    let body = swe_request();
+    let body = request("swe-agent-1");
     assert!(body["tools"].as_array().unwrap().len() > 2);
     let mut body = body;
     body["messages"].as_array_mut().unwrap().truncate(2);
@@ -670,7 +650,7 @@ async fn api_key_is_required_on_every_endpoint_but_health() {
     .await;
     let base = format!("http://{}", proxy.addr);
     let chat = |auth: Option<&str>| {
-        let mut req = proxy.client.post(proxy.url()).json(&swe_request());
+        let mut req = proxy.client.post(proxy.url()).json(&request("swe-agent-1"));
         if let Some(auth) = auth {
             req = req.header("authorization", auth);
         }
@@ -867,12 +847,12 @@ async fn keys_never_reach_traces_or_logs_real_binary() {
     let resp = client
         .post(&url)
         .bearer_auth(CLIENT_KEY)
-        .json(&swe_request())
+        .json(&request("swe-agent-1"))
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let mut body = swe_request();
+    let mut body = request("swe-agent-1");
     body["messages"][1]["content"] = json!("a different task");
     for (auth, expected) in [
         (CLIENT_KEY, 502), // the backend's 401, its message scrubbed
@@ -933,10 +913,10 @@ async fn keys_never_reach_traces_or_logs_real_binary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_in_flight_requests_finish_and_refuses_new_connections() {
-    let backend = FakeBackend::start(vec![Scripted::Slow {
-        delay: Duration::from_secs(2),
-        text: "Look.\n<bash>ls</bash>\n".into(),
-    }])
+    let backend = FakeBackend::start(vec![slow(
+        Duration::from_secs(2),
+        "Look.\n<bash>ls</bash>\n",
+    )])
     .await;
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
@@ -956,7 +936,7 @@ async fn sigterm_lets_in_flight_requests_finish_and_refuses_new_connections() {
         async move {
             let resp = reqwest::Client::new()
                 .post(url)
-                .json(&swe_request())
+                .json(&request("swe-agent-1"))
                 .send()
                 .await
                 .unwrap();
@@ -1002,10 +982,7 @@ async fn sigterm_lets_in_flight_requests_finish_and_refuses_new_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_deadline_cuts_off_slow_requests_traces_them_and_exits_0() {
-    let slow = Scripted::Slow {
-        delay: Duration::from_secs(60),
-        text: "x".into(),
-    };
+    let slow = slow(Duration::from_secs(60), "x");
     let backend = FakeBackend::start(vec![slow.clone(), slow]).await;
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
@@ -1026,7 +1003,7 @@ async fn shutdown_deadline_cuts_off_slow_requests_traces_them_and_exits_0() {
         async move {
             let resp = reqwest::Client::new()
                 .post(url)
-                .json(&swe_request())
+                .json(&request("swe-agent-1"))
                 .send()
                 .await
                 .unwrap();
@@ -1035,7 +1012,7 @@ async fn shutdown_deadline_cuts_off_slow_requests_traces_them_and_exits_0() {
         }
     });
     let streamed = tokio::spawn(async move {
-        let mut body = swe_request();
+        let mut body = request("swe-agent-1");
         body["stream"] = json!(true);
         body["messages"][1]["content"] = json!("another task");
         let text = reqwest::Client::new()
@@ -1087,10 +1064,10 @@ async fn shutdown_deadline_cuts_off_slow_requests_traces_them_and_exits_0() {
 #[tokio::test]
 async fn a_client_disconnect_cancels_the_backend_call_and_is_traced() {
     for stream in [false, true] {
-        let backend = FakeBackend::start(vec![Scripted::Slow {
-            delay: Duration::from_secs(30),
-            text: "Look.\n<bash>ls</bash>\n".into(),
-        }])
+        let backend = FakeBackend::start(vec![slow(
+            Duration::from_secs(30),
+            "Look.\n<bash>ls</bash>\n",
+        )])
         .await;
         let proxy = Proxy::start(&backend.url()).await;
         let mut body = request("swe-agent-1");

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::util::backend::slow;
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::cli::{path_str, run, Ran, BIN};
 use crate::util::proxy::{serve, Proxy};
@@ -647,10 +648,7 @@ async fn replay_check_pairs_attempts_with_their_nudge_across_concurrent_requests
     let backend = FakeBackend::start(vec![
         Scripted::text("Look.\n<bash>ls</bash>\n"),
         // A: the same action again, slowly → repeated-action nudge.
-        Scripted::Slow {
-            delay: Duration::from_millis(800),
-            text: "Again.\n<bash>ls</bash>\n".into(),
-        },
+        slow(Duration::from_millis(800), "Again.\n<bash>ls</bash>\n"),
         // B, while A waits.
         Scripted::text("Read it.\n<bash>cat inventory.py</bash>\n"),
         // A's attempt after the nudge.

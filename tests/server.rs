@@ -4,8 +4,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::util::backend::slow;
 use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::chunks;
 use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::push_message;
+use crate::util::streamed;
 use crate::util::{arguments, continue_with, read_trace, request, tool_call};
 
 fn id_is_valid(id: &str) -> bool {
@@ -151,10 +155,7 @@ async fn streaming_emits_spec_exact_chunks() {
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_eq!(data.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks: Vec<Value> = chunks(&data);
     let ids: Vec<&str> = chunks.iter().map(|c| c["id"].as_str().unwrap()).collect();
     assert!(ids.iter().all(|i| *i == ids[0]));
     assert!(chunks
@@ -204,13 +205,9 @@ async fn streaming_emits_spec_exact_chunks() {
 #[tokio::test]
 async fn streaming_without_usage_option_has_no_usage_key() {
     let (_backend, proxy) = serve(vec![Scripted::text("Nothing to do here.")]).await;
-    let mut body = request("swe-agent-1");
-    body["stream"] = json!(true);
+    let body = streamed(request("swe-agent-1"));
     let (_, data) = proxy.post_stream(&body).await;
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks: Vec<Value> = chunks(&data);
     assert!(chunks.iter().all(|c| c.get("usage").is_none()));
     assert_eq!(chunks.len(), 3, "role, content, finish");
     assert_eq!(
@@ -449,13 +446,9 @@ async fn context_overflow_is_a_400_context_length_exceeded() {
 
 #[tokio::test]
 async fn backend_timeout_is_504() {
-    let (_backend, proxy) = serve_with(
-        vec![Scripted::Slow {
-            delay: Duration::from_secs(3),
-            text: "x".into(),
-        }],
-        |a| a.backend_timeout = Some(1),
-    )
+    let (_backend, proxy) = serve_with(vec![slow(Duration::from_secs(3), "x")], |a| {
+        a.backend_timeout = Some(1)
+    })
     .await;
     let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 504);
@@ -644,7 +637,7 @@ async fn dropped_failed_turns_keep_session_and_prefix() {
     let error = json!({"role": "user", "content": "No tool calls found in the response."});
     let (_, r1) = proxy.post(&body).await;
     assert!(r1["choices"][0]["message"].get("tool_calls").is_none());
-    body["messages"].as_array_mut().unwrap().push(error.clone());
+    push_message(&mut body, error.clone());
     let (_, r2) = proxy.post(&body).await;
     continue_with(
         &mut body,
@@ -652,7 +645,7 @@ async fn dropped_failed_turns_keep_session_and_prefix() {
         "<returncode>0</returncode>\n<output>\na.py\n</output>",
     );
     proxy.post(&body).await;
-    body["messages"].as_array_mut().unwrap().push(error.clone());
+    push_message(&mut body, error.clone());
     let (_, r4) = proxy.post(&body).await;
     assert_eq!(
         arguments(&r4),
@@ -703,10 +696,10 @@ async fn empty_replies_kept_by_the_scaffold_stay_in_their_session() {
 #[tokio::test]
 async fn every_response_reports_the_proxy_overhead_without_the_backend_time() {
     let (_backend, proxy) = serve(vec![
-        Scripted::Slow {
-            delay: std::time::Duration::from_millis(400),
-            text: "Look.\n<bash>ls</bash>\n".into(),
-        },
+        slow(
+            std::time::Duration::from_millis(400),
+            "Look.\n<bash>ls</bash>\n",
+        ),
         Scripted::text("Look.\n<bash>ls</bash>\n"),
     ])
     .await;

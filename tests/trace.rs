@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::cli::Served;
 use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::push_message;
 use crate::util::{continue_with, read_records, request, tool_call};
 
 /// Every record of a file through the reader, with the rebuilt prompt and request of each
@@ -426,14 +427,11 @@ async fn a_recorded_session_loads_as_a_report_trajectory() {
     continue_with(&mut body, &resp, "inventory.py\ntests\n");
     // An unparsable turn: content, no tool call; SWE-agent answers with a format error.
     let resp = proxy.post_with_headers(&body, &headers).await;
-    body["messages"]
-        .as_array_mut()
-        .unwrap()
-        .push(resp["choices"][0]["message"].clone());
-    body["messages"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "Your output could not be parsed."}));
+    push_message(&mut body, resp["choices"][0]["message"].clone());
+    push_message(
+        &mut body,
+        json!({"role": "user", "content": "Your output could not be parsed."}),
+    );
     let resp = proxy.post_with_headers(&body, &headers).await;
     continue_with(&mut body, &resp, "");
     // The repeated edit is nudged; the retry runs the tests.

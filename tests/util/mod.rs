@@ -68,6 +68,25 @@ pub fn arguments(resp: &Value) -> Value {
     serde_json::from_str(tool_call(resp)["function"]["arguments"].as_str().unwrap()).unwrap()
 }
 
+/// `body` as a streaming request (`"stream": true`).
+pub fn streamed(mut body: Value) -> Value {
+    body["stream"] = json!(true);
+    body
+}
+
+/// The JSON chunks of a streamed answer's `data:` payloads, before the final `[DONE]`.
+pub fn chunks(data: &[String]) -> Vec<Value> {
+    data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// Appends `message` to `body["messages"]`.
+pub fn push_message(body: &mut Value, message: Value) {
+    body["messages"].as_array_mut().unwrap().push(message);
+}
+
 /// Appends the assistant message of `resp` and a tool result to `body`.
 pub fn continue_with(body: &mut Value, resp: &Value, output: &str) {
     let message = resp["choices"][0]["message"].clone();

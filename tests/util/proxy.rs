@@ -91,6 +91,11 @@ impl Proxy {
         crate::util::post_with_headers(&self.url(), body, headers).await
     }
 
+    /// GETs `path`; the raw answer.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url_of(path)).send().await.unwrap()
+    }
+
     /// GETs `path`; the JSON answer, whatever the status.
     pub async fn get_json(&self, path: &str) -> Value {
         self.client
