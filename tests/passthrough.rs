@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::chunks;
 use crate::util::proxy::{serve_with, Proxy};
-use crate::util::{read_trace, request};
+use crate::util::{continue_with, read_trace, request};
 
 fn chat(content: &str, name: &str, args: Value) -> Scripted {
     Scripted::Chat {
@@ -144,11 +144,7 @@ async fn passthrough_trace_becomes_a_prefix_that_a_base_model_session_uses() {
     .await;
     let mut body = request("swe-agent-1");
     let (_, r1) = proxy.post(&body).await;
-    let message = r1["choices"][0]["message"].clone();
-    let id = message["tool_calls"][0]["id"].clone();
-    let messages = body["messages"].as_array_mut().unwrap();
-    messages.push(message);
-    messages.push(json!({"role": "tool", "tool_call_id": id, "content": "live observation"}));
+    continue_with(&mut body, &r1, "live observation");
     proxy.post(&body).await;
     let prompt = &backend.prompts()[1];
     let trajectory = prompt.split("\n# Trajectory\n").nth(1).unwrap();

@@ -459,11 +459,7 @@ async fn mini_observations_are_shown_decoded() {
     }
     let (status, _) = proxy.post(&body).await;
     assert_eq!(status, 200);
-    let id = proxy.trace_files()[0]
-        .file_stem()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let id = proxy.first_session_id();
     let viewer = Viewer::new(vec![proxy.log_dir.path().to_path_buf()], None);
     let steps = viewer.session(&id).unwrap().steps;
     assert_eq!(
@@ -490,11 +486,7 @@ async fn terminated_card_shows_the_model_action_and_what_was_sent() {
     let body = request("mini-swe-agent-1");
     let (status, resp) = proxy.post(&body).await;
     assert_eq!(status, 200, "{resp}");
-    let id = proxy.trace_files()[0]
-        .file_stem()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let id = proxy.first_session_id();
     let viewer = Viewer::new(vec![proxy.log_dir.path().to_path_buf()], None);
     let steps = viewer.session(&id).unwrap().steps;
     let last = steps.steps.last().unwrap();

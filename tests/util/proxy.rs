@@ -135,6 +135,15 @@ impl Proxy {
         read_trace(&self.trace_files()[0])
     }
 
+    /// The session id of the first trace file (its name without `.jsonl`).
+    pub fn first_session_id(&self) -> String {
+        self.trace_files()[0]
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    }
+
     /// The `data` of each entry after the session record of the proxy's only trace file.
     pub fn steps(&self) -> Vec<Value> {
         let files = self.trace_files();
