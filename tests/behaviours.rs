@@ -24,9 +24,9 @@ use asap_proxy::report::behaviour::Ending;
 use asap_proxy::report::{load, Behaviour, Report, Trajectory, Turn};
 use asap_proxy::session::NudgeKind;
 
-use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{continue_with, fixture_json};
+use crate::util::backend::Scripted;
+use crate::util::proxy::{serve, serve_with};
+use crate::util::{continue_with, fixture_json, request};
 
 // ---------------------------------------------------------------------------------------------
 // Tools of real scaffold requests, built like `src/policy/mod.rs`'s tests build them
@@ -1216,8 +1216,8 @@ async fn record(
     observations: &[&str],
     tweak: impl FnOnce(&mut asap_proxy::config::ServeArgs),
 ) -> Trajectory {
-    let backend = FakeBackend::start(script.iter().map(|s| Scripted::text(s)).collect()).await;
-    let proxy = Proxy::start_with(&backend.url(), tweak).await;
+    let (_backend, proxy) =
+        serve_with(script.iter().map(|s| Scripted::text(s)).collect(), tweak).await;
     let mut body = fixture_json(&format!("requests/{fixture}"));
     for observation in observations {
         let (status, resp) = proxy.post(&body).await;
@@ -1804,9 +1804,8 @@ discussion/command tags.";
         ),
         "Done.\n\n### Action\n\n<submit/>\n".to_string(),
     ];
-    let backend = FakeBackend::start(script.iter().map(|s| Scripted::text(s)).collect()).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_backend, proxy) = serve(script.iter().map(|s| Scripted::text(s)).collect()).await;
+    let mut body = request("swe-agent-1");
     let edited_inv = format!(
         "The file {INV} has been edited. Here's the result of running `cat -n` on a snippet of \
          {INV}:\n     3\t        return sum(l.quantity * l.unit_price for l in self.lines)\n\
@@ -1862,7 +1861,7 @@ async fn recorded_backend_failure_ends_in_error() {
     // ls, then the backend fails on the next request (HTTP 400, context window exceeded):
     // the last request returned an error to the scaffold → ending error, abnormal. The
     // failed call is no turn: 1 turn.
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text(&swe_bash("Look.", "ls /testbed")),
         Scripted::Error {
             status: 400,
@@ -1870,8 +1869,7 @@ async fn recorded_backend_failure_ends_in_error() {
         },
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (status, resp) = proxy.post(&body).await;
     assert_eq!(status, 200, "{resp}");
     continue_with(&mut body, &resp, "README.md\ninventory.py\ntests");

@@ -1,66 +1,14 @@
 //! The real binary: flags, environment, config file, exit codes, shutdown, `render`.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::io::Write;
+use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::{fixture_json, fixture_path};
+use crate::util::{fixture_path, request};
 
-const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
-
-/// A running `asap-proxy serve`, killed on drop.
-pub(crate) struct Served {
-    pub(crate) child: Child,
-    pub(crate) base: String,
-}
-
-impl Served {
-    pub(crate) fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args);
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        Self::spawn(cmd, "asap-proxy listening on ")
-    }
-
-    /// Spawns `cmd` and waits (20 s at most) for the standard-error line starting with
-    /// `ready`; `base` is the rest of that line (the URL the binary announced).
-    pub(crate) fn spawn(mut cmd: Command, ready: &'static str) -> Self {
-        cmd.env_remove("RUST_LOG");
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix(ready) {
-                    let _ = tx.send(url.to_string());
-                }
-            }
-        });
-        let base = rx
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("no `{ready}` line: the binary did not start"));
-        Self { child, base }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::util::cli::{Served, BIN};
 
 #[tokio::test]
 async fn serve_binary_end_to_end_with_env_and_config_file() {
@@ -84,7 +32,7 @@ async fn serve_binary_end_to_end_with_env_and_config_file() {
     let client = reqwest::Client::new();
     let resp: Value = client
         .post(format!("{}/chat/completions", served.base))
-        .json(&fixture_json("requests/swe-agent-1.json"))
+        .json(&request("swe-agent-1"))
         .send()
         .await
         .unwrap()

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::proxy::Proxy;
-use crate::util::{continue_with, fixture_json, read_trace, tool_call};
+use crate::util::{continue_with, request, tool_call};
 
 /// A listing of about `bytes` bytes, distinct per `i`.
 fn output(i: usize, bytes: usize) -> String {
@@ -33,7 +33,7 @@ async fn old_observations_are_elided_a_block_at_a_time_and_prompts_stay_append_o
     // `/tokenize` counts one token per 4 bytes.
     backend.set_context(12_000, true);
     let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     body["max_tokens"] = json!(500);
     for i in 0..turns {
         let (status, resp) = proxy.post(&body).await;
@@ -59,7 +59,7 @@ async fn old_observations_are_elided_a_block_at_a_time_and_prompts_stay_append_o
     assert!(prompts[turns - 1].contains("elided to fit the model's context window"));
     assert!(backend.tokenize_calls() > 0);
 
-    let steps: Vec<Value> = read_trace(&proxy.trace_files()[0])[1..]
+    let steps: Vec<Value> = proxy.first_trace()[1..]
         .iter()
         .map(|r| r["data"].clone())
         .collect();
@@ -105,7 +105,7 @@ async fn the_flag_overrides_the_backend_and_without_tokenize_tokens_are_estimate
     .await;
     backend.set_context(1_000_000, false);
     let proxy = Proxy::start_with(&backend.url(), |a| a.context_length = Some(16_000)).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     body["max_tokens"] = json!(1000);
     for i in 0..12 {
         let (status, resp) = proxy.post(&body).await;
@@ -116,7 +116,7 @@ async fn the_flag_overrides_the_backend_and_without_tokenize_tokens_are_estimate
     for p in backend.prompts() {
         assert!(p.len() <= 30_000, "{}", p.len());
     }
-    let last = read_trace(&proxy.trace_files()[0]).pop().unwrap();
+    let last = proxy.first_trace().pop().unwrap();
     let context = &last["data"]["context"];
     assert_eq!(context["context_length"], 16_000);
     assert_eq!(context["counted_by"], "estimate");
@@ -129,7 +129,7 @@ async fn a_history_that_cannot_fit_is_openais_context_length_400() {
     let backend = FakeBackend::start(vec![Scripted::text("Look.\n<bash>ls</bash>\n")]).await;
     backend.set_context(4096, true);
     let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, resp) = proxy.post(&body).await;
     // The latest observation alone is larger than the window: it is never elided.
     continue_with(&mut body, &resp, &output(0, 40_000));
@@ -149,7 +149,7 @@ async fn a_history_that_cannot_fit_is_openais_context_length_400() {
         1,
         "the backend is not called for a prompt that cannot fit"
     );
-    let last = read_trace(&proxy.trace_files()[0]).pop().unwrap();
+    let last = proxy.first_trace().pop().unwrap();
     assert_eq!(last["data"]["decision"], "error");
     assert!(last["data"]["error"]
         .as_str()

@@ -18,9 +18,9 @@ use asap_proxy::report::summary::Options;
 use asap_proxy::report::ReportFormat;
 use asap_proxy::report::{output, Outcome, Report, Results, TaskCount, Trajectory, Turn};
 
-use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::fixture_json;
-use crate::util::proxy::Proxy;
+use crate::util::backend::Scripted;
+use crate::util::proxy::{serve_with, Proxy};
+use crate::util::request;
 
 // ---------------------------------------------------------------------------------------------
 // Builders
@@ -638,14 +638,13 @@ async fn record(
         .iter()
         .map(|_| Scripted::text("Look around.\n<bash>ls /testbed</bash>\n"))
         .collect();
-    let backend = FakeBackend::start(script).await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
+    let (_backend, proxy) = serve_with(script, |a| {
         a.label = Some(label.into());
         a.prompt.prefix_k = Some(0);
         tweak(a);
     })
     .await;
-    let body = fixture_json("requests/swe-agent-1.json");
+    let body = request("swe-agent-1");
     for (task, run) in runs {
         let resp = proxy
             .client
@@ -664,16 +663,8 @@ async fn record(
 
 /// Runs `asap-proxy report` with `args`: (exit code, stdout, stderr).
 fn report_bin(args: &[&dyn AsRef<std::ffi::OsStr>]) -> (Option<i32>, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
-        .arg("report")
-        .args(args.iter().map(|a| a.as_ref()))
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
+    let out = crate::util::cli::run(&[&[&"report" as &dyn AsRef<std::ffi::OsStr>], args].concat());
+    (out.code, out.stdout, out.stderr)
 }
 
 /// Two checkpoints recorded through real proxies; ckpt-b lacks t3 and has a result-only run;

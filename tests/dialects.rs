@@ -3,9 +3,9 @@
 
 use serde_json::{json, Value};
 
-use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{fixture_json, read_trace};
+use crate::util::backend::Scripted;
+use crate::util::proxy::serve;
+use crate::util::{fixture_json, read_trace, request};
 
 fn content(r: &Value) -> String {
     assert!(
@@ -38,15 +38,14 @@ fn terminus_accepts(text: &str) -> Value {
 
 #[tokio::test]
 async fn terminus_2_gets_json_keystrokes_and_a_consistent_confirmation() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text(
             "Write the file.\n\n<bash>printf 'int main(){return 0;}' > /app/hello.c</bash>\n",
         ),
         Scripted::text("It builds now.\n\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/terminus-2-1.json");
+    let mut body = request("terminus-2-1");
     let (_, r1) = proxy.post(&body).await;
     let v1 = terminus_accepts(&content(&r1));
     assert_eq!(
@@ -94,13 +93,12 @@ fn mini_command(text: &str) -> String {
 
 #[tokio::test]
 async fn mini_swe_agent_text_mode_gets_one_command_block() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Read it.\n\n<bash>cat /repo/textutil/slug.py</bash>\n"),
         Scripted::text("No action here."),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let mut body = request("mini-swe-agent-1");
     body.as_object_mut().unwrap().remove("tools");
     body["messages"][0]["content"] = json!("You are a helpful assistant. Reply with a THOUGHT and exactly one ```mswea_bash_command block.");
     let (_, r1) = proxy.post(&body).await;
@@ -120,7 +118,7 @@ async fn mini_swe_agent_text_mode_gets_one_command_block() {
     assert!(prompt.contains(
         "<bash>cat /repo/textutil/slug.py</bash>\n\n<observation>\n<returncode>0</returncode>"
     ));
-    let records = read_trace(&proxy.trace_files()[0]);
+    let records = proxy.first_trace();
     assert_eq!(records[0]["data"]["profile"], "mini-swe-agent-text");
 }
 
@@ -159,13 +157,12 @@ async fn mini_swe_agent_text_mode_answers_in_the_prompts_own_block_form() {
             Some("MINI_SWE_AGENT_FINAL_OUTPUT"),
         ),
     ] {
-        let backend = FakeBackend::start(vec![
+        let (backend, proxy) = serve(vec![
             Scripted::text("Check it.\n\n<bash>cat note.txt</bash>\n"),
             Scripted::text("Done.\n\n<submit/>\n"),
             Scripted::text("Done.\n\n<submit/>\n"),
         ])
         .await;
-        let proxy = Proxy::start(&backend.url()).await;
         let mut body = fixture_json(fixture);
         let submit = format!(
             "echo {}",
@@ -203,7 +200,7 @@ async fn mini_swe_agent_text_mode_answers_in_the_prompts_own_block_form() {
             [submit],
             "{fixture}: {text}"
         );
-        let records = read_trace(&proxy.trace_files()[0]);
+        let records = proxy.first_trace();
         assert_eq!(records[0]["data"]["profile"], "mini-swe-agent-text");
         assert!(
             !records
@@ -218,12 +215,11 @@ async fn mini_swe_agent_text_mode_answers_in_the_prompts_own_block_form() {
 /// `<mswea_bash_command>` element.
 #[tokio::test]
 async fn mini_swe_agent_xml_config_gets_one_element() {
-    let backend = FakeBackend::start(vec![Scripted::text(
+    let (backend, proxy) = serve(vec![Scripted::text(
         "Check it.\n\n<bash>cat note.txt</bash>\n",
     )])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/mini-swe-agent-v2-text-1.json");
+    let mut body = request("mini-swe-agent-v2-text-1");
     body["messages"][0]["content"] = json!(MINI_XML_SYSTEM);
     body["messages"][2]["content"] =
         json!("I will write it.\n\n<mswea_bash_command>echo hi > note.txt</mswea_bash_command>");
@@ -240,12 +236,11 @@ const MINI_XML_SYSTEM: &str = "You are a helpful assistant that can interact mul
 
 #[tokio::test]
 async fn terminus_2_xml_variant_gets_xml_keystrokes() {
-    let backend = FakeBackend::start(vec![Scripted::text(
+    let (_backend, proxy) = serve(vec![Scripted::text(
         "Compile it.\n\n<bash>gcc -o /app/hello /app/hello.c</bash>\n",
     )])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/terminus-2-1.json");
+    let mut body = request("terminus-2-1");
     body["messages"][0]["content"] = json!(
         "Answer in this XML format:\n<response>\n<analysis>…</analysis>\n<plan>…</plan>\n<commands>\n<keystrokes duration=\"0.1\">ls -la\n</keystrokes>\n</commands>\n<task_complete>true</task_complete>\n</response>\n\nTask Description:\nCompile /app/hello.c."
     );
@@ -269,23 +264,19 @@ async fn terminus_2_xml_variant_gets_xml_keystrokes() {
         text.contains("<task_complete>false</task_complete>")
             && text.trim_end().ends_with("</response>")
     );
-    assert_eq!(
-        read_trace(&proxy.trace_files()[0])[0]["data"]["profile"],
-        "terminus-2-xml"
-    );
+    assert_eq!(proxy.first_trace()[0]["data"]["profile"], "terminus-2-xml");
 }
 
 /// Side calls (summaries, hand-off questions, condenser prompts) are plain prose: no action,
 /// no parse, logged with `side_call`, not counted as a step.
 #[tokio::test]
 async fn side_calls_get_plain_prose() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Write it.\n<bash>printf x > /app/a.c</bash>\n"),
         Scripted::text("I wrote /app/a.c; the build is next."),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/terminus-2-1.json");
+    let mut body = request("terminus-2-1");
     let (_, r1) = proxy.post(&body).await;
     let messages = body["messages"].as_array_mut().unwrap();
     messages.push(json!({"role": "assistant", "content": content(&r1)}));
@@ -301,7 +292,7 @@ async fn side_calls_get_plain_prose() {
         request["stop"],
         json!(["\nUser:", "\nSystem:", "\n## Thinking"])
     );
-    let records = read_trace(&proxy.trace_files()[0]);
+    let records = proxy.first_trace();
     let side = &records[2]["data"];
     assert_eq!(side["side_call"], "terminus_summary");
     assert_eq!(side["step"], 1, "the trajectory's step, not a new one");
@@ -312,14 +303,13 @@ async fn side_calls_get_plain_prose() {
 /// one `<function=NAME>` block with required parameters, nothing after it.
 #[tokio::test]
 async fn openhands_text_mode_gets_function_blocks() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Look around.\n\n<bash>ls /workspace</bash>\n"),
         Scripted::text("Done.\n\n<submit/>\n"),
         Scripted::text("Really done.\n\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/openhands-codeact-text-1.json");
+    let mut body = request("openhands-codeact-text-1");
     let (_, r1) = proxy.post(&body).await;
     let text = content(&r1);
     assert!(
@@ -351,7 +341,7 @@ async fn openhands_text_mode_gets_function_blocks() {
     assert!(backend.prompts()[1]
         .contains("<bash>ls /workspace</bash>\n\n<observation>\nEXECUTION RESULT"));
     assert_eq!(
-        read_trace(&proxy.trace_files()[0])[0]["data"]["profile"],
+        proxy.first_trace()[0]["data"]["profile"],
         "openhands-codeact-text"
     );
 }
@@ -363,13 +353,12 @@ async fn openhands_text_mode_gets_function_blocks() {
 /// session continues in one trace.
 #[tokio::test]
 async fn openhands_sdk_text_mode_names_the_sdk_tools_and_keeps_its_session() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Look around.\n\n<bash>ls /workspace</bash>\n"),
         Scripted::text("Check again.\n\n<bash>ls -la /workspace</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/openhands-sdk-text-1.json");
+    let mut body = request("openhands-sdk-text-1");
     let (_, r1) = proxy.post(&body).await;
     let text = content(&r1);
     assert!(
@@ -489,7 +478,7 @@ fn actions_a_dialect_cannot_carry_become_format_errors() {
 #[tokio::test]
 async fn identical_parallel_runs_of_a_content_dialect_stay_apart_by_run_header() {
     let runs = 4;
-    let backend = FakeBackend::start(
+    let (_backend, proxy) = serve(
         (0..2 * runs)
             .map(|i| {
                 Scripted::text(if i < runs {
@@ -501,7 +490,6 @@ async fn identical_parallel_runs_of_a_content_dialect_stay_apart_by_run_header()
             .collect(),
     )
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let post = |body: Value, run: usize| {
         let request = proxy
             .client
@@ -511,7 +499,7 @@ async fn identical_parallel_runs_of_a_content_dialect_stay_apart_by_run_header()
             .json(&body);
         async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
     };
-    let mut bodies = vec![fixture_json("requests/terminus-2-1.json"); runs];
+    let mut bodies = vec![request("terminus-2-1"); runs];
     // Interleaved: every run's first turn, then every run's second turn.
     for (run, body) in bodies.iter_mut().enumerate() {
         let r = post(body.clone(), run).await;
@@ -582,8 +570,7 @@ async fn unparsable_outputs_carry_no_runnable_markup_in_any_dialect() {
         ),
     ];
     for (fixture, system, output, forbidden) in cases {
-        let backend = FakeBackend::start(vec![Scripted::text(output)]).await;
-        let proxy = Proxy::start(&backend.url()).await;
+        let (_backend, proxy) = serve(vec![Scripted::text(output)]).await;
         let mut body = fixture_json(fixture);
         if let Some(system) = system {
             body["messages"][0]["content"] = json!(system);
@@ -598,7 +585,7 @@ async fn unparsable_outputs_carry_no_runnable_markup_in_any_dialect() {
             text.contains("rm -rf"),
             "the thought is kept as text: {text}"
         );
-        let records = read_trace(&proxy.trace_files()[0]);
+        let records = proxy.first_trace();
         let step = records.iter().find(|r| r["type"] == "step").unwrap();
         assert!(
             step["data"]["parse"]["error"].is_object(),

@@ -11,9 +11,9 @@ use serde_json::{json, Map, Value};
 
 use crate::parse::tools_for;
 use crate::render::render_value_as;
-use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{fixture_json, read_trace};
+use crate::util::backend::Scripted;
+use crate::util::proxy::serve_with;
+use crate::util::request;
 
 #[test]
 fn golden_render_cases_in_every_format() {
@@ -234,9 +234,8 @@ async fn nudges_and_prefixes_in_every_format() {
         .iter()
         .map(|(t, a)| Scripted::text(&model_text(format, t, a, &tools)))
         .collect();
-        let backend = FakeBackend::start(script).await;
-        let proxy = Proxy::start_with(&backend.url(), |a| a.prompt.format = Some(format)).await;
-        let mut body = fixture_json("requests/swe-agent-1.json");
+        let (backend, proxy) = serve_with(script, |a| a.prompt.format = Some(format)).await;
+        let mut body = request("swe-agent-1");
         let (_, r1) = proxy.post(&body).await;
         let call = &r1["choices"][0]["message"]["tool_calls"][0];
         assert_eq!(
@@ -274,7 +273,7 @@ async fn nudges_and_prefixes_in_every_format() {
             json!(format.stops(&tools)),
             "{format:?}"
         );
-        let records = read_trace(&proxy.trace_files()[0]);
+        let records = proxy.first_trace();
         assert_eq!(records[0]["data"]["format"], format.name());
     }
 }

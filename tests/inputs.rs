@@ -7,11 +7,11 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{continue_with, fixture_json, read_trace};
+use crate::util::backend::Scripted;
+use crate::util::proxy::{serve, Proxy};
+use crate::util::{continue_with, read_trace, request};
 
-const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
+use crate::util::cli::BIN;
 
 /// Runs the real `replay --check` on one session's logs: exit 0, `steps` steps, no prompt or
 /// parse difference, nothing unreadable.
@@ -63,13 +63,12 @@ async fn post_raw(proxy: &Proxy, body: String) -> (u16, Value) {
 
 #[tokio::test]
 async fn a_pretty_printed_crlf_body_gives_one_line_records_that_report_and_replay_read() {
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Look around.\n<bash>ls</bash>\n"),
         Scripted::text("Read it.\n<bash>cat a.py</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     body["metadata"] = json!({"note": "nested\tvalue", "list": [1, 2.50, {"k": "v"}]});
     let (status, first) = post_raw(&proxy, pretty_crlf(&body)).await;
     assert_eq!(status, 200, "{first}");
@@ -112,7 +111,7 @@ async fn a_pretty_printed_crlf_body_gives_one_line_records_that_report_and_repla
 
 #[tokio::test]
 async fn a_token_id_stop_reason_is_recorded_as_a_decimal_string() {
-    let backend = FakeBackend::start(vec![Scripted::Raw {
+    let (_backend, proxy) = serve(vec![Scripted::Raw {
         status: 200,
         body: json!({
             "id": "cmpl-1", "object": "text_completion", "model": "m",
@@ -120,19 +119,17 @@ async fn a_token_id_stop_reason_is_recorded_as_a_decimal_string() {
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
         })
         .to_string(),
-    }])
-    .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let (status, resp) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    }]).await;
+    let (status, resp) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200, "{resp}");
-    let records = read_trace(&proxy.trace_files()[0]);
+    let records = proxy.first_trace();
     assert_eq!(records[1]["data"]["completion"]["matched_stop"], "151643");
 }
 
 /// A SWE-agent body whose first tool result is `raw` (JSON string content, escapes as the
 /// client wrote them), after one turn of `proxy`.
 async fn body_with_raw_output(proxy: &Proxy, raw: &str) -> String {
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (status, first) = proxy.post(&body).await;
     assert_eq!(status, 200, "{first}");
     continue_with(&mut body, &first, "@@OUTPUT@@");
@@ -159,12 +156,11 @@ async fn terminal_output_with_lone_surrogates_and_control_characters_is_accepted
         (format!("{long_line} end"), format!("{long_line} end")),
     ];
     for (raw, expected) in cases {
-        let backend = FakeBackend::start(vec![
+        let (backend, proxy) = serve(vec![
             Scripted::text("Look.\n<bash>ls</bash>\n"),
             Scripted::text("Next.\n<bash>cat a.py</bash>\n"),
         ])
         .await;
-        let proxy = Proxy::start(&backend.url()).await;
         let body = body_with_raw_output(&proxy, &raw).await;
         let (status, resp) = post_raw(&proxy, body).await;
         let shown = &raw[..raw.len().min(60)];
@@ -173,7 +169,7 @@ async fn terminal_output_with_lone_surrogates_and_control_characters_is_accepted
         assert!(prompts[1].contains(&expected), "{shown}");
         // The trace holds the request as answered: the rebuilt request has U+FFFD where
         // the lone surrogates were, and replay renders the same prompts from it.
-        let records = read_trace(&proxy.trace_files()[0]);
+        let records = proxy.first_trace();
         assert_eq!(records.len(), 3, "{shown}");
         let mut reader =
             asap_proxy::trace::read::TraceReader::open(&proxy.trace_files()[0]).unwrap();
@@ -189,14 +185,13 @@ async fn terminal_output_with_lone_surrogates_and_control_characters_is_accepted
 
 #[tokio::test]
 async fn crlf_terminal_output_renders_with_lf_and_prompts_stay_append_only() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Look.\n<bash>ls</bash>\n"),
         Scripted::text("Read.\n<bash>cat a.py</bash>\n"),
         Scripted::text("Again.\n<bash>ls -la</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, first) = proxy.post(&body).await;
     continue_with(
         &mut body,
@@ -227,11 +222,10 @@ async fn crlf_terminal_output_renders_with_lf_and_prompts_stay_append_only() {
 
 #[tokio::test]
 async fn a_responses_request_with_a_lone_surrogate_is_accepted_too() {
-    let backend = FakeBackend::start(vec![Scripted::text(
+    let (backend, proxy) = serve(vec![Scripted::text(
         "Search.\n\n<search>\n<query>x</query>\n</search>\n",
     )])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let body = json!({
         "model": "base-model",
         "input": [{"role": "user", "content": "@@TASK@@"}],
@@ -275,9 +269,8 @@ async fn cut_off_stop_strings_replay_with_no_difference() {
         "Run.\n\n### Action\n\n<bash>ls -l\n## Think",
         "Run.\n\n### Action\n\n<bash>pwd</sub",
     ];
-    let backend = FakeBackend::start(texts.iter().map(|t| raw(t)).collect()).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_backend, proxy) = serve(texts.iter().map(|t| raw(t)).collect()).await;
+    let mut body = request("swe-agent-1");
     let mut commands = Vec::new();
     for _ in texts {
         let (status, resp) = proxy.post(&body).await;

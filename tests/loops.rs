@@ -3,9 +3,9 @@
 
 use serde_json::{json, Value};
 
-use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{arguments as args, continue_with, fixture_json, read_records, tool_call};
+use crate::util::backend::Scripted;
+use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::{arguments as args, continue_with, read_records, request, tool_call};
 
 /// A base model's continuation with a `str_replace` edit of `/testbed/x.py`.
 fn edit_text(thought: &str, old: &str, new: &str) -> Scripted {
@@ -64,7 +64,7 @@ fn terminate_records(proxy: &Proxy) -> Vec<Value> {
 /// test run was answered with a forced submit.
 #[tokio::test]
 async fn re_editing_after_the_same_failing_test_runs_to_the_models_own_submit() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         edit_text(
             "The function subtracts; it should add.",
             "return a - b",
@@ -82,8 +82,7 @@ async fn re_editing_after_the_same_failing_test_runs_to_the_models_own_submit() 
         Scripted::text("The fix is in place.\n\n### Action\n\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let observations = [
         edited("return a * b"),
         FAILING.to_string(),
@@ -180,9 +179,8 @@ async fn the_same_read_thrice_with_the_same_output_ends_as_a_degenerate_loop() {
             ]
         };
         let turns = script.len();
-        let backend = FakeBackend::start(script).await;
-        let proxy = Proxy::start_with(&backend.url(), |a| a.nudges = Some(nudges)).await;
-        let mut body = fixture_json("requests/swe-agent-1.json");
+        let (backend, proxy) = serve_with(script, |a| a.nudges = Some(nudges)).await;
+        let mut body = request("swe-agent-1");
         for turn in 0..turns - 1 {
             let (status, r) = proxy.post(&body).await;
             assert_eq!(status, 200, "{r}");
@@ -217,22 +215,23 @@ async fn the_same_read_thrice_with_the_same_output_ends_as_a_degenerate_loop() {
 /// The switches reach the session record, and with the loop rule off the same reads go on.
 #[tokio::test]
 async fn switched_rules_are_recorded_and_the_loop_rule_can_be_off() {
-    let backend = FakeBackend::start(vec![
-        bash_text("Read.", "cat x.py"),
-        bash_text("Read.", "cat x.py"),
-        bash_text("Read.", "cat x.py"),
-    ])
+    let (_backend, proxy) = serve_with(
+        vec![
+            bash_text("Read.", "cat x.py"),
+            bash_text("Read.", "cat x.py"),
+            bash_text("Read.", "cat x.py"),
+        ],
+        |a| {
+            a.nudges = Some(false);
+            a.loop_rule = Some(asap_proxy::policy::LoopRule::Off);
+            a.loop_window = Some(4);
+            a.max_unparsable = Some(0);
+            a.max_steps = Some(50);
+            a.prompt.prefix_k = Some(0);
+        },
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
-        a.nudges = Some(false);
-        a.loop_rule = Some(asap_proxy::policy::LoopRule::Off);
-        a.loop_window = Some(4);
-        a.max_unparsable = Some(0);
-        a.max_steps = Some(50);
-        a.prompt.prefix_k = Some(0);
-    })
-    .await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     for _ in 0..3 {
         let (status, r) = proxy.post(&body).await;
         assert_eq!(status, 200, "{r}");

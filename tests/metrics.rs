@@ -10,19 +10,14 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::fixture_json;
-use crate::util::proxy::Proxy;
+use crate::util::proxy::{serve_with, Proxy};
+use crate::util::request;
 
 const KEY: &str = "metrics-test-key";
 
 /// `GET /metrics` without credentials: the status, the `Content-Type` and the text.
 async fn scrape(proxy: &Proxy) -> (u16, String, String) {
-    let resp = proxy
-        .client
-        .get(format!("http://{}/metrics", proxy.addr))
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.get("/metrics").await;
     let status = resp.status().as_u16();
     let content_type = resp.headers()["content-type"].to_str().unwrap().to_string();
     (status, content_type, resp.text().await.unwrap())
@@ -51,28 +46,29 @@ async fn scrape_when(proxy: &Proxy, series: &str, expected: f64) -> String {
 
 #[tokio::test]
 async fn requests_steps_parse_failures_nudges_terminations_and_backend_errors_are_counted() {
-    let backend = FakeBackend::start(vec![
-        // Request 1: a submit before any edit is nudged, the second output accepted.
-        Scripted::text("Looks fine.\n<submit/>\n"),
-        Scripted::text("Let me look first.\n<bash>ls</bash>\n"),
-        // Request 2 (SSE): no action; with --max-unparsable 1 that ends the trajectory.
-        Scripted::text("I am not sure what to do here."),
-        // Request 3: a 503, retried once, a 503 again: 502 to the client.
-        Scripted::Error {
-            status: 503,
-            message: "overloaded".into(),
+    let (backend, proxy) = serve_with(
+        vec![
+            // Request 1: a submit before any edit is nudged, the second output accepted.
+            Scripted::text("Looks fine.\n<submit/>\n"),
+            Scripted::text("Let me look first.\n<bash>ls</bash>\n"),
+            // Request 2 (SSE): no action; with --max-unparsable 1 that ends the trajectory.
+            Scripted::text("I am not sure what to do here."),
+            // Request 3: a 503, retried once, a 503 again: 502 to the client.
+            Scripted::Error {
+                status: 503,
+                message: "overloaded".into(),
+            },
+            Scripted::Error {
+                status: 503,
+                message: "still overloaded".into(),
+            },
+        ],
+        |a| {
+            a.api_key = vec![KEY.into()];
+            a.max_unparsable = Some(1);
+            a.backend_retries = Some(1);
         },
-        Scripted::Error {
-            status: 503,
-            message: "still overloaded".into(),
-        },
-    ])
-    .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
-        a.api_key = vec![KEY.into()];
-        a.max_unparsable = Some(1);
-        a.backend_retries = Some(1);
-    })
+    )
     .await;
 
     // Nothing counted yet; /metrics needs no key and speaks the text format 0.0.4.
@@ -81,7 +77,7 @@ async fn requests_steps_parse_failures_nudges_terminations_and_backend_errors_ar
     assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
     assert!(!text.contains("asap_steps_total{"), "{text}");
 
-    let body = fixture_json("requests/swe-agent-1.json");
+    let body = request("swe-agent-1");
     let post = |body: &Value| {
         proxy
             .client
@@ -102,13 +98,7 @@ async fn requests_steps_parse_failures_nudges_terminations_and_backend_errors_ar
     let r3 = post(&body).await.unwrap();
     assert_eq!(r3.status(), 502);
     r3.bytes().await.unwrap();
-    let r4 = proxy
-        .client
-        .post(proxy.url())
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r4 = proxy.send_chat(&body).await;
     assert_eq!(r4.status(), 401);
     r4.bytes().await.unwrap();
     assert_eq!(backend.calls(), 5);
@@ -191,7 +181,7 @@ async fn each_server_has_its_own_registry() {
     let backend = FakeBackend::start(vec![Scripted::text("Look.\n<bash>ls</bash>\n")]).await;
     let busy = Proxy::start(&backend.url()).await;
     let idle = Proxy::start(&backend.url()).await;
-    let (status, _) = busy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    let (status, _) = busy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200);
     let series = "asap_steps_total{profile=\"swe-agent\",decision=\"accept\"}";
     scrape_when(&busy, series, 1.0).await;

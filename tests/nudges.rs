@@ -4,9 +4,11 @@
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
+use crate::util::chunks;
+use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::push_message;
 use crate::util::{
-    arguments as args, continue_with as push_result, fixture_json, read_trace, tool_call as call,
+    arguments as args, continue_with as push_result, read_trace, request, tool_call as call,
 };
 
 /// The fields of a minted id: session, step, nudges.
@@ -14,15 +16,6 @@ fn id_parts(resp: &Value) -> (String, String, String) {
     let id = call(resp)["id"].as_str().unwrap();
     let parts: Vec<&str> = id.trim_start_matches("call_asap_").split('_').collect();
     (parts[0].into(), parts[1].into(), parts[2].into())
-}
-
-fn steps(proxy: &Proxy) -> Vec<Value> {
-    let files = proxy.trace_files();
-    assert_eq!(files.len(), 1, "{files:?}");
-    read_trace(&files[0])[1..]
-        .iter()
-        .map(|r| r["data"].clone())
-        .collect()
 }
 
 fn assert_append_only(prompts: &[String]) {
@@ -38,14 +31,13 @@ fn assert_append_only(prompts: &[String]) {
 
 #[tokio::test]
 async fn submit_before_edit_is_nudged_once_then_the_second_one_ends_the_run() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Looks fine.\n<submit/>\n"),
         Scripted::text("Let me look first.\n<bash>ls</bash>\n"),
         Scripted::text("Done now.\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, r1) = proxy.post(&body).await;
     assert_eq!(backend.calls(), 2, "nudged inside the same request");
     assert_eq!(call(&r1)["function"]["name"], "bash");
@@ -73,7 +65,7 @@ async fn submit_before_edit_is_nudged_once_then_the_second_one_ends_the_run() {
     let prompts = backend.prompts();
     assert_append_only(&prompts);
 
-    let records = steps(&proxy);
+    let records = proxy.steps();
     assert_eq!(records.len(), 3);
     assert_eq!(records[0]["attempt"], 0);
     assert_eq!(records[0]["nudge"]["kind"], "submit_before_edit");
@@ -97,23 +89,19 @@ async fn submit_before_edit_is_nudged_once_then_the_second_one_ends_the_run() {
 
 #[tokio::test]
 async fn repeated_action_is_nudged_once_then_the_second_one_ends_the_run_streaming() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("List.\n<bash>ls</bash>\n"),
         Scripted::text("List again.\n<bash>ls </bash>\n"),
         Scripted::text("Where am I?\n<bash>pwd</bash>\n"),
         Scripted::text("Again.\n<bash>pwd</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/openhands-sdk-1.json");
+    let mut body = request("openhands-sdk-1");
     let (_, r1) = proxy.post(&body).await;
     push_result(&mut body, &r1, "calc.py");
     body["stream"] = json!(true);
     let (_, data) = proxy.post_stream(&body).await;
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks: Vec<Value> = chunks(&data);
     let head = chunks
         .iter()
         .find_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["id"].as_str())
@@ -139,7 +127,7 @@ async fn repeated_action_is_nudged_once_then_the_second_one_ends_the_run_streami
         .unwrap()
         .contains("repeated the previous action again"));
     assert_append_only(&backend.prompts());
-    let records = steps(&proxy);
+    let records = proxy.steps();
     assert_eq!(records[1]["nudge"]["kind"], "repeated_action");
     assert_eq!(
         records[1]["nudge"]["rejected"]["arguments"]["command"],
@@ -151,48 +139,41 @@ async fn repeated_action_is_nudged_once_then_the_second_one_ends_the_run_streami
 #[tokio::test]
 async fn termination_uses_each_scaffolds_finish_action_or_an_error() {
     // mini-swe-agent: its completion command.
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Done.\n<submit/>\n"),
         Scripted::text("Done!\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let (_, r) = proxy
-        .post(&fixture_json("requests/mini-swe-agent-1.json"))
-        .await;
+    let (_, r) = proxy.post(&request("mini-swe-agent-1")).await;
     assert_eq!(
         args(&r),
         json!({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})
     );
     // OpenHands CodeAct: finish with the reason.
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Done.\n<submit/>\n"),
         Scripted::text("Done!\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let (_, r) = proxy
-        .post(&fixture_json("requests/openhands-codeact-1.json"))
-        .await;
+    let (_, r) = proxy.post(&request("openhands-codeact-1")).await;
     assert_eq!(call(&r)["function"]["name"], "finish");
     assert!(args(&r)["message"]
         .as_str()
         .unwrap()
         .starts_with("asap-proxy ended the trajectory: submitted again"));
     // --on-terminate error.
-    let backend = FakeBackend::start(vec![
-        Scripted::text("Done.\n<submit/>\n"),
-        Scripted::text("Done!\n<submit/>\n"),
-    ])
+    let (_backend, proxy) = serve_with(
+        vec![
+            Scripted::text("Done.\n<submit/>\n"),
+            Scripted::text("Done!\n<submit/>\n"),
+        ],
+        |a| a.on_terminate = Some(asap_proxy::config::OnTerminate::Error),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
-        a.on_terminate = Some(asap_proxy::config::OnTerminate::Error)
-    })
-    .await;
-    let (status, err) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 400);
     assert_eq!(err["error"]["code"], "trajectory_terminated");
-    let records = steps(&proxy);
+    let records = proxy.steps();
     assert_eq!(
         records[1]["termination"]["reason"],
         "submit_before_edit_again"
@@ -201,31 +182,33 @@ async fn termination_uses_each_scaffolds_finish_action_or_an_error() {
 
 #[tokio::test]
 async fn step_cap_and_unparsable_streak_end_the_run() {
-    let backend = FakeBackend::start(vec![
-        Scripted::text("One.\n<bash>echo 1</bash>\n"),
-        Scripted::text("Two.\n<bash>echo 2</bash>\n"),
-    ])
+    let (_backend, proxy) = serve_with(
+        vec![
+            Scripted::text("One.\n<bash>echo 1</bash>\n"),
+            Scripted::text("Two.\n<bash>echo 2</bash>\n"),
+        ],
+        |a| a.max_steps = Some(1),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.max_steps = Some(1)).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, r1) = proxy.post(&body).await;
     push_result(&mut body, &r1, "1");
     let (_, r2) = proxy.post(&body).await;
     assert_eq!(call(&r2)["function"]["name"], "submit");
-    let termination = &steps(&proxy)[1]["termination"];
+    let termination = &proxy.steps()[1]["termination"];
     assert_eq!(termination["reason"], "step_cap");
     assert_eq!(termination["max_steps"], 1);
     assert_eq!(termination["step"], 1);
     assert_eq!(termination["on_terminate"], "submit");
 
-    let backend = FakeBackend::start(
+    let (_backend, proxy) = serve_with(
         (0..3)
             .map(|i| Scripted::text(&format!("No idea {i}.")))
             .collect(),
+        |a| a.max_unparsable = Some(3),
     )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.max_unparsable = Some(3)).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     for i in 0..3 {
         let (_, r) = proxy.post(&body).await;
         if i < 2 {
@@ -239,7 +222,7 @@ async fn step_cap_and_unparsable_streak_end_the_run() {
             assert_eq!(call(&r)["function"]["name"], "submit");
         }
     }
-    let termination = &steps(&proxy)[2]["termination"];
+    let termination = &proxy.steps()[2]["termination"];
     assert_eq!(termination["reason"], "unparsable");
     assert_eq!(termination["consecutive"], 3);
 }
@@ -263,9 +246,8 @@ async fn thirty_turn_session_with_both_nudges_stays_append_only() {
             ))),
         }
     }
-    let backend = FakeBackend::start(script).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (backend, proxy) = serve(script).await;
+    let mut body = request("swe-agent-1");
     let mut last = Value::Null;
     for i in 0..30 {
         let (status, r) = proxy.post(&body).await;
@@ -292,7 +274,7 @@ async fn thirty_turn_session_with_both_nudges_stays_append_only() {
             .count(),
         1
     );
-    assert_eq!(steps(&proxy).len(), 32);
+    assert_eq!(proxy.steps().len(), 32);
 }
 
 #[tokio::test]
@@ -306,7 +288,7 @@ async fn concurrent_rollouts_of_one_task_never_share_state() {
     for _ in 0..8 {
         let proxy = proxy.clone();
         handles.push(tokio::spawn(async move {
-            let mut body = fixture_json("requests/swe-agent-1.json");
+            let mut body = request("swe-agent-1");
             let mut sessions = Vec::new();
             for turn in 0..3 {
                 let (_, r) = proxy.post(&body).await;
@@ -342,7 +324,7 @@ async fn a_restarted_proxy_continues_the_session_and_its_nudges() {
     ])
     .await;
     let first = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, r1) = first.post(&body).await;
     drop(first);
     let second = Proxy::start(&backend.url()).await;
@@ -350,7 +332,7 @@ async fn a_restarted_proxy_continues_the_session_and_its_nudges() {
     let (_, r2) = second.post(&body).await;
     assert_eq!(id_parts(&r2).0, id_parts(&r1).0, "same session");
     assert_eq!(call(&r2)["function"]["name"], "submit");
-    let records = steps(&second);
+    let records = second.steps();
     assert_eq!(
         records[0]["termination"]["reason"], "submit_before_edit_again",
         "the nudge state survived"
@@ -368,7 +350,7 @@ async fn requeries_keep_session_and_step() {
     ])
     .await;
     let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, r1) = proxy.post(&body).await;
     push_result(&mut body, &r1, "a.py");
     let (_, bad) = proxy.post(&body).await;
@@ -379,7 +361,7 @@ async fn requeries_keep_session_and_step() {
     let (_, r3) = proxy.post(&body).await;
     assert_eq!(id_parts(&r3).0, id_parts(&r1).0);
     assert_eq!(id_parts(&r3).1, "1", "a requery retries step 1");
-    let records = steps(&proxy);
+    let records = proxy.steps();
     assert_eq!(
         records
             .iter()
@@ -389,21 +371,20 @@ async fn requeries_keep_session_and_step() {
     );
 
     // mini-swe-agent: drops the reply and appends its format error.
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Look.\n<bash>ls</bash>\n"),
         Scripted::text("Hmm."),
         Scripted::text("Read.\n<bash>cat a.py</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let mut body = request("mini-swe-agent-1");
     let (_, r1) = proxy.post(&body).await;
     push_result(&mut body, &r1, "a.py");
     proxy.post(&body).await;
-    body["messages"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "No tool calls found."}));
+    push_message(
+        &mut body,
+        json!({"role": "user", "content": "No tool calls found."}),
+    );
     let (_, r3) = proxy.post(&body).await;
     assert_eq!(
         (id_parts(&r3).0, id_parts(&r3).1),
@@ -411,50 +392,48 @@ async fn requeries_keep_session_and_step() {
     );
 
     // OpenHands: a canned user turn after an empty reply (kept in the history).
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text(""),
         Scripted::text("Look.\n<bash>ls</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/openhands-sdk-1.json");
+    let mut body = request("openhands-sdk-1");
     proxy.post(&body).await;
     let messages = body["messages"].as_array_mut().unwrap();
     messages.push(json!({"role": "assistant", "content": ""}));
     messages.push(json!({"role": "user", "content": "Please continue; use a tool."}));
     let (_, r) = proxy.post(&body).await;
     assert_eq!(id_parts(&r).1, "0");
-    assert_eq!(steps(&proxy).len(), 2);
+    assert_eq!(proxy.steps().len(), 2);
 }
 
 /// A nudge fired in a turn that was then answered without a tool call, and the scaffold
 /// dropped that turn (mini-swe-agent): the nudge stays used and in place.
 #[tokio::test]
 async fn a_nudge_in_a_dropped_turn_is_not_lost() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Look.\n<bash>ls a</bash>\n"),
         Scripted::text("Done.\n<submit/>\n"),
         Scripted::text("garbage text"),
         Scripted::text("<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let mut body = request("mini-swe-agent-1");
     let (_, r1) = proxy.post(&body).await;
     push_result(&mut body, &r1, "a");
     let (_, r2) = proxy.post(&body).await;
     assert!(r2["choices"][0]["message"].get("tool_calls").is_none());
-    body["messages"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "No tool calls found."}));
+    push_message(
+        &mut body,
+        json!({"role": "user", "content": "No tool calls found."}),
+    );
     let (_, r3) = proxy.post(&body).await;
     assert_eq!(
         args(&r3)["command"],
         "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
     );
     assert_append_only(&backend.prompts());
-    let records = steps(&proxy);
+    let records = proxy.steps();
     assert_eq!(records.len(), 4);
     assert_eq!(records[1]["nudge"]["kind"], "submit_before_edit");
     assert_eq!(

@@ -4,8 +4,9 @@
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{fixture_json, read_trace};
+use crate::util::chunks;
+use crate::util::proxy::{serve_with, Proxy};
+use crate::util::{continue_with, read_trace, request};
 
 fn chat(content: &str, name: &str, args: Value) -> Scripted {
     Scripted::Chat {
@@ -17,18 +18,15 @@ fn chat(content: &str, name: &str, args: Value) -> Scripted {
 /// Records a three-step SWE-agent session through passthrough; returns the proxy (its trace
 /// directory), the backend and the final request body.
 pub async fn record_reference_session() -> (Proxy, FakeBackend) {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve_with(vec![
         chat("First I list the repository.", "bash", json!({"command": "ls /testbed"})),
         chat("Now I read the module.", "str_replace_editor", json!({"command": "view", "path": "/testbed/inventory.py"})),
         chat("Find where total is defined.", "bash", json!({"command": "grep -n 'def total' /testbed/inventory.py"})),
         chat("Fix it.", "str_replace_editor", json!({"command": "str_replace", "path": "/testbed/inventory.py", "old_str": "l.qty", "new_str": "l.qty * l.unit_price"})),
-    ])
-    .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
+    ], |a| {
         a.mode = Some(asap_proxy::config::Mode::Passthrough)
-    })
-    .await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    }).await;
+    let mut body = request("swe-agent-1");
     let outputs = [
         "inventory.py\ntests",
         "     1\tclass Line:",
@@ -40,10 +38,7 @@ pub async fn record_reference_session() -> (Proxy, FakeBackend) {
             body["stream"] = json!(true);
             let (status, data) = proxy.post_stream(&body).await;
             assert_eq!(status, 200);
-            let chunks: Vec<Value> = data[..data.len() - 1]
-                .iter()
-                .map(|d| serde_json::from_str(d).unwrap())
-                .collect();
+            let chunks: Vec<Value> = chunks(&data);
             let head = chunks
                 .iter()
                 .find_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["id"].as_str())
@@ -80,10 +75,7 @@ pub async fn record_reference_session() -> (Proxy, FakeBackend) {
         requests[1]["stream"], false,
         "the proxy streams the reply itself"
     );
-    assert_eq!(
-        requests[0]["messages"],
-        fixture_json("requests/swe-agent-1.json")["messages"]
-    );
+    assert_eq!(requests[0]["messages"], request("swe-agent-1")["messages"]);
     (proxy, backend)
 }
 
@@ -140,22 +132,19 @@ async fn passthrough_trace_becomes_a_prefix_that_a_base_model_session_uses() {
     let built = std::fs::read_to_string(&out).unwrap();
     assert_eq!(built.lines().count(), 1, "{built}");
 
-    let backend = FakeBackend::start(vec![
-        Scripted::text("Base model step.\n<bash>cat /testbed/inventory.py</bash>\n"),
-        Scripted::text("Next.\n<bash>pwd</bash>\n"),
-    ])
+    let (backend, proxy) = serve_with(
+        vec![
+            Scripted::text("Base model step.\n<bash>cat /testbed/inventory.py</bash>\n"),
+            Scripted::text("Next.\n<bash>pwd</bash>\n"),
+        ],
+        |a| {
+            a.prompt.prefixes = vec![dir.path().to_path_buf()];
+        },
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
-        a.prompt.prefixes = vec![dir.path().to_path_buf()];
-    })
-    .await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, r1) = proxy.post(&body).await;
-    let message = r1["choices"][0]["message"].clone();
-    let id = message["tool_calls"][0]["id"].clone();
-    let messages = body["messages"].as_array_mut().unwrap();
-    messages.push(message);
-    messages.push(json!({"role": "tool", "tool_call_id": id, "content": "live observation"}));
+    continue_with(&mut body, &r1, "live observation");
     proxy.post(&body).await;
     let prompt = &backend.prompts()[1];
     let trajectory = prompt.split("\n# Trajectory\n").nth(1).unwrap();
@@ -174,7 +163,7 @@ async fn passthrough_trace_becomes_a_prefix_that_a_base_model_session_uses() {
         !trajectory.contains("Fix it."),
         "K=3: the fourth (editing) step is not in the prefix"
     );
-    let session = &read_trace(&proxy.trace_files()[0])[0]["data"];
+    let session = &proxy.first_trace()[0]["data"];
     assert_eq!(session["prefix"]["matched_by"], "fingerprint");
     assert_eq!(session["prefix"]["k"], 3);
 }

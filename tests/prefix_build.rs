@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::util::fixture_path;
 
-const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
+use crate::util::cli::BIN;
 
 const SLUG_GOLD_LINE: &str = r#"text = re.sub(r"-{2,}", "-", text)"#;
 

@@ -4,8 +4,8 @@
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{fixture_json, fixture_path, read_trace};
+use crate::util::proxy::{serve_with, Proxy};
+use crate::util::{continue_with, fixture_path, read_trace, request};
 
 async fn proxy_with(k: usize, backend: &FakeBackend) -> Proxy {
     Proxy::start_with(&backend.url(), |a| {
@@ -37,13 +37,9 @@ async fn fingerprint_match_renders_k_reference_steps_before_the_live_ones() {
     ])
     .await;
     let proxy = proxy_with(3, &backend).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, r1) = proxy.post(&body).await;
-    let message = r1["choices"][0]["message"].clone();
-    let id = message["tool_calls"][0]["id"].clone();
-    let messages = body["messages"].as_array_mut().unwrap();
-    messages.push(message);
-    messages.push(json!({"role": "tool", "tool_call_id": id, "content": "live output"}));
+    continue_with(&mut body, &r1, "live output");
     proxy.post(&body).await;
     let prompts = backend.prompts();
     let t = trajectory(&prompts[1]);
@@ -74,23 +70,17 @@ async fn fingerprint_match_renders_k_reference_steps_before_the_live_ones() {
 async fn header_and_metadata_name_the_task_explicitly() {
     let backend = FakeBackend::start(vec![Scripted::text("a"), Scripted::text("b")]).await;
     let proxy = proxy_with(3, &backend).await;
-    let body = fixture_json("requests/swe-agent-1.json");
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .header("X-ASAP-Task", "other__other-7")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let body = request("swe-agent-1");
+    proxy
+        .post_with_headers(&body, &[("X-ASAP-Task", "other__other-7")])
+        .await;
     assert!(trajectory(&backend.prompts()[0]).contains("<bash>ls /other</bash>"));
     assert_eq!(session_prefix(&proxy)["matched_by"], "header");
     assert_eq!(session_field(&proxy, "prefix_source"), "task");
 
     let backend = FakeBackend::start(vec![Scripted::text("a")]).await;
     let proxy = proxy_with(3, &backend).await;
-    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let mut body = request("mini-swe-agent-1");
     body["metadata"] = json!({"instance_id": "other__other-7"});
     proxy.post(&body).await;
     assert!(trajectory(&backend.prompts()[0]).contains("<bash>ls /other</bash>"));
@@ -109,9 +99,7 @@ async fn unmatched_tasks_get_the_profile_demonstration_and_k0_renders_none() {
     ])
     .await;
     let proxy = proxy_with(3, &backend).await;
-    proxy
-        .post(&fixture_json("requests/openhands-sdk-1.json"))
-        .await;
+    proxy.post(&request("openhands-sdk-1")).await;
     let prompt = &backend.prompts()[0];
     assert!(
         prompt.contains("# Example trajectory")
@@ -127,14 +115,12 @@ async fn unmatched_tasks_get_the_profile_demonstration_and_k0_renders_none() {
     );
     assert_eq!(session_field(&proxy, "prefix_source"), "demonstration");
     // generic (no default demonstration)
-    proxy
-        .post(&fixture_json("requests/browsecomp-plus-1.json"))
-        .await;
+    proxy.post(&request("browsecomp-plus-1")).await;
     assert!(!backend.prompts()[1].contains("# Example trajectory"));
 
     let backend = FakeBackend::start(vec![Scripted::text("a")]).await;
     let proxy = proxy_with(0, &backend).await;
-    proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    proxy.post(&request("swe-agent-1")).await;
     let prompt = &backend.prompts()[0];
     assert!(!prompt.contains("Reference step") && !prompt.contains("# Example trajectory"));
     assert_eq!(session_prefix(&proxy), Value::Null);
@@ -163,15 +149,10 @@ async fn a_task_prefix_can_name_a_demonstration_rendered_before_it() {
         a.prompt.prefix_k = Some(3);
     })
     .await;
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .header("X-ASAP-Task", "paired__paired-1")
-        .json(&fixture_json("requests/mini-swe-agent-1.json"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let body = request("mini-swe-agent-1");
+    proxy
+        .post_with_headers(&body, &[("X-ASAP-Task", "paired__paired-1")])
+        .await;
     std::fs::remove_dir_all(&dir).unwrap();
     let prompt = &backend.prompts()[0];
     let (before, live) = prompt.split_once("\n# Trajectory\n").unwrap();
@@ -201,8 +182,7 @@ async fn a_prefix_shell_step_reads_as_bash_under_a_generic_cmd_shell() {
         {"thought": "List first.", "action": {"tool": "bash", "arguments": {"command": "ls -a"}},
          "observation": "setup.py"}]});
     std::fs::write(dir.join("task.json"), task.to_string()).unwrap();
-    let backend = FakeBackend::start(vec![Scripted::text("a")]).await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
+    let (backend, proxy) = serve_with(vec![Scripted::text("a")], |a| {
         a.prompt.prefixes = vec![dir.clone()];
         a.prompt.prefix_k = Some(1);
     })
@@ -217,15 +197,9 @@ async fn a_prefix_shell_step_reads_as_bash_under_a_generic_cmd_shell() {
                 "parameters": {"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]}}}
         ]
     });
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .header("X-ASAP-Task", "generic__shell-1")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    proxy
+        .post_with_headers(&body, &[("X-ASAP-Task", "generic__shell-1")])
+        .await;
     std::fs::remove_dir_all(&dir).unwrap();
     let prompt = &backend.prompts()[0];
     let live = trajectory(prompt);

@@ -11,24 +11,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{fixture_json, read_trace};
+use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::{read_trace, request};
 
-const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
-
-fn swe_request() -> Value {
-    fixture_json("requests/swe-agent-1.json")
-}
-
-/// The step records (after the session record) of the proxy's only trace file.
-fn steps(proxy: &Proxy) -> Vec<Value> {
-    let files = proxy.trace_files();
-    assert_eq!(files.len(), 1, "{files:?}");
-    read_trace(&files[0])[1..]
-        .iter()
-        .map(|r| r["data"].clone())
-        .collect()
-}
+use crate::util::backend::slow;
+use crate::util::cli::BIN;
+use crate::util::streamed;
 
 /// Asserts an OpenAI error body.
 fn assert_error(body: &Value, kind: &str, code: &str) {
@@ -56,43 +44,35 @@ fn assert_stream_error(data: &[String], code: &str) {
 
 #[tokio::test]
 async fn backend_429_is_retried_after_its_retry_after() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::RateLimited {
             retry_after: Some("1".into()),
         },
         Scripted::text("Look.\n\n<bash>ls</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let started = Instant::now();
-    let (status, r) = proxy.post(&swe_request()).await;
+    let (status, r) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200, "{r}");
     assert!(
         started.elapsed() >= Duration::from_millis(950),
         "waited the backend's Retry-After"
     );
     assert_eq!(backend.calls(), 2);
-    assert_eq!(steps(&proxy)[0]["completion"]["attempts"], 2);
+    assert_eq!(proxy.steps()[0]["completion"]["attempts"], 2);
 }
 
 #[tokio::test]
 async fn backend_429_is_passed_on_with_retry_after_after_the_bounded_retries() {
     // Retry-After 0: retried at once, twice (--backend-retries 2), then passed on.
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::RateLimited {
             retry_after: Some("0".into()),
         };
         3
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .json(&swe_request())
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send_chat(&request("swe-agent-1")).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "1");
     let body: Value = resp.json().await.unwrap();
@@ -102,32 +82,23 @@ async fn backend_429_is_passed_on_with_retry_after_after_the_bounded_retries() {
         .unwrap()
         .contains("Rate limit reached"));
     assert_eq!(backend.calls(), 3);
-    let records = steps(&proxy);
+    let records = proxy.steps();
     assert_eq!(records[0]["decision"], "error");
     assert!(records[0]["error"].as_str().unwrap().contains("429"));
 
     // A Retry-After longer than the proxy waits itself is passed on at once, as given.
-    let backend = FakeBackend::start(vec![Scripted::RateLimited {
+    let (backend, proxy) = serve(vec![Scripted::RateLimited {
         retry_after: Some("120".into()),
     }])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .json(&swe_request())
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send_chat(&request("swe-agent-1")).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "120");
     assert_eq!(backend.calls(), 1);
 
     // Streaming: the 429 arrives after the role chunk, as an error event before [DONE].
-    let backend = FakeBackend::start(vec![Scripted::RateLimited { retry_after: None }; 3]).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = swe_request();
-    body["stream"] = json!(true);
+    let (backend, proxy) = serve(vec![Scripted::RateLimited { retry_after: None }; 3]).await;
+    let body = streamed(request("swe-agent-1"));
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_stream_error(&data, "rate_limit_exceeded");
@@ -184,21 +155,14 @@ fn backend_overflows() -> Vec<(&'static str, u16, &'static str)> {
 async fn a_backends_context_overflow_is_openais_400_at_once_for_every_backend() {
     for (name, status, body) in backend_overflows() {
         for stream in [false, true] {
-            let backend = FakeBackend::start(vec![Scripted::Raw {
+            let (backend, proxy) = serve(vec![Scripted::Raw {
                 status,
                 body: body.to_string(),
             }])
             .await;
-            let proxy = Proxy::start(&backend.url()).await;
-            let mut request = swe_request();
+            let mut request = request("swe-agent-1");
             request["stream"] = json!(stream);
-            let resp = proxy
-                .client
-                .post(proxy.url())
-                .json(&request)
-                .send()
-                .await
-                .unwrap();
+            let resp = proxy.send_chat(&request).await;
             let what = format!("{name}, stream={stream}");
             assert_eq!(resp.status(), 400, "{what}");
             let err: Value = resp.json().await.unwrap();
@@ -223,7 +187,7 @@ async fn a_backends_context_overflow_is_openais_400_at_once_for_every_backend() 
                 assert!(message.contains("(4390 in the messages, "), "{what}");
             }
             assert_eq!(backend.calls(), 1, "{what}: not retried");
-            let records = steps(&proxy);
+            let records = proxy.steps();
             assert_eq!(records.len(), 1, "{what}");
             assert_eq!(records[0]["decision"], "error", "{what}");
             assert!(
@@ -241,13 +205,15 @@ async fn a_backends_context_overflow_is_openais_400_at_once_for_every_backend() 
 #[tokio::test]
 async fn an_overflow_answer_without_numbers_names_the_configured_context_length() {
     let (_, status, body) = backend_overflows().remove(2);
-    let backend = FakeBackend::start(vec![Scripted::Raw {
-        status,
-        body: body.to_string(),
-    }])
+    let (backend, proxy) = serve_with(
+        vec![Scripted::Raw {
+            status,
+            body: body.to_string(),
+        }],
+        |a| a.context_length = Some(30_000),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.context_length = Some(30_000)).await;
-    let (status, err) = proxy.post(&swe_request()).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 400);
     assert_error(&err, "invalid_request_error", "context_length_exceeded");
     let message = err["error"]["message"].as_str().unwrap();
@@ -266,25 +232,23 @@ async fn an_overflow_answer_without_numbers_names_the_configured_context_length(
 async fn a_backends_context_overflow_on_the_responses_api_is_a_400_too() {
     let (_, status, body) = backend_overflows().remove(2);
     for stream in [false, true] {
-        let backend = FakeBackend::start(vec![Scripted::Raw {
+        let (backend, proxy) = serve(vec![Scripted::Raw {
             status,
             body: body.to_string(),
         }])
         .await;
-        let proxy = Proxy::start(&backend.url()).await;
         let resp = proxy
-            .client
-            .post(format!("http://{}/v1/responses", proxy.addr))
-            .json(&json!({
-                "model": "m",
-                "input": "Find the answer.",
-                "stream": stream,
-                "tools": [{"type": "function", "name": "search", "parameters": {
-                    "type": "object", "properties": {"query": {"type": "string"}}}}],
-            }))
-            .send()
-            .await
-            .unwrap();
+            .send(
+                "/v1/responses",
+                &json!({
+                    "model": "m",
+                    "input": "Find the answer.",
+                    "stream": stream,
+                    "tools": [{"type": "function", "name": "search", "parameters": {
+                        "type": "object", "properties": {"query": {"type": "string"}}}}],
+                }),
+            )
+            .await;
         assert_eq!(resp.status(), 400, "stream={stream}");
         let err: Value = resp.json().await.unwrap();
         assert_error(&err, "invalid_request_error", "context_length_exceeded");
@@ -301,40 +265,37 @@ async fn invalid_json_or_an_unexpected_shape_from_the_backend_is_502() {
         r#"[1, 2, 3]"#,
         "",
     ] {
-        let backend = FakeBackend::start(vec![Scripted::Raw {
+        let (backend, proxy) = serve(vec![Scripted::Raw {
             status: 200,
             body: body.into(),
         }])
         .await;
-        let proxy = Proxy::start(&backend.url()).await;
-        let (status, err) = proxy.post(&swe_request()).await;
+        let (status, err) = proxy.post(&request("swe-agent-1")).await;
         assert_eq!(status, 502, "{body}: {err}");
         assert_error(&err, "server_error", "backend_error");
         assert_eq!(backend.calls(), 1, "not retried: {body}");
-        let records = steps(&proxy);
+        let records = proxy.steps();
         assert_eq!(records[0]["decision"], "error", "{body}");
     }
     // Streamed: the backend answered within the stream's start grace, before the stream
     // began, so the 502 is an HTTP status too.
-    let backend = FakeBackend::start(vec![Scripted::Raw {
+    let (_backend, proxy) = serve(vec![Scripted::Raw {
         status: 200,
         body: "<html>gateway</html>".into(),
     }])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = swe_request();
+    let mut body = request("swe-agent-1");
     body["stream"] = json!(true);
     let (status, err) = proxy.post(&body).await;
     assert_eq!(status, 502, "{err}");
     assert_error(&err, "server_error", "backend_error");
     // A 4xx that is not about the context is a 502 too (the proxy's request was refused).
-    let backend = FakeBackend::start(vec![Scripted::Raw {
+    let (_backend, proxy) = serve(vec![Scripted::Raw {
         status: 404,
         body: r#"{"error": {"message": "model not found"}}"#.into(),
     }])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let (status, err) = proxy.post(&swe_request()).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 502);
     assert!(err["error"]["message"]
         .as_str()
@@ -344,29 +305,25 @@ async fn invalid_json_or_an_unexpected_shape_from_the_backend_is_502() {
 
 #[tokio::test]
 async fn a_dropped_backend_connection_is_retried_then_502() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::Hangup,
         Scripted::text("Look.\n\n<bash>ls</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let (status, r) = proxy.post(&swe_request()).await;
+    let (status, r) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(backend.calls(), 2);
 
-    let backend = FakeBackend::start(vec![Scripted::Hangup; 3]).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let (status, err) = proxy.post(&swe_request()).await;
+    let (backend, proxy) = serve(vec![Scripted::Hangup; 3]).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 502);
     assert_error(&err, "server_error", "backend_unavailable");
     assert_eq!(backend.calls(), 3, "1 try + 2 retries");
-    let error = steps(&proxy)[0]["error"].as_str().unwrap().to_string();
+    let error = proxy.steps()[0]["error"].as_str().unwrap().to_string();
     assert!(error.contains("connection dropped"), "{error}");
 
-    let backend = FakeBackend::start(vec![Scripted::Hangup; 3]).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = swe_request();
-    body["stream"] = json!(true);
+    let (_backend, proxy) = serve(vec![Scripted::Hangup; 3]).await;
+    let body = streamed(request("swe-agent-1"));
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_stream_error(&data, "backend_unavailable");
@@ -374,18 +331,15 @@ async fn a_dropped_backend_connection_is_retried_then_502() {
 
 #[tokio::test]
 async fn backend_timeout_mid_stream_ends_with_an_error_event() {
-    let backend = FakeBackend::start(vec![Scripted::Slow {
-        delay: Duration::from_secs(3),
-        text: "x".into(),
-    }])
+    let (_backend, proxy) = serve_with(vec![slow(Duration::from_secs(3), "x")], |a| {
+        a.backend_timeout = Some(1)
+    })
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.backend_timeout = Some(1)).await;
-    let mut body = swe_request();
-    body["stream"] = json!(true);
+    let body = streamed(request("swe-agent-1"));
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_stream_error(&data, "backend_timeout");
-    assert_eq!(steps(&proxy)[0]["decision"], "error");
+    assert_eq!(proxy.steps()[0]["decision"], "error");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -394,9 +348,8 @@ async fn backend_timeout_mid_stream_ends_with_an_error_event() {
 
 #[tokio::test]
 async fn body_size_limit_is_configurable_and_answers_413() {
-    let backend = FakeBackend::start(vec![]).await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.max_body_bytes = Some(4096)).await;
-    let mut body = swe_request();
+    let (backend, proxy) = serve_with(vec![], |a| a.max_body_bytes = Some(4096)).await;
+    let mut body = request("swe-agent-1");
     body["messages"][1]["content"] = json!("x".repeat(8192));
     let (status, err) = proxy.post(&body).await;
     assert_eq!(status, 413);
@@ -419,17 +372,16 @@ async fn body_size_limit_is_configurable_and_answers_413() {
 async fn request_timeout_covers_nudge_retries_and_is_traced() {
     // The first output is nudged (submit before any edit); the generation after the nudge is
     // slow, and the request's 2 s run out during it.
-    let backend = FakeBackend::start(vec![
-        Scripted::text("Looks fine.\n<submit/>\n"),
-        Scripted::Slow {
-            delay: Duration::from_secs(10),
-            text: "Look.\n<bash>ls</bash>\n".into(),
-        },
-    ])
+    let (backend, proxy) = serve_with(
+        vec![
+            Scripted::text("Looks fine.\n<submit/>\n"),
+            slow(Duration::from_secs(10), "Look.\n<bash>ls</bash>\n"),
+        ],
+        |a| a.request_timeout = Some(2),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.request_timeout = Some(2)).await;
     let started = Instant::now();
-    let (status, err) = proxy.post(&swe_request()).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     let took = started.elapsed();
     assert_eq!(status, 504, "{err}");
     assert_error(&err, "server_error", "request_timeout");
@@ -439,7 +391,7 @@ async fn request_timeout_covers_nudge_retries_and_is_traced() {
         .contains("--request-timeout"));
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(backend.calls(), 2);
-    let records = steps(&proxy);
+    let records = proxy.steps();
     assert_eq!(records.len(), 2, "the nudged call and the timed-out one");
     assert_eq!(records[0]["decision"], "nudge");
     assert_eq!(records[1]["attempt"], 1);
@@ -450,14 +402,11 @@ async fn request_timeout_covers_nudge_retries_and_is_traced() {
         .contains("request timeout"));
 
     // Streaming: the error event and [DONE].
-    let backend = FakeBackend::start(vec![Scripted::Slow {
-        delay: Duration::from_secs(10),
-        text: "x".into(),
-    }])
+    let (_backend, proxy) = serve_with(vec![slow(Duration::from_secs(10), "x")], |a| {
+        a.request_timeout = Some(1)
+    })
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.request_timeout = Some(1)).await;
-    let mut body = swe_request();
-    body["stream"] = json!(true);
+    let body = streamed(request("swe-agent-1"));
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_stream_error(&data, "request_timeout");
@@ -465,33 +414,31 @@ async fn request_timeout_covers_nudge_retries_and_is_traced() {
 
 #[tokio::test]
 async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
-    let backend = FakeBackend::start(vec![
-        Scripted::Slow {
-            delay: Duration::from_millis(1500),
-            text: "Look.\n<bash>ls</bash>\n".into(),
-        },
-        Scripted::text("Look.\n<bash>ls</bash>\n"),
-    ])
+    let (backend, proxy) = serve_with(
+        vec![
+            slow(Duration::from_millis(1500), "Look.\n<bash>ls</bash>\n"),
+            Scripted::text("Look.\n<bash>ls</bash>\n"),
+        ],
+        |a| a.max_concurrency = Some(1),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.max_concurrency = Some(1)).await;
     let first = tokio::spawn({
         let client = proxy.client.clone();
         let url = proxy.url();
         async move {
-            let resp = client.post(url).json(&swe_request()).send().await.unwrap();
+            let resp = client
+                .post(url)
+                .json(&request("swe-agent-1"))
+                .send()
+                .await
+                .unwrap();
             resp.status().as_u16()
         }
     });
     while backend.calls() == 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .json(&swe_request())
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send_chat(&request("swe-agent-1")).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "1");
     let body: Value = resp.json().await.unwrap();
@@ -501,25 +448,14 @@ async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
         .unwrap()
         .contains("--max-concurrency"));
     // The Responses endpoint shares the limit; health and models are not limited.
-    let resp = proxy
-        .client
-        .post(format!("http://{}/v1/responses", proxy.addr))
-        .json(&json!({"input": "hi"}))
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send("/v1/responses", &json!({"input": "hi"})).await;
     assert_eq!(resp.status(), 429);
     for path in ["/health", "/v1/models"] {
-        let resp = proxy
-            .client
-            .get(format!("http://{}{path}", proxy.addr))
-            .send()
-            .await
-            .unwrap();
+        let resp = proxy.get(path).await;
         assert_eq!(resp.status(), 200, "{path}");
     }
     assert_eq!(first.await.unwrap(), 200);
-    let (status, r) = proxy.post(&swe_request()).await;
+    let (status, r) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200, "the slot is free again: {r}");
     assert_eq!(
         backend.calls(),
@@ -530,13 +466,12 @@ async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
 
 #[tokio::test]
 async fn message_and_tool_counts_are_limited_with_400s_naming_the_limit() {
-    let backend = FakeBackend::start(vec![]).await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
+    let (backend, proxy) = serve_with(vec![], |a| {
         a.max_messages = Some(2);
         a.max_tools = Some(2);
     })
     .await;
-    let mut body = swe_request();
+    let mut body = request("swe-agent-1");
     let messages = body["messages"].as_array_mut().unwrap();
     messages.push(json!({"role": "user", "content": "more"}));
     let (status, err) = proxy.post(&body).await;
@@ -548,7 +483,7 @@ async fn message_and_tool_counts_are_limited_with_400s_naming_the_limit() {
         "{message}"
     );
 
-    let body = swe_request();
+    let body = request("swe-agent-1");
     assert!(body["tools"].as_array().unwrap().len() > 2);
     let mut body = body;
     body["messages"].as_array_mut().unwrap().truncate(2);
@@ -573,8 +508,7 @@ fn generic_request(tool: Value) -> Value {
 
 #[tokio::test]
 async fn tool_and_parameter_names_that_are_not_tag_names_are_rejected() {
-    let backend = FakeBackend::start(vec![]).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (backend, proxy) = serve(vec![]).await;
     let param = |name: &str, schema: Value| {
         json!({"name": "search", "description": "Search.", "parameters": {
             "type": "object", "properties": {name: schema}}})
@@ -637,11 +571,10 @@ async fn tool_and_parameter_names_that_are_not_tag_names_are_rejected() {
     assert_eq!(backend.calls(), 0);
 
     // Dots and dashes are fine, and so is the Responses API's flat tool shape.
-    let backend = FakeBackend::start(vec![Scripted::text(
+    let (_backend, proxy) = serve(vec![Scripted::text(
         "Search.\n<web.search-v2>\n<max-results>3</max-results>\n</web.search-v2>\n",
     )])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let (status, r) = proxy
         .post(&generic_request(
             json!({"name": "web.search-v2", "description": "Search.",
@@ -653,13 +586,7 @@ async fn tool_and_parameter_names_that_are_not_tag_names_are_rejected() {
         r["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
         "web.search-v2"
     );
-    let resp = proxy
-        .client
-        .post(format!("http://{}/v1/responses", proxy.addr))
-        .json(&json!({"input": "hi", "tools": [{"type": "function", "name": "<b>", "parameters": {}}]}))
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send("/v1/responses", &json!({"input": "hi", "tools": [{"type": "function", "name": "<b>", "parameters": {}}]})).await;
     assert_eq!(resp.status(), 400);
 }
 
@@ -675,8 +602,7 @@ async fn descriptions_cannot_close_tags_or_start_steps_in_the_prompt() {
         }}, "required": ["query"]},
     });
     for format in ["markdown-xml", "xml", "markdown", "json"] {
-        let backend = FakeBackend::start(vec![Scripted::text("Search.\n<submit/>\n"); 2]).await;
-        let proxy = Proxy::start_with(&backend.url(), |a| {
+        let (backend, proxy) = serve_with(vec![Scripted::text("Search.\n<submit/>\n"); 2], |a| {
             a.prompt.prefix_k = Some(0);
             a.prompt.format = Some(clap::ValueEnum::from_str(format, true).unwrap());
         })
@@ -718,14 +644,13 @@ async fn descriptions_cannot_close_tags_or_start_steps_in_the_prompt() {
 
 #[tokio::test]
 async fn api_key_is_required_on_every_endpoint_but_health() {
-    let backend = FakeBackend::start(vec![Scripted::text("Look.\n<bash>ls</bash>\n"); 2]).await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
+    let (backend, proxy) = serve_with(vec![Scripted::text("Look.\n<bash>ls</bash>\n"); 2], |a| {
         a.api_key = vec!["key-one".into(), "key-two".into()];
     })
     .await;
     let base = format!("http://{}", proxy.addr);
     let chat = |auth: Option<&str>| {
-        let mut req = proxy.client.post(proxy.url()).json(&swe_request());
+        let mut req = proxy.client.post(proxy.url()).json(&request("swe-agent-1"));
         if let Some(auth) = auth {
             req = req.header("authorization", auth);
         }
@@ -922,12 +847,12 @@ async fn keys_never_reach_traces_or_logs_real_binary() {
     let resp = client
         .post(&url)
         .bearer_auth(CLIENT_KEY)
-        .json(&swe_request())
+        .json(&request("swe-agent-1"))
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let mut body = swe_request();
+    let mut body = request("swe-agent-1");
     body["messages"][1]["content"] = json!("a different task");
     for (auth, expected) in [
         (CLIENT_KEY, 502), // the backend's 401, its message scrubbed
@@ -988,10 +913,10 @@ async fn keys_never_reach_traces_or_logs_real_binary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_in_flight_requests_finish_and_refuses_new_connections() {
-    let backend = FakeBackend::start(vec![Scripted::Slow {
-        delay: Duration::from_secs(2),
-        text: "Look.\n<bash>ls</bash>\n".into(),
-    }])
+    let backend = FakeBackend::start(vec![slow(
+        Duration::from_secs(2),
+        "Look.\n<bash>ls</bash>\n",
+    )])
     .await;
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
@@ -1011,7 +936,7 @@ async fn sigterm_lets_in_flight_requests_finish_and_refuses_new_connections() {
         async move {
             let resp = reqwest::Client::new()
                 .post(url)
-                .json(&swe_request())
+                .json(&request("swe-agent-1"))
                 .send()
                 .await
                 .unwrap();
@@ -1057,10 +982,7 @@ async fn sigterm_lets_in_flight_requests_finish_and_refuses_new_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_deadline_cuts_off_slow_requests_traces_them_and_exits_0() {
-    let slow = Scripted::Slow {
-        delay: Duration::from_secs(60),
-        text: "x".into(),
-    };
+    let slow = slow(Duration::from_secs(60), "x");
     let backend = FakeBackend::start(vec![slow.clone(), slow]).await;
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
@@ -1081,7 +1003,7 @@ async fn shutdown_deadline_cuts_off_slow_requests_traces_them_and_exits_0() {
         async move {
             let resp = reqwest::Client::new()
                 .post(url)
-                .json(&swe_request())
+                .json(&request("swe-agent-1"))
                 .send()
                 .await
                 .unwrap();
@@ -1090,7 +1012,7 @@ async fn shutdown_deadline_cuts_off_slow_requests_traces_them_and_exits_0() {
         }
     });
     let streamed = tokio::spawn(async move {
-        let mut body = swe_request();
+        let mut body = request("swe-agent-1");
         body["stream"] = json!(true);
         body["messages"][1]["content"] = json!("another task");
         let text = reqwest::Client::new()
@@ -1142,13 +1064,13 @@ async fn shutdown_deadline_cuts_off_slow_requests_traces_them_and_exits_0() {
 #[tokio::test]
 async fn a_client_disconnect_cancels_the_backend_call_and_is_traced() {
     for stream in [false, true] {
-        let backend = FakeBackend::start(vec![Scripted::Slow {
-            delay: Duration::from_secs(30),
-            text: "Look.\n<bash>ls</bash>\n".into(),
-        }])
+        let backend = FakeBackend::start(vec![slow(
+            Duration::from_secs(30),
+            "Look.\n<bash>ls</bash>\n",
+        )])
         .await;
         let proxy = Proxy::start(&backend.url()).await;
-        let mut body = fixture_json("requests/swe-agent-1.json");
+        let mut body = request("swe-agent-1");
         body["stream"] = json!(stream);
         let client = reqwest::Client::builder()
             .timeout(Duration::from_millis(300))

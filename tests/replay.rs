@@ -6,17 +6,18 @@
 //! requery; an edit; the final submit. Also: a long session whose old observations the proxy
 //! elided to fit the context window, input that is not a trace, and many files at once.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::util::backend::slow;
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{continue_with, fixture_json, read_trace};
-
-const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
+use crate::util::cli::{path_str, run, Ran, BIN};
+use crate::util::proxy::{serve, Proxy};
+use crate::util::{continue_with, read_trace, request};
 
 /// What the "model" writes, one completion call each.
 fn script() -> Vec<Scripted> {
@@ -46,7 +47,7 @@ const OUTPUTS: [&str; 4] = [
 /// Plays SWE-agent against `proxy`: tool results for tool calls, its format-error requery for
 /// a reply without one; stops after the submit. Returns every response (status, body).
 async fn drive(proxy: &Proxy, outputs: &[&str]) -> Vec<(u16, Value)> {
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let mut responses = Vec::new();
     let mut outputs = outputs.iter();
     for _ in 0..8 {
@@ -90,8 +91,7 @@ fn calls(responses: &[(u16, Value)]) -> Vec<(Option<String>, Value, Value)> {
 
 /// Records the session; returns the proxy (its log directory holds the trace) and the calls.
 async fn record() -> (Proxy, Vec<(Option<String>, Value, Value)>) {
-    let backend = FakeBackend::start(script()).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (backend, proxy) = serve(script()).await;
     let responses = drive(&proxy, &OUTPUTS).await;
     assert_eq!(backend.calls(), 7, "every scripted call was made");
     let calls = calls(&responses);
@@ -121,25 +121,10 @@ async fn record() -> (Proxy, Vec<(Option<String>, Value, Value)>) {
 }
 
 fn replay(args: &[&str]) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(BIN)
-        .arg("replay")
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    (
-        status.code().unwrap(),
-        String::from_utf8(stdout).unwrap(),
-        String::from_utf8(stderr).unwrap(),
-    )
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap()
+    let mut all: Vec<&dyn AsRef<OsStr>> = vec![&"replay"];
+    all.extend(args.iter().map(|a| a as &dyn AsRef<OsStr>));
+    let out = run(&all);
+    (out.code.unwrap(), out.stdout, out.stderr)
 }
 
 #[tokio::test]
@@ -277,16 +262,8 @@ fn replay_within(args: &[&str], limit: Duration) -> (i32, String, String) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = child.wait_with_output().unwrap();
-    (
-        status.code().unwrap(),
-        String::from_utf8(stdout).unwrap(),
-        String::from_utf8(stderr).unwrap(),
-    )
+    let out = Ran::from(child.wait_with_output().unwrap());
+    (out.code.unwrap(), out.stdout, out.stderr)
 }
 
 #[tokio::test]
@@ -414,7 +391,7 @@ async fn replay_elides_old_observations_with_the_recorded_cut() {
     // 12,000 tokens of context, `/tokenize` counts one token per 4 bytes: the proxy elides.
     backend.set_context(12_000, true);
     let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     body["max_tokens"] = json!(500);
     for i in 0..TURNS {
         let (status, resp) = proxy.post(&body).await;
@@ -491,26 +468,18 @@ async fn replay_backend_reruns_the_recorded_session_offline() {
     // model server.
     let responses = drive(&replayed, &OUTPUTS).await;
     assert_eq!(calls(&responses), recorded_calls);
-    let records = read_trace(&replayed.trace_files()[0]);
+    let records = replayed.first_trace();
     assert_eq!(
         records[1]["data"]["nudge"]["kind"], "submit_before_edit",
         "the nudge happened again"
     );
     assert_eq!(records.len(), 1 + 7);
     assert_eq!(records[3]["data"]["nudge"]["kind"], "repeated_action");
-    let models: Value = replayed
-        .client
-        .get(format!("http://{}/v1/models", replayed.addr))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models: Value = replayed.get_json("/v1/models").await;
     assert_eq!(models["data"][0]["id"], "fake-base", "the recorded model");
 
     // (d) A prompt nobody recorded: a clear error.
-    let mut other = fixture_json("requests/swe-agent-1.json");
+    let mut other = request("swe-agent-1");
     other["messages"][1]["content"] = json!("Fix the tests in /other.");
     let (status, body) = replayed.post(&other).await;
     assert_eq!(status, 502, "{body}");
@@ -532,7 +501,7 @@ async fn replay_backend_reruns_the_recorded_session_offline() {
     // The same through the real binary with `replay:FILE`.
     let file = recorded.trace_files()[0].clone();
     let logs = tempfile::tempdir().unwrap();
-    let served = crate::cli::Served::start(
+    let served = crate::util::cli::Served::start(
         &[
             "--backend",
             &format!("replay:{}", path_str(&file)),
@@ -541,16 +510,7 @@ async fn replay_backend_reruns_the_recorded_session_offline() {
         ],
         &[],
     );
-    let body = fixture_json("requests/swe-agent-1.json");
-    let resp: Value = reqwest::Client::new()
-        .post(format!("{}/chat/completions", served.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let resp = served.chat(&request("swe-agent-1")).await;
     assert_eq!(
         resp["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "bash",
         "{resp}"
@@ -560,14 +520,16 @@ async fn replay_backend_reruns_the_recorded_session_offline() {
 #[test]
 fn replay_backend_needs_traces() {
     let empty = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--backend"])
-        .arg(format!("replay:{}", path_str(empty.path())))
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let backend = format!("replay:{}", path_str(empty.path()));
+    let out = run(&[
+        &"serve",
+        &"--listen",
+        &"127.0.0.1:0",
+        &"--backend",
+        &backend,
+    ]);
+    assert_eq!(out.code, Some(2));
+    let err = &out.stderr;
     assert!(err.contains("no recorded completions"), "{err}");
 }
 
@@ -580,20 +542,22 @@ async fn template_overrides_apply_to_render_and_serve() {
     .unwrap();
     let changed = original.replace("Finish with <submit/>.", "End with <submit/>.");
     std::fs::write(templates.path().join("markdown_xml.jinja"), changed).unwrap();
-    let request = crate::util::fixture_path("requests/swe-agent-1.json");
-    let out = Command::new(BIN)
-        .args(["render", "--request", path_str(&request), "--templates"])
-        .arg(templates.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let prompt = String::from_utf8(out.stdout).unwrap();
+    let request_file = crate::util::fixture_path("requests/swe-agent-1.json");
+    let out = run(&[
+        &"render",
+        &"--request",
+        &request_file,
+        &"--templates",
+        &templates.path(),
+    ]);
+    assert!(out.success());
+    let prompt = out.stdout;
     assert!(prompt.contains("End with <submit/>.") && !prompt.contains("Finish with"));
 
     let backend = FakeBackend::start(vec![Scripted::text("Look.\n<bash>ls</bash>\n")]).await;
     let dir = templates.path().to_path_buf();
     let proxy = Proxy::start_with(&backend.url(), |a| a.prompt.templates = Some(dir)).await;
-    let (status, _) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    let (status, _) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200);
     assert_eq!(
         backend.prompts()[0],
@@ -610,13 +574,9 @@ async fn template_overrides_apply_to_render_and_serve() {
         if dir == templates.path() {
             std::fs::write(dir.join("markdown_xml.jinja"), "{% if %}").unwrap();
         }
-        let out = Command::new(BIN)
-            .args(["render", "--request", path_str(&request), "--templates"])
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2));
-        let err = String::from_utf8_lossy(&out.stderr);
+        let out = run(&[&"render", &"--request", &request_file, &"--templates", &dir]);
+        assert_eq!(out.code, Some(2));
+        let err = &out.stderr;
         assert!(err.contains(needle), "{err}");
     }
 }
@@ -624,7 +584,7 @@ async fn template_overrides_apply_to_render_and_serve() {
 /// Terminus-2 (a content dialect: no tool call ever, so every turn's session is found through
 /// the session index), its confirmation turn (no completion) and a summary side call.
 async fn drive_terminus(proxy: &Proxy) -> Vec<Value> {
-    let mut body = fixture_json("requests/terminus-2-1.json");
+    let mut body = request("terminus-2-1");
     let mut replies = Vec::new();
     let followups = [
         "New Terminal Output:\n\nroot@box:/app# ",
@@ -688,10 +648,7 @@ async fn replay_check_pairs_attempts_with_their_nudge_across_concurrent_requests
     let backend = FakeBackend::start(vec![
         Scripted::text("Look.\n<bash>ls</bash>\n"),
         // A: the same action again, slowly → repeated-action nudge.
-        Scripted::Slow {
-            delay: Duration::from_millis(800),
-            text: "Again.\n<bash>ls</bash>\n".into(),
-        },
+        slow(Duration::from_millis(800), "Again.\n<bash>ls</bash>\n"),
         // B, while A waits.
         Scripted::text("Read it.\n<bash>cat inventory.py</bash>\n"),
         // A's attempt after the nudge.
@@ -699,7 +656,7 @@ async fn replay_check_pairs_attempts_with_their_nudge_across_concurrent_requests
     ])
     .await;
     let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, first) = proxy.post(&body).await;
     continue_with(&mut body, &first, "inventory.py");
     let mut other = body.clone();
@@ -760,12 +717,9 @@ fn committed_traces_of_today_s_format_stay_readable() {
     assert!(out.contains("files 3  steps 17 "), "{out}");
     assert!(out.ends_with("unreadable 0\n"), "{out}");
 
-    let report = Command::new(BIN)
-        .args(["report", "--format", "json", dir_str])
-        .output()
-        .unwrap();
-    assert!(report.status.success(), "{report:?}");
-    let json: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let report = run(&[&"report", &"--format", &"json", &dir_str]);
+    assert!(report.success(), "{}", report.stderr);
+    let json = report.json();
     let text = json.to_string();
     assert!(text.contains("step_cap"), "{text}");
 

@@ -6,6 +6,9 @@ use std::path::Path;
 
 use serde_json::{json, Map};
 
+use crate::util::cli::run;
+use crate::util::proxy::{serve, serve_with};
+use crate::util::write_file;
 use asap_proxy::profile::Action;
 use asap_proxy::report::behaviour::Ending;
 use asap_proxy::report::results::{self, Entry, Parsed, Spec};
@@ -488,12 +491,6 @@ fn patch_outcomes_with_results() {
 // ---------------------------------------------------------------------------------------------
 // Results files
 
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.to_str().unwrap().to_string()
-}
-
 #[test]
 fn results_harness_json_mapping() {
     let dir = tempfile::tempdir().unwrap();
@@ -503,10 +500,10 @@ fn results_harness_json_mapping() {
     };
     let labels = vec!["org/base-7b".to_string(), "chat".to_string()];
     // Harness naming `<label>.<run id>.json` with `/` → `__`; `LABEL:RUN=FILE`; file order.
-    let named = write(dir.path(), "org__base-7b.run_3.json", &report(&["t1"]));
-    let explicit = write(dir.path(), "x.json", &report(&["t2"]));
-    let order0 = write(dir.path(), "a.json", &report(&["t1", "t2"]));
-    let order1 = write(dir.path(), "b.json", &report(&[]));
+    let named = write_file(dir.path(), "org__base-7b.run_3.json", &report(&["t1"]));
+    let explicit = write_file(dir.path(), "x.json", &report(&["t2"]));
+    let order0 = write_file(dir.path(), "a.json", &report(&["t1", "t2"]));
+    let order1 = write_file(dir.path(), "b.json", &report(&[]));
     let results = results::load(
         &[named, format!("chat:1={explicit}"), order0, order1],
         &labels,
@@ -566,7 +563,7 @@ fn results_per_instance_report() {
 #[test]
 fn results_jsonl_and_csv() {
     let dir = tempfile::tempdir().unwrap();
-    let jsonl = write(
+    let jsonl = write_file(
         dir.path(),
         "r.jsonl",
         "{\"instance_id\": \"t1\", \"run\": 0, \"resolved\": true}\n\
@@ -574,7 +571,7 @@ fn results_jsonl_and_csv() {
          {\"instance_id\": \"t1\", \"run\": \"1\", \"resolved\": false, \"label\": \"a\"}\n\
          {\"instance_id\": \"t2\", \"resolved\": 1, \"empty_patch\": false}\n",
     );
-    let csv = write(
+    let csv = write_file(
         dir.path(),
         "r.csv",
         "\u{feff}Label,instance_id,run,resolved,empty_patch\r\n\
@@ -787,76 +784,61 @@ fn plots_are_svg_with_the_labels() {
 // ---------------------------------------------------------------------------------------------
 // End to end: sessions recorded by the proxy, then the `report` subcommand of the binary
 
-async fn post_with(
-    proxy_url: &str,
-    body: &serde_json::Value,
-    headers: &[(&str, &str)],
-) -> serde_json::Value {
-    let mut request = reqwest::Client::new().post(proxy_url).json(body);
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    let resp = request.send().await.unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.json().await.unwrap()
-}
-
 #[tokio::test]
 async fn report_subcommand_on_recorded_traces() {
-    use crate::util::backend::{FakeBackend, Scripted};
-    use crate::util::proxy::Proxy;
-    use crate::util::{continue_with, fixture_json};
+    use crate::util::backend::Scripted;
+    use crate::util::{continue_with, request};
 
-    let backend = FakeBackend::start(vec![
-        // Run 0: test (fails), edit, submit.
-        Scripted::text("Test.\n<bash>python -m pytest -q</bash>\n"),
-        Scripted::text("Fix.\n<bash>sed -i 's/a/b/' /testbed/inventory.py</bash>\n"),
-        Scripted::text("Done.\n<submit/>\n"),
-        // Run 1: looks around, then the scaffold stops.
-        Scripted::text("Look.\n<bash>ls /testbed</bash>\n"),
-    ])
-    .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.label = Some("ckpt-a".into())).await;
-    let run0 = [("x-asap-task", "inventory-1"), ("x-asap-run", "0")];
-    let mut body = fixture_json("requests/swe-agent-1.json");
-    let resp = post_with(&proxy.url(), &body, &run0).await;
-    continue_with(&mut body, &resp, "===== 1 failed, 2 passed in 0.03s =====");
-    let resp = post_with(&proxy.url(), &body, &run0).await;
-    continue_with(&mut body, &resp, "");
-    post_with(&proxy.url(), &body, &run0).await;
-    let body = fixture_json("requests/swe-agent-1.json");
-    post_with(
-        &proxy.url(),
-        &body,
-        &[("x-asap-task", "inventory-1"), ("x-asap-run", "1")],
+    let (_backend, proxy) = serve_with(
+        vec![
+            // Run 0: test (fails), edit, submit.
+            Scripted::text("Test.\n<bash>python -m pytest -q</bash>\n"),
+            Scripted::text("Fix.\n<bash>sed -i 's/a/b/' /testbed/inventory.py</bash>\n"),
+            Scripted::text("Done.\n<submit/>\n"),
+            // Run 1: looks around, then the scaffold stops.
+            Scripted::text("Look.\n<bash>ls /testbed</bash>\n"),
+        ],
+        |a| a.label = Some("ckpt-a".into()),
     )
     .await;
+    let run0 = [("x-asap-task", "inventory-1"), ("x-asap-run", "0")];
+    let mut body = request("swe-agent-1");
+    let resp = proxy.post_with_headers(&body, &run0).await;
+    continue_with(&mut body, &resp, "===== 1 failed, 2 passed in 0.03s =====");
+    let resp = proxy.post_with_headers(&body, &run0).await;
+    continue_with(&mut body, &resp, "");
+    proxy.post_with_headers(&body, &run0).await;
+    let body = request("swe-agent-1");
+    proxy
+        .post_with_headers(
+            &body,
+            &[("x-asap-task", "inventory-1"), ("x-asap-run", "1")],
+        )
+        .await;
 
     let dir = tempfile::tempdir().unwrap();
-    let results = write(
+    let results = write_file(
         dir.path(),
         "results.csv",
         "instance_id,run,resolved\ninventory-1,0,true\ninventory-1,1,false\n",
     );
     let plots = dir.path().join("plots");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
-        .arg("report")
-        .arg(proxy.log_dir.path())
-        .args([
-            "--results",
-            &results,
-            "--k",
-            "1,2,3",
-            "--format",
-            "json",
-            "--plots",
-        ])
-        .arg(&plots)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let logs = proxy.log_dir.path();
+    let out = run(&[
+        &"report",
+        &logs,
+        &"--results",
+        &results,
+        &"--k",
+        &"1,2,3",
+        &"--format",
+        &"json",
+        &"--plots",
+        &plots,
+    ]);
+    let stderr = &out.stderr;
+    assert!(out.success(), "{stderr}");
+    let report = out.json();
     let label = &report["labels"][0];
     assert_eq!(label["label"], "ckpt-a");
     assert_eq!(
@@ -884,46 +866,30 @@ async fn report_subcommand_on_recorded_traces() {
 
     // The trace directory after `--results` (which takes several values) is still read as
     // a trace directory, not as a results file.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
-        .args([
-            "report",
-            "--format",
-            "json",
-            "--k",
-            "1",
-            "--results",
-            &results,
-        ])
-        .arg(proxy.log_dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let after: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = run(&[
+        &"report",
+        &"--format",
+        &"json",
+        &"--k",
+        &"1",
+        &"--results",
+        &results,
+        &logs,
+    ]);
+    assert!(out.success(), "{}", out.stderr);
+    let after = out.json();
     assert_eq!(after["labels"][0]["pass_at_k"], json!({"1": 0.5}));
 
     // Markdown by default; an unknown --pair label is a usage error.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
-        .arg("report")
-        .arg(proxy.log_dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let md = String::from_utf8(out.stdout).unwrap();
+    let out = run(&[&"report", &logs]);
+    assert!(out.success());
+    let md = out.stdout;
     assert!(
         md.starts_with("# asap-proxy report") && md.contains("| ckpt-a | 1 | 2 | 2 |"),
         "{md}"
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
-        .arg("report")
-        .arg(proxy.log_dir.path())
-        .args(["--pair", "ckpt-a", "nope"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = run(&[&"report", &logs, &"--pair", &"ckpt-a", &"nope"]);
+    assert_eq!(out.code, Some(2));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -943,7 +909,7 @@ fn results_file_with_a_single_row() {
             "{\n  \"instance_id\": \"a\",\n  \"run\": 1,\n  \"resolved\": true\n}\n",
         ),
     ] {
-        let path = write(dir.path(), name, text);
+        let path = write_file(dir.path(), name, text);
         let parsed = results::parse(text, Path::new(&path)).unwrap();
         assert_eq!(
             parsed,
@@ -964,20 +930,19 @@ fn results_file_with_a_single_row() {
 
 /// Posts one request with the task and run headers; the JSON answer.
 async fn step(proxy: &str, body: &serde_json::Value, task: &str, run: &str) -> serde_json::Value {
-    post_with(proxy, body, &[("x-asap-task", task), ("x-asap-run", run)]).await
+    crate::util::post_with_headers(proxy, body, &[("x-asap-task", task), ("x-asap-run", run)]).await
 }
 
 #[tokio::test]
 async fn observations_are_read_where_the_scaffold_first_sent_them() {
-    use crate::util::backend::{FakeBackend, Scripted};
-    use crate::util::proxy::Proxy;
-    use crate::util::{continue_with, fixture_json};
+    use crate::util::backend::Scripted;
+    use crate::util::{continue_with, request};
     use asap_proxy::report::load;
 
     // SWE-agent with `last_n_observations` (here n = 1): older tool results are replaced by
     // "Old environment output: (N lines omitted)" in later requests, so the last request no
     // longer shows that the first test run failed.
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Test.\n<bash>python -m pytest -q</bash>\n"),
         Scripted::text("Look.\n<bash>ls /testbed</bash>\n"),
         Scripted::text("Read.\n<bash>cat /testbed/inventory.py</bash>\n"),
@@ -985,8 +950,7 @@ async fn observations_are_read_where_the_scaffold_first_sent_them() {
         Scripted::text("Done.\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let outputs = [
         "===== 1 failed, 2 passed in 0.03s =====",
         "inventory.py\ntests",
@@ -1029,20 +993,18 @@ async fn observations_are_read_where_the_scaffold_first_sent_them() {
 
 #[tokio::test]
 async fn mini_completion_command_counts_as_an_explicit_submission() {
-    use crate::util::backend::{FakeBackend, Scripted};
-    use crate::util::proxy::Proxy;
-    use crate::util::{continue_with, fixture_json};
+    use crate::util::backend::Scripted;
+    use crate::util::{continue_with, request};
     use asap_proxy::report::load;
 
     // mini-swe-agent ends the run when the command is its completion command, whether the
     // model wrote `<submit/>` or the command from the task text as a shell action.
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Fix.\n<bash>sed -i 's/--/-/' /repo/textutil/slug.py</bash>\n"),
         Scripted::text("Done.\n<bash>echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let mut body = request("mini-swe-agent-1");
     let resp = step(&proxy.url(), &body, "mini", "0").await;
     continue_with(
         &mut body,
@@ -1068,26 +1030,21 @@ fn report_warns_about_files_and_lines_it_skips() {
     let dir = tempfile::tempdir().unwrap();
     let session = json!({"v": 1, "type": "session", "session": "0123456789ab", "time_ms": 1,
         "data": {"task": "t", "label": "L", "profile": "swe-agent", "format": "markdown_xml"}});
-    write(
+    write_file(
         dir.path(),
         "0123456789ab.jsonl",
         &format!("{session}\nnot json\n{{\"v\": 1, \"type\": \"st"),
     );
-    write(dir.path(), "empty.jsonl", "");
-    write(
+    write_file(dir.path(), "empty.jsonl", "");
+    write_file(
         dir.path(),
         "results.jsonl",
         "{\"instance_id\": \"t\", \"resolved\": true}\n",
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
-        .arg("report")
-        .arg(dir.path())
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = run(&[&"report", &dir.path(), &"--format", &"json"]);
+    let stderr = &out.stderr;
+    assert!(out.success(), "{stderr}");
+    let report = out.json();
     assert_eq!(report["labels"][0]["runs"], 1);
     for expected in [
         "0123456789ab.jsonl: invalid lines [2] skipped",
@@ -1107,8 +1064,8 @@ fn trace_files_are_listed_once_and_link_loops_end() {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
     std::fs::create_dir_all(logs.join("sub")).unwrap();
-    write(&logs, "a.jsonl", "");
-    write(&logs.join("sub"), "b.jsonl", "");
+    write_file(&logs, "a.jsonl", "");
+    write_file(&logs.join("sub"), "b.jsonl", "");
     std::os::unix::fs::symlink(&logs, logs.join("sub/loop")).unwrap();
     std::os::unix::fs::symlink(".", logs.join("self")).unwrap();
     // The directory, a file inside it and the directory again: each file once.
@@ -1126,34 +1083,31 @@ fn trace_files_are_listed_once_and_link_loops_end() {
 /// error instead of renumbering silently.
 #[tokio::test]
 async fn report_warns_about_a_run_index_given_twice() {
-    use crate::util::backend::{FakeBackend, Scripted};
-    use crate::util::fixture_json;
-    use crate::util::proxy::Proxy;
+    use crate::util::backend::Scripted;
+    use crate::util::request;
 
-    let backend = FakeBackend::start(vec![
-        Scripted::text("Look.\n<bash>ls /testbed</bash>\n"),
-        Scripted::text("Look.\n<bash>ls -la /testbed</bash>\n"),
-    ])
+    let (_backend, proxy) = serve_with(
+        vec![
+            Scripted::text("Look.\n<bash>ls /testbed</bash>\n"),
+            Scripted::text("Look.\n<bash>ls -la /testbed</bash>\n"),
+        ],
+        |a| a.label = Some("ckpt-a".into()),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.label = Some("ckpt-a".into())).await;
     let run0 = [("x-asap-task", "inventory-1"), ("x-asap-run", "0")];
-    let body = fixture_json("requests/swe-agent-1.json");
-    post_with(&proxy.url(), &body, &run0).await;
-    post_with(&proxy.url(), &body, &run0).await;
+    let body = request("swe-agent-1");
+    proxy.post_with_headers(&body, &run0).await;
+    proxy.post_with_headers(&body, &run0).await;
     assert_eq!(proxy.trace_files().len(), 2);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
-        .args(["report", "--format", "json"])
-        .arg(proxy.log_dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = run(&[&"report", &"--format", &"json", &proxy.log_dir.path()]);
+    assert!(out.success());
+    let stderr = &out.stderr;
     assert!(
         stderr.contains(
             "says run 0, which an earlier session of that task already has: counted as run 1"
         ),
         "{stderr}"
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = out.json();
     assert_eq!(report["labels"][0]["runs"], 2);
 }

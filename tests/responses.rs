@@ -2,34 +2,18 @@
 
 use serde_json::{json, Value};
 
-use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
+use crate::util::backend::Scripted;
+use crate::util::proxy::{serve, Proxy};
 
-fn url(proxy: &Proxy) -> String {
-    format!("http://{}/v1/responses", proxy.addr)
-}
+const RESPONSES: &str = "/v1/responses";
 
 async fn post(proxy: &Proxy, body: &Value) -> (u16, Value) {
-    let resp = proxy
-        .client
-        .post(url(proxy))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap())
+    proxy.post_to(RESPONSES, body).await
 }
 
 /// `(event name, data)` of each SSE event.
 async fn post_stream(proxy: &Proxy, body: &Value) -> (u16, Vec<(String, Value)>) {
-    let resp = proxy
-        .client
-        .post(url(proxy))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send(RESPONSES, body).await;
     let status = resp.status().as_u16();
     let text = resp.text().await.unwrap();
     let mut events = Vec::new();
@@ -100,8 +84,7 @@ fn session_of(call_id: &str) -> String {
 
 #[tokio::test]
 async fn browsecomp_plus_loop_non_streaming() {
-    let backend = FakeBackend::start(script()).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (backend, proxy) = serve(script()).await;
     let mut body = first_body();
 
     let (status, r1) = post(&proxy, &body).await;
@@ -176,8 +159,7 @@ async fn browsecomp_plus_loop_non_streaming() {
 
 #[tokio::test]
 async fn streaming_events_in_documented_order() {
-    let backend = FakeBackend::start(script()).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (_backend, proxy) = serve(script()).await;
     let mut body = first_body();
     body["stream"] = json!(true);
     let (status, events) = post_stream(&proxy, &body).await;
@@ -232,8 +214,7 @@ async fn streaming_events_in_documented_order() {
 
 #[tokio::test]
 async fn bad_input_is_an_openai_400() {
-    let backend = FakeBackend::start(vec![]).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (backend, proxy) = serve(vec![]).await;
     for (body, param) in [
         (json!({"model": "m"}), "input"),
         (
@@ -256,14 +237,13 @@ async fn bad_input_is_an_openai_400() {
 #[tokio::test]
 async fn nudge_state_travels_in_call_id() {
     let search = "<search>\n<query>treaty</query>\n</search>\n";
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text(search),
         Scripted::text(search),
         Scripted::text("<get_document>\n<docid>doc-1</docid>\n</get_document>\n"),
         Scripted::text("<submit>the Vell</submit>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let mut body = first_body();
     let (_, r1) = post(&proxy, &body).await;
     continue_with(&mut body, &r1, "hits");
@@ -308,8 +288,7 @@ async fn request_fields_are_echoed_as_sent_and_defaults_follow_openai() {
             "Search.\n<search>\n<query>q</query>\n</search>\n",
         )]
     };
-    let backend = FakeBackend::start([script(), script()].concat()).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (_backend, proxy) = serve([script(), script()].concat()).await;
     let mut body = json!({"model": "m", "input": "Who signed the treaty?"});
     for (key, value) in &echoed {
         body[*key] = value.clone();
@@ -332,8 +311,7 @@ async fn request_fields_are_echoed_as_sent_and_defaults_follow_openai() {
 
     // Not sent: OpenAI's documented defaults, except temperature and top_p (the backend's
     // own default applied, not known to the proxy) and store (the proxy stores nothing).
-    let backend = FakeBackend::start(script()).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (_backend, proxy) = serve(script()).await;
     let (status, resp) = post(&proxy, &json!({"model": "m", "input": "Hi"})).await;
     assert_eq!(status, 200, "{resp}");
     for (key, value) in [

@@ -4,9 +4,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::util::backend::slow;
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{arguments, continue_with, fixture_json, read_trace, tool_call};
+use crate::util::chunks;
+use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::push_message;
+use crate::util::streamed;
+use crate::util::{arguments, continue_with, read_trace, request, tool_call};
 
 fn id_is_valid(id: &str) -> bool {
     !id.is_empty()
@@ -18,16 +22,14 @@ fn id_is_valid(id: &str) -> bool {
 
 #[tokio::test]
 async fn swe_agent_tool_loop_over_http() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Fix the price first.\n\n<bash>sed -i 's/l.qty/l.qty * l.unit_price/' /testbed/inventory.py</bash>\n\n"),
         Scripted::LlamaServer {
             text: "Open the module.\n\n<str_replace_editor>\n<command>view</command>\n<path>/testbed/inventory.py</path>\n<view_range>[1, 20]</view_range>\n</str_replace_editor>\n".into(),
         },
         Scripted::Sglang { text: "The fix is in.\n\n<submit/>\n".into() },
-    ])
-    .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    ]).await;
+    let mut body = request("swe-agent-1");
 
     let (status, r1) = proxy.post(&body).await;
     assert_eq!(status, 200, "{r1}");
@@ -144,9 +146,8 @@ async fn swe_agent_tool_loop_over_http() {
 async fn streaming_emits_spec_exact_chunks() {
     let text =
         "Let me look at it — ok 😀.\n\n<bash>grep -n \"total\" /testbed/inventory.py</bash>\n";
-    let backend = FakeBackend::start(vec![Scripted::text(text), Scripted::text(text)]).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_backend, proxy) = serve(vec![Scripted::text(text), Scripted::text(text)]).await;
+    let mut body = request("swe-agent-1");
     let (_, plain) = proxy.post(&body).await;
 
     body["stream"] = json!(true);
@@ -154,10 +155,7 @@ async fn streaming_emits_spec_exact_chunks() {
     let (status, data) = proxy.post_stream(&body).await;
     assert_eq!(status, 200);
     assert_eq!(data.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks: Vec<Value> = chunks(&data);
     let ids: Vec<&str> = chunks.iter().map(|c| c["id"].as_str().unwrap()).collect();
     assert!(ids.iter().all(|i| *i == ids[0]));
     assert!(chunks
@@ -206,15 +204,10 @@ async fn streaming_emits_spec_exact_chunks() {
 
 #[tokio::test]
 async fn streaming_without_usage_option_has_no_usage_key() {
-    let backend = FakeBackend::start(vec![Scripted::text("Nothing to do here.")]).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
-    body["stream"] = json!(true);
+    let (_backend, proxy) = serve(vec![Scripted::text("Nothing to do here.")]).await;
+    let body = streamed(request("swe-agent-1"));
     let (_, data) = proxy.post_stream(&body).await;
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks: Vec<Value> = chunks(&data);
     assert!(chunks.iter().all(|c| c.get("usage").is_none()));
     assert_eq!(chunks.len(), 3, "role, content, finish");
     assert_eq!(
@@ -226,15 +219,14 @@ async fn streaming_without_usage_option_has_no_usage_key() {
 
 #[tokio::test]
 async fn unparsable_output_is_content_without_tool_call() {
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("The bug is in total(). I am not sure how to proceed."),
         Scripted::IgnoresStop {
             text: "Write it.\n\n<bash>\ncat <<'EOF' > x.py\nprint(".into(),
         },
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let body = fixture_json("requests/swe-agent-1.json");
+    let body = request("swe-agent-1");
     let (status, r) = proxy.post(&body).await;
     assert_eq!(status, 200);
     let message = &r["choices"][0]["message"];
@@ -268,15 +260,14 @@ async fn unparsable_output_is_content_without_tool_call() {
 
 #[tokio::test]
 async fn openhands_sdk_gets_its_own_tool_names_and_metadata() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text(
             "Fix it.\n\n<bash>sed -i 's/a - b/a + b/' /workspace/project/calc.py</bash>\n",
         ),
         Scripted::text("add returns the sum now.\n\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/openhands-sdk-1.json");
+    let mut body = request("openhands-sdk-1");
     let (_, r1) = proxy.post(&body).await;
     assert_eq!(tool_call(&r1)["function"]["name"], "terminal");
     assert_eq!(
@@ -307,13 +298,12 @@ async fn openhands_sdk_gets_its_own_tool_names_and_metadata() {
 
 #[tokio::test]
 async fn mini_swe_agent_submits_with_its_sentinel_command() {
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Fix.\n<bash>sed -i 's/-/ /' slug.py</bash>\n"),
         Scripted::text("Done.\n\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let mut body = request("mini-swe-agent-1");
     let (_, edit) = proxy.post(&body).await;
     continue_with(&mut body, &edit, "<returncode>0</returncode>");
     let (_, r) = proxy.post(&body).await;
@@ -326,15 +316,14 @@ async fn mini_swe_agent_submits_with_its_sentinel_command() {
 
 #[tokio::test]
 async fn generic_tools_and_content_submit() {
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text(
             "Search first.\n\n<search>\n<query>1931 fishing treaty</query>\n</search>\n",
         ),
         Scripted::text("Explanation: found it.\nExact Answer: Vell\n\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let body = fixture_json("requests/browsecomp-plus-1.json");
+    let body = request("browsecomp-plus-1");
     let (_, r1) = proxy.post(&body).await;
     assert_eq!(tool_call(&r1)["function"]["name"], "search");
     assert_eq!(arguments(&r1), json!({"query": "1931 fishing treaty"}));
@@ -348,8 +337,7 @@ async fn generic_tools_and_content_submit() {
 
 #[tokio::test]
 async fn malformed_bodies_get_openai_errors() {
-    let backend = FakeBackend::start(vec![]).await;
-    let proxy = Proxy::start(&backend.url()).await;
+    let (backend, proxy) = serve(vec![]).await;
     for (body, param) in [
         (json!({"model": "m", "messages": "hi"}), Some("messages")),
         (json!({"model": "m"}), None),
@@ -389,7 +377,7 @@ async fn malformed_bodies_get_openai_errors() {
 
 #[tokio::test]
 async fn retries_5xx_then_succeeds() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::Error {
             status: 503,
             message: "loading model".into(),
@@ -401,11 +389,10 @@ async fn retries_5xx_then_succeeds() {
         Scripted::text("Look.\n\n<bash>ls</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let (status, r) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    let (status, r) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(backend.calls(), 3);
-    let record = &read_trace(&proxy.trace_files()[0])[1]["data"];
+    let record = &proxy.first_trace()[1]["data"];
     assert_eq!(record["completion"]["attempts"], 3);
 }
 
@@ -413,12 +400,12 @@ async fn retries_5xx_then_succeeds() {
 async fn gives_up_after_bounded_retries_with_502() {
     let backend = FakeBackend::start(vec![]).await; // every call: 500 "script exhausted"
     let proxy = Proxy::start(&backend.url()).await;
-    let (status, err) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 502);
     assert_eq!(err["error"]["type"], "server_error");
     assert_eq!(backend.calls(), 3, "1 try + 2 retries");
     // The failed step is still logged.
-    let records = read_trace(&proxy.trace_files()[0]);
+    let records = proxy.first_trace();
     assert!(records[1]["data"]["error"]
         .as_str()
         .unwrap()
@@ -431,7 +418,7 @@ async fn unreachable_backend_is_502_and_streaming_gets_error_event() {
     let dead = format!("http://{}/v1", listener.local_addr().unwrap());
     drop(listener);
     let proxy = Proxy::start_with(&dead, |a| a.backend_retries = Some(1)).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (status, err) = proxy.post(&body).await;
     assert_eq!(status, 502);
     assert_eq!(err["error"]["code"], "backend_unavailable");
@@ -451,7 +438,7 @@ async fn context_overflow_is_a_400_context_length_exceeded() {
     }])
     .await;
     let proxy = Proxy::start(&backend.url()).await;
-    let (status, err) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 400);
     assert_eq!(err["error"]["code"], "context_length_exceeded");
     assert_eq!(backend.calls(), 1, "a 4xx is not retried");
@@ -459,26 +446,23 @@ async fn context_overflow_is_a_400_context_length_exceeded() {
 
 #[tokio::test]
 async fn backend_timeout_is_504() {
-    let backend = FakeBackend::start(vec![Scripted::Slow {
-        delay: Duration::from_secs(3),
-        text: "x".into(),
-    }])
+    let (_backend, proxy) = serve_with(vec![slow(Duration::from_secs(3), "x")], |a| {
+        a.backend_timeout = Some(1)
+    })
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.backend_timeout = Some(1)).await;
-    let (status, err) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    let (status, err) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 504);
     assert_eq!(err["error"]["code"], "backend_timeout");
 }
 
 #[tokio::test]
 async fn request_sampling_and_token_cap_reach_the_backend() {
-    let backend = FakeBackend::start(vec![Scripted::text("ok"), Scripted::text("ok")]).await;
-    let proxy = Proxy::start_with(&backend.url(), |a| {
+    let (backend, proxy) = serve_with(vec![Scripted::text("ok"), Scripted::text("ok")], |a| {
         a.max_tokens = Some(300);
         a.backend_model = Some("my-base".into());
     })
     .await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     body["temperature"] = json!(0.7);
     body["top_p"] = json!(0.9);
     body["seed"] = json!(7);
@@ -503,35 +487,17 @@ async fn request_sampling_and_token_cap_reach_the_backend() {
 
 #[tokio::test]
 async fn models_and_health() {
-    let backend = FakeBackend::start(vec![]).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let health: Value = proxy
-        .client
-        .get(format!("http://{}/health", proxy.addr))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_backend, proxy) = serve(vec![]).await;
+    let health: Value = proxy.get_json("/health").await;
     assert_eq!(health["status"], "ok");
-    let models: Value = proxy
-        .client
-        .get(format!("http://{}/v1/models", proxy.addr))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models: Value = proxy.get_json("/v1/models").await;
     assert_eq!(models["data"][0]["id"], "fake-base");
 }
 
 #[tokio::test]
 async fn lenient_history_shapes_are_accepted() {
-    let backend = FakeBackend::start(vec![Scripted::text("Next.\n\n<bash>pwd</bash>\n")]).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (_backend, proxy) = serve(vec![Scripted::text("Next.\n\n<bash>pwd</bash>\n")]).await;
+    let mut body = request("swe-agent-1");
     body["reasoning_effort"] = json!("high");
     body["metadata"] = json!({"run": 1});
     body["parallel_tool_calls"] = json!(true);
@@ -549,7 +515,7 @@ async fn lenient_history_shapes_are_accepted() {
     let (status, r) = proxy.post(&body).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(arguments(&r), json!({"command": "pwd"}));
-    let records = read_trace(&proxy.trace_files()[0]);
+    let records = proxy.first_trace();
     assert_eq!(
         records[1]["data"]["ignored_fields"],
         json!([
@@ -563,9 +529,8 @@ async fn lenient_history_shapes_are_accepted() {
 
 #[tokio::test]
 async fn large_histories_are_accepted() {
-    let backend = FakeBackend::start(vec![Scripted::text("Next.\n\n<bash>pwd</bash>\n")]).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let (backend, proxy) = serve(vec![Scripted::text("Next.\n\n<bash>pwd</bash>\n")]).await;
+    let mut body = request("swe-agent-1");
     let big = "x".repeat(5 * 1024 * 1024);
     let messages = body["messages"].as_array_mut().unwrap();
     messages.push(json!({"role": "assistant", "content": "cat", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"cat big\"}"}}]}));
@@ -577,13 +542,12 @@ async fn large_histories_are_accepted() {
 
 #[tokio::test]
 async fn tool_choice_none_gets_a_message_and_forced_choices_are_logged() {
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Summary: nothing changed yet.\n\n<bash>ls</bash>\n"),
         Scripted::text("Look.\n\n<bash>ls</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     body["tool_choice"] = json!("none");
     let (_, r) = proxy.post(&body).await;
     assert!(
@@ -611,15 +575,14 @@ async fn tool_choice_none_gets_a_message_and_forced_choices_are_logged() {
 /// in one trace file whose deltas rebuild every prompt.
 #[tokio::test]
 async fn format_error_turns_stay_in_their_session() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Hmm, not sure."),
         Scripted::text("Still thinking."),
         Scripted::text("Ok.\n<bash>ls</bash>\n"),
         Scripted::text("Next.\n<bash>pwd</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     for _ in 0..2 {
         let (_, r) = proxy.post(&body).await;
         let messages = body["messages"].as_array_mut().unwrap();
@@ -644,14 +607,14 @@ async fn format_error_turns_stay_in_their_session() {
         assert_eq!(&full, prompt);
     }
     // A history with a foreign id starts a new session whose file stands alone.
-    let mut foreign = fixture_json("requests/swe-agent-1.json");
+    let mut foreign = request("swe-agent-1");
     let messages = foreign["messages"].as_array_mut().unwrap();
     messages.push(json!({"role": "assistant", "content": "x", "tool_calls": [{"id": "call_A", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]}));
     messages.push(json!({"role": "tool", "tool_call_id": "call_A", "content": "a.py"}));
     let backend2 = FakeBackend::start(vec![Scripted::text("Next.\n<bash>pwd</bash>\n")]).await;
     let proxy2 = Proxy::start(&backend2.url()).await;
     proxy2.post(&foreign).await;
-    let record = &read_trace(&proxy2.trace_files()[0])[1]["data"];
+    let record = &proxy2.first_trace()[1]["data"];
     assert_eq!(record["prompt"]["prefix_bytes"], 0);
     assert_eq!(
         record["prompt"]["delta"].as_str().unwrap(),
@@ -663,19 +626,18 @@ async fn format_error_turns_stay_in_their_session() {
 /// message (also before any assistant turn): the session and the append-only prompt survive.
 #[tokio::test]
 async fn dropped_failed_turns_keep_session_and_prefix() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("I will think about it."),
         Scripted::text("Look.\n<bash>ls</bash>\n"),
         Scripted::text("Hmm."),
         Scripted::text("Fix.\n<bash>sed -i 's/ /-/' slug.py</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let mut body = request("mini-swe-agent-1");
     let error = json!({"role": "user", "content": "No tool calls found in the response."});
     let (_, r1) = proxy.post(&body).await;
     assert!(r1["choices"][0]["message"].get("tool_calls").is_none());
-    body["messages"].as_array_mut().unwrap().push(error.clone());
+    push_message(&mut body, error.clone());
     let (_, r2) = proxy.post(&body).await;
     continue_with(
         &mut body,
@@ -683,7 +645,7 @@ async fn dropped_failed_turns_keep_session_and_prefix() {
         "<returncode>0</returncode>\n<output>\na.py\n</output>",
     );
     proxy.post(&body).await;
-    body["messages"].as_array_mut().unwrap().push(error.clone());
+    push_message(&mut body, error.clone());
     let (_, r4) = proxy.post(&body).await;
     assert_eq!(
         arguments(&r4),
@@ -710,14 +672,13 @@ async fn dropped_failed_turns_keep_session_and_prefix() {
 /// content cannot identify the session, the prompt it answered can.
 #[tokio::test]
 async fn empty_replies_kept_by_the_scaffold_stay_in_their_session() {
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text(""),
         Scripted::text("  "),
         Scripted::text("Plan.\n<task_tracker>\n<command>view</command>\n</task_tracker>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/openhands-sdk-1.json");
+    let mut body = request("openhands-sdk-1");
     for _ in 0..2 {
         let (_, r) = proxy.post(&body).await;
         assert_eq!(r["choices"][0]["message"]["content"], "");
@@ -734,16 +695,15 @@ async fn empty_replies_kept_by_the_scaffold_stay_in_their_session() {
 /// streams end with the whole request's figure as an SSE comment.
 #[tokio::test]
 async fn every_response_reports_the_proxy_overhead_without_the_backend_time() {
-    let backend = FakeBackend::start(vec![
-        Scripted::Slow {
-            delay: std::time::Duration::from_millis(400),
-            text: "Look.\n<bash>ls</bash>\n".into(),
-        },
+    let (_backend, proxy) = serve(vec![
+        slow(
+            std::time::Duration::from_millis(400),
+            "Look.\n<bash>ls</bash>\n",
+        ),
         Scripted::text("Look.\n<bash>ls</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let body = fixture_json("requests/swe-agent-1.json");
+    let body = request("swe-agent-1");
     let overhead = |resp: &reqwest::Response| -> f64 {
         resp.headers()["x-asap-overhead-ms"]
             .to_str()
@@ -752,13 +712,7 @@ async fn every_response_reports_the_proxy_overhead_without_the_backend_time() {
             .unwrap()
     };
     let started = std::time::Instant::now();
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send_chat(&body).await;
     let total_ms = started.elapsed().as_secs_f64() * 1e3;
     assert_eq!(resp.status(), 200);
     let ms = overhead(&resp);
@@ -769,13 +723,7 @@ async fn every_response_reports_the_proxy_overhead_without_the_backend_time() {
 
     let mut streaming = body.clone();
     streaming["stream"] = json!(true);
-    let resp = proxy
-        .client
-        .post(proxy.url())
-        .json(&streaming)
-        .send()
-        .await
-        .unwrap();
+    let resp = proxy.send_chat(&streaming).await;
     assert!(overhead(&resp) >= 0.0);
     let text = resp.text().await.unwrap();
     let comment = text
@@ -812,9 +760,8 @@ async fn a_partial_closing_tag_never_reaches_a_command_over_http() {
         })
         .to_string(),
     };
-    let backend = FakeBackend::start(vec![raw("stop")]).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let (status, resp) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    let (_backend, proxy) = serve(vec![raw("stop")]).await;
+    let (status, resp) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200, "{resp}");
     assert_eq!(resp["choices"][0]["finish_reason"], "tool_calls");
     assert_eq!(tool_call(&resp)["function"]["name"], "bash");
@@ -822,7 +769,7 @@ async fn a_partial_closing_tag_never_reaches_a_command_over_http() {
         arguments(&resp),
         json!({"command": "python -m pytest tests/test_x.py::test_total"})
     );
-    let records = read_trace(&proxy.trace_files()[0]);
+    let records = proxy.first_trace();
     let step = &records[1]["data"];
     assert_eq!(step["completion"]["text"], text, "the raw text is traced");
     // The backend said nothing of a stop; the closer the proxy put back is its own field, so
@@ -830,9 +777,8 @@ async fn a_partial_closing_tag_never_reaches_a_command_over_http() {
     assert_eq!(step["completion"]["matched_stop"], Value::Null);
     assert_eq!(step["completion"]["closer"], "</bash>");
 
-    let backend = FakeBackend::start(vec![raw("length")]).await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let (status, resp) = proxy.post(&fixture_json("requests/swe-agent-1.json")).await;
+    let (_backend, proxy) = serve(vec![raw("length")]).await;
+    let (status, resp) = proxy.post(&request("swe-agent-1")).await;
     assert_eq!(status, 200, "{resp}");
     assert!(
         resp["choices"][0]["message"]["tool_calls"].is_null(),
@@ -843,7 +789,7 @@ async fn a_partial_closing_tag_never_reaches_a_command_over_http() {
         !resp.to_string().contains("test_total</"),
         "no fragment anywhere in the reply: {resp}"
     );
-    let records = read_trace(&proxy.trace_files()[0]);
+    let records = proxy.first_trace();
     let step = &records[1]["data"];
     assert_eq!(step["parse"]["error"]["class"], "unclosed_tag", "{step}");
 }
@@ -853,11 +799,10 @@ async fn a_partial_closing_tag_never_reaches_a_command_over_http() {
 /// parameter.
 #[tokio::test]
 async fn a_generic_shell_is_bash_for_the_model_and_run_command_for_the_scaffold() {
-    let backend = FakeBackend::start(vec![Scripted::text(
+    let (backend, proxy) = serve(vec![Scripted::text(
         "I list the files.\n\n### Action\n\n<bash>ls -la</bash>\n",
     )])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
     let body = json!({
         "model": "base-model",
         "messages": [{"role": "user", "content": "How many files are there?"}],

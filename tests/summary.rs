@@ -8,23 +8,22 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{continue_with, fixture_json};
+use crate::util::proxy::{serve, Proxy};
+use crate::util::{continue_with, request};
 
-const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
+use crate::util::cli::BIN;
 
 /// Records one session: `ls` (accepted), no action (sent as plain content), then submit
 /// before any edit twice (nudged, then terminated).
 async fn recorded() -> (Proxy, FakeBackend) {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Look.\n<bash>ls</bash>\n"),
         Scripted::text("I am not sure."),
         Scripted::text("Done.\n<submit/>\n"),
         Scripted::text("Done!\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let mut body = request("mini-swe-agent-1");
     let (status, resp) = proxy.post(&body).await;
     assert_eq!(status, 200, "{resp}");
     continue_with(

@@ -8,21 +8,11 @@ use std::time::Duration;
 use asap_proxy::trace::read::TraceReader;
 use serde_json::{json, Value};
 
-use crate::cli::Served;
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{continue_with, fixture_json, read_records, tool_call};
-
-/// Posts `body` with extra headers; returns the JSON answer.
-async fn post_with(proxy_url: &str, body: &Value, headers: &[(&str, &str)]) -> Value {
-    let mut request = reqwest::Client::new().post(proxy_url).json(body);
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    let resp = request.send().await.unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.json().await.unwrap()
-}
+use crate::util::cli::Served;
+use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::push_message;
+use crate::util::{continue_with, read_records, request, tool_call};
 
 /// Every record of a file through the reader, with the rebuilt prompt and request of each
 /// `step`/`side_call` record: `(type, data, prompt, request body)`.
@@ -44,21 +34,23 @@ fn rebuilt(path: &Path) -> Vec<(String, Value, String, Value)> {
 
 #[tokio::test]
 async fn deltas_rebuild_every_prompt_and_request_and_the_session_record_names_task_run_label() {
-    let backend = FakeBackend::start(vec![
-        Scripted::text("Look around first.\n<bash>ls /testbed</bash>\n"),
-        // Submit before any edit: nudged, generated again in the same request.
-        Scripted::text("Looks fine.\n<submit/>\n"),
-        Scripted::text("Then edit.\n<bash>sed -i 's/a/b/' /testbed/inventory.py</bash>\n"),
-        Scripted::text("Check it.\n<bash>python -m pytest -q /testbed/tests</bash>\n"),
-        Scripted::text("All green.\n<submit/>\n"),
-    ])
+    let (backend, proxy) = serve_with(
+        vec![
+            Scripted::text("Look around first.\n<bash>ls /testbed</bash>\n"),
+            // Submit before any edit: nudged, generated again in the same request.
+            Scripted::text("Looks fine.\n<submit/>\n"),
+            Scripted::text("Then edit.\n<bash>sed -i 's/a/b/' /testbed/inventory.py</bash>\n"),
+            Scripted::text("Check it.\n<bash>python -m pytest -q /testbed/tests</bash>\n"),
+            Scripted::text("All green.\n<submit/>\n"),
+        ],
+        |a| a.label = Some("ckpt-100B".into()),
+    )
     .await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.label = Some("ckpt-100B".into())).await;
     let headers = [
         ("x-asap-task", "inventory__inventory-1"),
         ("x-asap-run", "5"),
     ];
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let mut sent = Vec::new();
     let observations = [
         "inventory.py\ntests\nREADME.md\n".repeat(4),
@@ -67,11 +59,11 @@ async fn deltas_rebuild_every_prompt_and_request_and_the_session_record_names_ta
     ];
     for observation in &observations {
         sent.push(body.clone());
-        let resp = post_with(&proxy.url(), &body, &headers).await;
+        let resp = proxy.post_with_headers(&body, &headers).await;
         continue_with(&mut body, &resp, observation);
     }
     sent.push(body.clone());
-    let last = post_with(&proxy.url(), &body, &headers).await;
+    let last = proxy.post_with_headers(&body, &headers).await;
     assert_eq!(tool_call(&last)["function"]["name"], "submit");
 
     let files = proxy.trace_files();
@@ -148,19 +140,18 @@ async fn deltas_rebuild_every_prompt_and_request_and_the_session_record_names_ta
 
 #[tokio::test]
 async fn runs_are_numbered_per_task_and_label_and_the_label_defaults_to_the_model() {
-    let backend = FakeBackend::start(
+    let (_backend, proxy) = serve(
         (0..3)
             .map(|_| Scripted::text("Look.\n<bash>ls</bash>\n"))
             .collect(),
     )
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let body = fixture_json("requests/swe-agent-1.json");
+    let body = request("swe-agent-1");
     let mut other = body.clone();
     other["model"] = json!("ckpt-b");
-    post_with(&proxy.url(), &body, &[]).await;
-    post_with(&proxy.url(), &body, &[]).await;
-    post_with(&proxy.url(), &other, &[]).await;
+    proxy.post_with_headers(&body, &[]).await;
+    proxy.post_with_headers(&body, &[]).await;
+    proxy.post_with_headers(&other, &[]).await;
     let mut sessions: Vec<Value> = proxy
         .trace_files()
         .iter()
@@ -232,7 +223,7 @@ async fn a_100_step_log_is_less_than_twice_its_completions_and_observations() {
     let backend =
         FakeBackend::start((0..steps).map(|i| Scripted::text(&completion(i))).collect()).await;
     let proxy = Proxy::start_with(&backend.url(), |a| a.max_steps = Some(1000)).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let mut payload = 0;
     for i in 0..steps {
         let (status, resp) = proxy.post(&body).await;
@@ -265,7 +256,7 @@ async fn a_torn_last_line_is_skipped_and_a_restarted_proxy_starts_a_new_line() {
     let dir = tempfile::tempdir().unwrap();
     let log_dir = dir.path().to_path_buf();
     let first = Proxy::start_with(&backend.url(), |a| a.log_dir = Some(log_dir.clone())).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, resp) = first.post(&body).await;
     continue_with(&mut body, &resp, "inventory.py\n");
     let file = std::fs::read_dir(&log_dir)
@@ -330,9 +321,10 @@ async fn kill_9_during_a_run_loses_only_the_records_in_flight() {
     // First turns complete (their records must survive) ...
     let mut bodies = Vec::new();
     for i in 0..sessions {
-        let mut body = fixture_json("requests/swe-agent-1.json");
+        let mut body = request("swe-agent-1");
         let run = i.to_string();
-        let resp = post_with(&url, &body, &[("x-asap-run", run.as_str())]).await;
+        let resp =
+            crate::util::post_with_headers(&url, &body, &[("x-asap-run", run.as_str())]).await;
         continue_with(&mut body, &resp, &format!("output {i}\n"));
         bodies.push(body);
     }
@@ -430,23 +422,20 @@ async fn a_recorded_session_loads_as_a_report_trajectory() {
         ("x-asap-task", "inventory__inventory-1"),
         ("x-asap-run", "2"),
     ];
-    let mut body = fixture_json("requests/swe-agent-1.json");
-    let resp = post_with(&proxy.url(), &body, &headers).await;
+    let mut body = request("swe-agent-1");
+    let resp = proxy.post_with_headers(&body, &headers).await;
     continue_with(&mut body, &resp, "inventory.py\ntests\n");
     // An unparsable turn: content, no tool call; SWE-agent answers with a format error.
-    let resp = post_with(&proxy.url(), &body, &headers).await;
-    body["messages"]
-        .as_array_mut()
-        .unwrap()
-        .push(resp["choices"][0]["message"].clone());
-    body["messages"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "Your output could not be parsed."}));
-    let resp = post_with(&proxy.url(), &body, &headers).await;
+    let resp = proxy.post_with_headers(&body, &headers).await;
+    push_message(&mut body, resp["choices"][0]["message"].clone());
+    push_message(
+        &mut body,
+        json!({"role": "user", "content": "Your output could not be parsed."}),
+    );
+    let resp = proxy.post_with_headers(&body, &headers).await;
     continue_with(&mut body, &resp, "");
     // The repeated edit is nudged; the retry runs the tests.
-    let resp = post_with(&proxy.url(), &body, &headers).await;
+    let resp = proxy.post_with_headers(&body, &headers).await;
     assert_eq!(
         crate::util::arguments(&resp)["command"],
         "python -m pytest -q"
@@ -497,7 +486,7 @@ async fn a_scaffold_rewriting_old_outputs_still_gets_a_linear_log() {
     let backend =
         FakeBackend::start((0..steps).map(|i| Scripted::text(&completion(i))).collect()).await;
     let proxy = Proxy::start_with(&backend.url(), |a| a.max_steps = Some(1000)).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let mut sizes = Vec::new();
     for i in 0..steps {
         let (status, resp) = proxy.post(&body).await;

@@ -12,12 +12,12 @@ use serde_json::json;
 
 use asap_proxy::view::Viewer;
 
-use crate::cli::Served;
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::proxy::Proxy;
-use crate::util::{continue_with, fixture_json, fixture_path};
+use crate::util::cli::Served;
+use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::{continue_with, fixture_path, request};
 
-const BIN: &str = env!("CARGO_BIN_EXE_asap-proxy");
+use crate::util::cli::BIN;
 
 /// Model-controlled text that must never reach the page as markup.
 const SCRIPT_IN_THOUGHT: &str = "<script>alert('thought')</script>";
@@ -58,7 +58,7 @@ fn outputs() -> Vec<String> {
 
 /// Plays SWE-agent against `proxy` until its submit; returns the number of requests.
 async fn drive(proxy: &Proxy) -> usize {
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     body["metadata"] = json!({"instance_id": "inventory__total-1", "run": 0});
     let outputs = outputs();
     let mut outputs = outputs.iter();
@@ -86,8 +86,7 @@ async fn drive(proxy: &Proxy) -> usize {
 async fn recorded(
     tweak: impl FnOnce(&mut asap_proxy::config::ServeArgs),
 ) -> (Proxy, FakeBackend, String) {
-    let backend = FakeBackend::start(script()).await;
-    let proxy = Proxy::start_with(&backend.url(), tweak).await;
+    let (backend, proxy) = serve_with(script(), tweak).await;
     assert_eq!(drive(&proxy).await, 6);
     assert_eq!(backend.calls(), 7);
     let files = proxy.trace_files();
@@ -253,8 +252,7 @@ async fn ui_on_the_proxy_lists_the_session_and_shows_every_step() {
 
 #[tokio::test]
 async fn ui_needs_the_api_key_when_the_proxy_has_one() {
-    let backend = FakeBackend::start(vec![]).await;
-    let proxy = Proxy::start_with(&backend.url(), |a| a.api_key = vec!["k-view".into()]).await;
+    let (_backend, proxy) = serve_with(vec![], |a| a.api_key = vec!["k-view".into()]).await;
     let client = reqwest::Client::new();
     let url = format!("http://{}/ui", proxy.addr);
     let (status, _, body) = get(&client, &url).await;
@@ -368,13 +366,12 @@ fn committed_fixture_shows_all_steps() {
 /// part new in that call and links the whole text.
 #[tokio::test]
 async fn long_prompts_are_linked_not_inlined() {
-    let backend = FakeBackend::start(vec![
+    let (backend, proxy) = serve(vec![
         Scripted::text("Look.\n<bash>cat big.log</bash>\n"),
         Scripted::text("Seen.\n<bash>echo ok</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     let (_, resp) = proxy.post(&body).await;
     let big = "log line 0123456789\n".repeat(5000); // 100 kB observation
     continue_with(&mut body, &resp, &big);
@@ -403,13 +400,12 @@ async fn long_prompts_are_linked_not_inlined() {
 /// with results the list shows resolution.
 #[tokio::test]
 async fn terminated_sessions_and_results_are_shown() {
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Done.\n<submit/>\n"),
         Scripted::text("Done!\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/swe-agent-1.json");
+    let mut body = request("swe-agent-1");
     body["metadata"] = json!({"instance_id": "inventory__total-1", "run": 0});
     let (status, resp) = proxy.post(&body).await;
     assert_eq!(status, 200, "{resp}");
@@ -446,14 +442,13 @@ async fn terminated_sessions_and_results_are_shown() {
 /// return code as `[exit status N]`), not the raw JSON.
 #[tokio::test]
 async fn mini_observations_are_shown_decoded() {
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Look.\n<bash>ls</bash>\n"),
         Scripted::text("Test.\n<bash>python -m pytest -q</bash>\n"),
         Scripted::text("Look again.\n<bash>cat slug.py</bash>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let mut body = fixture_json("requests/mini-swe-agent-1.json");
+    let mut body = request("mini-swe-agent-1");
     for output in [
         json!({"returncode": 0, "output": "slug.py\ntest_slug.py\n"}),
         json!({"returncode": 1, "output": "1 failed\n"}),
@@ -464,11 +459,7 @@ async fn mini_observations_are_shown_decoded() {
     }
     let (status, _) = proxy.post(&body).await;
     assert_eq!(status, 200);
-    let id = proxy.trace_files()[0]
-        .file_stem()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let id = proxy.first_session_id();
     let viewer = Viewer::new(vec![proxy.log_dir.path().to_path_buf()], None);
     let steps = viewer.session(&id).unwrap().steps;
     assert_eq!(
@@ -487,20 +478,15 @@ async fn mini_observations_are_shown_decoded() {
 /// finish action actually sent.
 #[tokio::test]
 async fn terminated_card_shows_the_model_action_and_what_was_sent() {
-    let backend = FakeBackend::start(vec![
+    let (_backend, proxy) = serve(vec![
         Scripted::text("Done.\n<submit/>\n"),
         Scripted::text("Done!\n<submit/>\n"),
     ])
     .await;
-    let proxy = Proxy::start(&backend.url()).await;
-    let body = fixture_json("requests/mini-swe-agent-1.json");
+    let body = request("mini-swe-agent-1");
     let (status, resp) = proxy.post(&body).await;
     assert_eq!(status, 200, "{resp}");
-    let id = proxy.trace_files()[0]
-        .file_stem()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let id = proxy.first_session_id();
     let viewer = Viewer::new(vec![proxy.log_dir.path().to_path_buf()], None);
     let steps = viewer.session(&id).unwrap().steps;
     let last = steps.steps.last().unwrap();

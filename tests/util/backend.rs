@@ -4,3 +4,11 @@
 //! llama-server or SGLang would report them), records every request body, and counts calls.
 
 pub use fake_backend::{FakeBackend, Scripted};
+
+/// A scripted continuation answered after `delay`.
+pub fn slow(delay: std::time::Duration, text: &str) -> Scripted {
+    Scripted::Slow {
+        delay,
+        text: text.into(),
+    }
+}

@@ -2,6 +2,7 @@
 //! fixtures, and starting the proxy in-process or as the real binary.
 
 pub mod backend;
+pub mod cli;
 pub mod proxy;
 
 use std::path::PathBuf;
@@ -13,6 +14,12 @@ pub fn fixture_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(rel)
+}
+
+/// The recorded request `tests/fixtures/requests/<name>.json` (`swe-agent-1`,
+/// `mini-swe-agent-1`, `openhands-sdk-1`, …).
+pub fn request(name: &str) -> Value {
+    fixture_json(&format!("requests/{name}.json"))
 }
 
 /// A JSON fixture.
@@ -61,6 +68,25 @@ pub fn arguments(resp: &Value) -> Value {
     serde_json::from_str(tool_call(resp)["function"]["arguments"].as_str().unwrap()).unwrap()
 }
 
+/// `body` as a streaming request (`"stream": true`).
+pub fn streamed(mut body: Value) -> Value {
+    body["stream"] = json!(true);
+    body
+}
+
+/// The JSON chunks of a streamed answer's `data:` payloads, before the final `[DONE]`.
+pub fn chunks(data: &[String]) -> Vec<Value> {
+    data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// Appends `message` to `body["messages"]`.
+pub fn push_message(body: &mut Value, message: Value) {
+    body["messages"].as_array_mut().unwrap().push(message);
+}
+
 /// Appends the assistant message of `resp` and a tool result to `body`.
 pub fn continue_with(body: &mut Value, resp: &Value, output: &str) {
     let message = resp["choices"][0]["message"].clone();
@@ -68,4 +94,22 @@ pub fn continue_with(body: &mut Value, resp: &Value, output: &str) {
     let messages = body["messages"].as_array_mut().unwrap();
     messages.push(message);
     messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+}
+
+/// Posts `body` to `url` with extra headers; asserts a 200 and returns the JSON answer.
+pub async fn post_with_headers(url: &str, body: &Value, headers: &[(&str, &str)]) -> Value {
+    let mut request = reqwest::Client::new().post(url).json(body);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let resp = request.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
+/// Writes `text` to `dir/name`; the path as a string.
+pub fn write_file(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
 }
