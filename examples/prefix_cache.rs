@@ -198,7 +198,7 @@ async fn drive(args: &Args, setup: Setup) -> Outcome {
             tag: tool.to_string(),
             arguments: arguments.as_object().cloned().unwrap_or_else(Map::new),
         };
-        asap_proxy::render::xml::action(&action, &toolset)
+        asap_proxy::render::Format::Xml.action(&action, &toolset)
     };
 
     let mut previous_action = String::new();

@@ -6,7 +6,7 @@
 //!
 //! Turns are built the way the report builds them: the action's edit flag, write targets,
 //! submit flag and shell command come from the real classifiers (`policy::is_edit`,
-//! `policy::edit::edit_targets`, `policy::is_submit`) over the tools of a real scaffold request
+//! `policy::edit_targets`, `policy::is_submit`) over the tools of a real scaffold request
 //! (`tests/fixtures/requests/*.json`), and the observations are the texts the scaffolds send
 //! back (SWE-agent's `str_replace_editor`, bash output, mini-swe-agent's tool output). A few
 //! trajectories are recorded through the real proxy over loopback and read back with
@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use serde_json::{json, Map, Value};
 
 use asap_proxy::openai::chat::ChatCompletionRequest;
-use asap_proxy::policy::{self, edit::edit_targets};
+use asap_proxy::policy::{self, edit_targets};
 use asap_proxy::profile::Action;
 use asap_proxy::profile::{Profiles, ToolRole, ToolSet};
 use asap_proxy::report::behaviour::Ending;

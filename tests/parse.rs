@@ -550,7 +550,7 @@ fn malformed_closing_tags_never_reach_a_command() {
 #[test]
 fn a_generic_shells_optional_parameters_are_kept() {
     use asap_proxy::profile::Action;
-    use asap_proxy::render::xml;
+    use asap_proxy::render::Format;
     let tools = generic_tools(json!([function(
         "Bash",
         json!({"cmd": {"type": "string"}, "timeout": {"type": "integer", "description": "seconds"}}),
@@ -562,10 +562,10 @@ fn a_generic_shells_optional_parameters_are_kept() {
         arguments: args.as_object().unwrap().clone(),
     };
     assert_eq!(
-        xml::action(&call(json!({"cmd": "ls"})), &tools),
+        Format::Xml.action(&call(json!({"cmd": "ls"})), &tools),
         "<bash>ls</bash>"
     );
-    let with_timeout = xml::action(&call(json!({"cmd": "ls", "timeout": 30})), &tools);
+    let with_timeout = Format::Xml.action(&call(json!({"cmd": "ls", "timeout": 30})), &tools);
     assert!(
         with_timeout.contains("<cmd>ls</cmd>") && with_timeout.contains("<timeout>30</timeout>"),
         "{with_timeout}"

@@ -10,7 +10,7 @@ use asap_proxy::conversation::Conversation;
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_for;
 use asap_proxy::pipeline::prepare;
-use asap_proxy::policy::edit::shell_writes_files;
+use asap_proxy::policy::shell_writes_files;
 use asap_proxy::prefix::PrefixStore;
 use asap_proxy::profile::Action;
 use asap_proxy::profile::{Profiles, ToolSet};

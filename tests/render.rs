@@ -7,7 +7,7 @@ use asap_proxy::parse::parse_completion;
 use asap_proxy::pipeline::prepare;
 use asap_proxy::profile::Action;
 use asap_proxy::profile::Profiles;
-use asap_proxy::render::{xml, Format, Renderer, CUE};
+use asap_proxy::render::{Format, Renderer, CUE};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -137,7 +137,7 @@ fn observation_text_cannot_close_its_tag_or_start_a_step() {
 
 fn roundtrip(tools_file: &str, action: Action) {
     let tools = tools_for(tools_file);
-    let text = format!("Thought.\n\n{}\n", xml::action(&action, &tools));
+    let text = format!("Thought.\n\n{}\n", Format::Xml.action(&action, &tools));
     let parsed = parse_completion(&text, &tools);
     assert_eq!(parsed.outcome, Ok(action), "{text}");
 }
@@ -210,7 +210,7 @@ proptest! {
             tag: "str_replace_editor".into(),
             arguments: args(&[("command", json!("str_replace")), ("path", json!(path)), ("old_str", json!(old)), ("new_str", json!(new))]),
         };
-        let text = format!("Edit.\n\n{}\n", xml::action(&action, &tools));
+        let text = format!("Edit.\n\n{}\n", Format::Xml.action(&action, &tools));
         prop_assert_eq!(parse_completion(&text, &tools).outcome, Ok(action));
     }
 
@@ -218,7 +218,7 @@ proptest! {
     fn any_shell_command_round_trips(cmd in value_strategy().prop_filter("non-blank", |s| !s.trim().is_empty())) {
         let tools = tools_for("swe-agent-1.json");
         let action = Action::Call { tag: "bash".into(), arguments: args(&[("command", json!(cmd))]) };
-        let text = format!("Run.\n\n{}\n", xml::action(&action, &tools));
+        let text = format!("Run.\n\n{}\n", Format::Xml.action(&action, &tools));
         prop_assert_eq!(parse_completion(&text, &tools).outcome, Ok(action));
     }
 }

@@ -10,7 +10,7 @@ use asap_proxy::backend::BackendCompletion;
 use asap_proxy::conversation::Action;
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_for;
-use asap_proxy::policy::edit::shell_writes_files;
+use asap_proxy::policy::shell_writes_files;
 use asap_proxy::profile::{Profiles, ToolSet};
 use asap_proxy::render::FORMATS;
 use asap_proxy::respond;

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::{check_required, coerce, FailureClass, ParseFailure, Parsed};
 use crate::profile::Action;
 use crate::profile::{ToolRole, ToolSet, SUBMIT_TAG};
-use crate::render::json::CUE;
+use crate::render::JSON_CUE as CUE;
 
 fn fail(thought: String, class: FailureClass, detail: String, dropped: usize) -> Parsed {
     Parsed {

@@ -17,10 +17,10 @@
 //!   (decoded by quick-xml) are parameters too.
 
 mod coerce;
-pub mod json;
-pub mod markdown;
+mod json;
+mod markdown;
 pub(crate) mod scan;
-pub mod xml_format;
+mod xml_format;
 
 pub use coerce::coerce;
 

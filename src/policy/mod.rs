@@ -29,8 +29,11 @@
 //! "one nudge per failure mode"); the session's nudge state travels in the tool-call ids
 //! ([`crate::session`]).
 
-pub mod edit;
-pub mod observe;
+mod edit;
+mod observe;
+
+pub use edit::{edit_targets, shell_writes_files, WriteKind, WriteTarget};
+pub use observe::{base_name, edit_failed, mentions, reports_error, EditTool};
 
 use serde::Serialize;
 use serde_json::Value;

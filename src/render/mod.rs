@@ -8,9 +8,11 @@
 //! `DIR/<format>.jinja` at start-up ([`Renderer::with_templates`]).
 
 mod escape;
-pub mod json;
-pub mod markdown;
-pub mod xml;
+mod json;
+mod markdown;
+mod xml;
+
+pub use json::CUE as JSON_CUE;
 
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;

@@ -10,9 +10,10 @@ use super::failure::shows_test_failure;
 use super::results::Outcome;
 use super::testcmd::is_test_command;
 use super::{Trajectory, Turn};
-use crate::policy::edit::{WriteKind, WriteTarget};
-use crate::policy::observe::{base_name, edit_failed, mentions, reports_error, EditTool};
 use crate::policy::same_action;
+use crate::policy::{
+    base_name, edit_failed, mentions, reports_error, EditTool, WriteKind, WriteTarget,
+};
 use crate::profile::Action;
 use crate::session::NudgeKind;
 

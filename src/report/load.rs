@@ -287,7 +287,7 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstRe
             continue;
         };
         turn.is_edit = policy::is_edit(action, &tools);
-        turn.edit_targets = policy::edit::edit_targets(action, &tools);
+        turn.edit_targets = policy::edit_targets(action, &tools);
         turn.is_submit = reads_as_submit(action, &tools);
         if let Action::Call { tag, arguments } = action {
             if let Some(ToolRole::Shell { command_parameter }) = tools.get(tag).map(|t| &t.role) {

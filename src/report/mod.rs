@@ -130,9 +130,9 @@ pub struct Turn {
     /// The action modifies a file (the policy's edit rule: an editor command that writes, or
     /// a shell command that writes files).
     pub is_edit: bool,
-    /// The files the action writes ([`crate::policy::edit::edit_targets`]); empty for an edit
+    /// The files the action writes ([`crate::policy::edit_targets`]); empty for an edit
     /// built without them (then it counts as one in-place write of an unknown file).
-    pub edit_targets: Vec<crate::policy::edit::WriteTarget>,
+    pub edit_targets: Vec<crate::policy::WriteTarget>,
     /// The action is one the scaffold takes as its finish action: `<submit/>`, or a shell
     /// command it reads as one (mini-swe-agent's `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`).
     pub is_submit: bool,
