@@ -40,7 +40,7 @@ use asap_proxy::config::Config;
 use asap_proxy::config::ServeArgs;
 use asap_proxy::openai::chat::Tool;
 use asap_proxy::profile::Action;
-use asap_proxy::profile::{Profiles, ToolSet};
+use asap_proxy::profile::{Profiles, ResolvedProfile};
 use asap_proxy::server::{app, AppState};
 use axum::extract::State;
 use axum::routing::{get, post};
@@ -192,7 +192,7 @@ async fn drive(args: &Args, setup: Setup) -> Outcome {
     let mut body = swe_agent::first_request(&mut rng, false);
     let tools: Vec<Tool> = serde_json::from_value(body["tools"].clone()).unwrap();
     let profiles = Profiles::builtin().unwrap();
-    let toolset = ToolSet::build(profiles.get("swe-agent").unwrap(), &tools);
+    let toolset = ResolvedProfile::build(profiles.get("swe-agent").unwrap(), &tools);
     let write = |tool: &str, arguments: &Value| {
         let action = Action::Call {
             tag: tool.to_string(),

@@ -26,7 +26,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use crate::openai::chat::{ChatMessage, Role};
-use crate::profile::{Action, ToolOutput, ToolSet};
+use crate::profile::{Action, ResolvedProfile, ToolOutput};
 use crate::session::NudgeKind;
 
 /// One step of a trajectory.
@@ -68,7 +68,7 @@ pub struct Example {
 
 impl Conversation {
     /// Builds the neutral conversation from a request's messages.
-    pub fn from_messages(messages: &[ChatMessage], tools: &ToolSet) -> Self {
+    pub fn from_messages(messages: &[ChatMessage], tools: &ResolvedProfile) -> Self {
         let mut conv = Conversation::default();
         let mut system = Vec::new();
         let mut task = Vec::new();
@@ -149,7 +149,7 @@ impl Conversation {
             .count()
     }
 
-    fn push_assistant(&mut self, message: &ChatMessage, tools: &ToolSet) {
+    fn push_assistant(&mut self, message: &ChatMessage, tools: &ResolvedProfile) {
         let turn = self.steps.last().map_or(0, |s| s.turn + 1);
         let thought = message.content.trim().to_string();
         if let (Some(dialect), true) = (tools.dialect, message.tool_calls.is_empty()) {
@@ -268,7 +268,7 @@ mod tests {
     fn conv(body: Value) -> Conversation {
         let req = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
         let profiles = Profiles::builtin().unwrap();
-        let tools = ToolSet::build(
+        let tools = ResolvedProfile::build(
             profiles.detect(&req.tools, &req.detection_text()),
             &req.tools,
         );

@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::policy::{self, edit_targets};
 use asap_proxy::profile::Action;
-use asap_proxy::profile::{Profiles, ToolRole, ToolSet};
+use asap_proxy::profile::{Profiles, ResolvedProfile, ToolRole};
 use asap_proxy::report::behaviour::Ending;
 use asap_proxy::report::{load, Behaviour, Report, Trajectory, Turn};
 use asap_proxy::session::NudgeKind;
@@ -31,25 +31,25 @@ use crate::util::{continue_with, fixture_json, request};
 // ---------------------------------------------------------------------------------------------
 // Tools of real scaffold requests, built like `src/policy/mod.rs`'s tests build them
 
-fn toolset(fixture: &str) -> ToolSet {
+fn toolset(fixture: &str) -> ResolvedProfile {
     let path = crate::util::fixture_path(&format!("requests/{fixture}"));
     let request = ChatCompletionRequest::from_slice(&std::fs::read(path).unwrap()).unwrap();
     let profiles = Profiles::builtin().unwrap();
-    ToolSet::build(
+    ResolvedProfile::build(
         profiles.detect(&request.tools, &request.detection_text()),
         &request.tools,
     )
 }
 
 /// SWE-agent: `bash`, `str_replace_editor`, `submit`.
-fn swe() -> &'static ToolSet {
-    static TOOLS: OnceLock<ToolSet> = OnceLock::new();
+fn swe() -> &'static ResolvedProfile {
+    static TOOLS: OnceLock<ResolvedProfile> = OnceLock::new();
     TOOLS.get_or_init(|| toolset("swe-agent-1.json"))
 }
 
 /// mini-swe-agent: `bash` only; `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` ends the run.
-fn mini() -> &'static ToolSet {
-    static TOOLS: OnceLock<ToolSet> = OnceLock::new();
+fn mini() -> &'static ResolvedProfile {
+    static TOOLS: OnceLock<ResolvedProfile> = OnceLock::new();
     TOOLS.get_or_init(|| toolset("mini-swe-agent-1.json"))
 }
 
@@ -123,7 +123,7 @@ fn call(tag: &str, arguments: &[(&str, &str)]) -> Action {
 
 /// A turn whose flags come from the real classifiers over `tools`, as `report::load` fills
 /// them.
-fn turn_with(tools: &ToolSet, action: Action, observation: Option<&str>) -> Turn {
+fn turn_with(tools: &ResolvedProfile, action: Action, observation: Option<&str>) -> Turn {
     let shell_command = match &action {
         Action::Call { tag, arguments } => match tools.get(tag).map(|t| &t.role) {
             Some(ToolRole::Shell { command_parameter }) => arguments

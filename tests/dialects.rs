@@ -391,7 +391,7 @@ fn golden_dialect_replies() {
     use asap_proxy::openai::chat::ChatCompletionRequest;
     use asap_proxy::profile::Action;
     use asap_proxy::profile::Dialect;
-    use asap_proxy::profile::{Profiles, ToolSet};
+    use asap_proxy::profile::{Profiles, ResolvedProfile};
     let shell = Action::Call {
         tag: "bash".into(),
         arguments: serde_json::Map::from_iter([(
@@ -424,7 +424,7 @@ fn golden_dialect_replies() {
             "terminus_xml" => profiles.get("terminus-2-xml").unwrap(),
             _ => profiles.get("openhands-codeact-text").unwrap(),
         };
-        let tools = ToolSet::build(profile, &tools_in);
+        let tools = ResolvedProfile::build(profile, &tools_in);
         let dialect: Dialect = tools.dialect.unwrap();
         for (label, action) in [
             ("shell", Some(&shell)),
@@ -444,12 +444,12 @@ fn golden_dialect_replies() {
 fn actions_a_dialect_cannot_carry_become_format_errors() {
     use asap_proxy::profile::Action;
     use asap_proxy::profile::Dialect;
-    use asap_proxy::profile::ToolSet;
+    use asap_proxy::profile::ResolvedProfile;
     let shell = |c: &str| Action::Call {
         tag: "bash".into(),
         arguments: serde_json::Map::from_iter([("command".to_string(), json!(c))]),
     };
-    let tools = ToolSet::empty();
+    let tools = ResolvedProfile::empty();
     let fenced = shell("cat > R.md <<'EOF'\n```python\nprint(1)\n```\nEOF");
     assert_eq!(Dialect::MiniText.write("T.", Some(&fenced), &tools), "T.");
     let quoted = Dialect::MiniText.write(

@@ -4,7 +4,7 @@
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_for;
 use asap_proxy::profile::Action;
-use asap_proxy::profile::{Profiles, ToolSet};
+use asap_proxy::profile::{Profiles, ResolvedProfile};
 use asap_proxy::render::{Format, FORMATS};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -31,7 +31,12 @@ fn golden_render_cases_in_every_format() {
 }
 
 /// What a model writes after the cue: the thought, then the action, in `format`.
-pub fn model_text(format: Format, thought: &str, action: &Action, tools: &ToolSet) -> String {
+pub fn model_text(
+    format: Format,
+    thought: &str,
+    action: &Action,
+    tools: &ResolvedProfile,
+) -> String {
     let action_text = format.action(action, tools);
     match format {
         Format::MarkdownXml => format!("{thought}\n\n{action_text}\n"),
@@ -52,7 +57,7 @@ fn args(pairs: &[(&str, Value)]) -> Map<String, Value> {
 }
 
 /// A generic tool set with one tool of the given name and string parameters.
-fn generic_tools(tool: &str, params: &[String]) -> ToolSet {
+fn generic_tools(tool: &str, params: &[String]) -> ResolvedProfile {
     let props: Map<String, Value> = params
         .iter()
         .map(|p| (p.clone(), json!({"type": "string"})))
@@ -63,7 +68,7 @@ fn generic_tools(tool: &str, params: &[String]) -> ToolSet {
     });
     let request = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
     let profiles = Profiles::builtin().unwrap();
-    ToolSet::build(
+    ResolvedProfile::build(
         profiles.detect(&request.tools, &request.detection_text()),
         &request.tools,
     )

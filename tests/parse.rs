@@ -7,18 +7,18 @@
 use asap_proxy::backend::BackendCompletion;
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_completion;
-use asap_proxy::profile::{Profiles, ToolSet};
+use asap_proxy::profile::{Profiles, ResolvedProfile};
 use asap_proxy::respond;
 use asap_proxy::session::{CallId, NudgeState, SessionId};
 use serde_json::{json, Value};
 
 use crate::util::fixture_path;
 
-pub fn tools_for(request_fixture: &str) -> ToolSet {
+pub fn tools_for(request_fixture: &str) -> ResolvedProfile {
     let body = std::fs::read(fixture_path(&format!("requests/{request_fixture}"))).unwrap();
     let request = ChatCompletionRequest::from_slice(&body).unwrap();
     let profiles = Profiles::builtin().unwrap();
-    ToolSet::build(
+    ResolvedProfile::build(
         profiles.detect(&request.tools, &request.detection_text()),
         &request.tools,
     )
@@ -310,10 +310,10 @@ fn partial_closing_stop_never_reaches_a_command() {
 }
 
 /// Tools of an unknown scaffold, built with the profile detection picks.
-fn generic_tools(tools: Value) -> ToolSet {
+fn generic_tools(tools: Value) -> ResolvedProfile {
     let tools: Vec<asap_proxy::openai::chat::Tool> = serde_json::from_value(tools).unwrap();
     let profiles = Profiles::builtin().unwrap();
-    ToolSet::build(profiles.detect(&tools, ""), &tools)
+    ResolvedProfile::build(profiles.detect(&tools, ""), &tools)
 }
 
 fn function(name: &str, properties: Value, required: &[&str]) -> Value {

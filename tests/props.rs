@@ -13,7 +13,7 @@ use asap_proxy::pipeline::prepare;
 use asap_proxy::policy::shell_writes_files;
 use asap_proxy::prefix::PrefixStore;
 use asap_proxy::profile::Action;
-use asap_proxy::profile::{Profiles, ToolSet};
+use asap_proxy::profile::{Profiles, ResolvedProfile};
 use asap_proxy::render::{Renderer, FORMATS};
 use asap_proxy::respond;
 use asap_proxy::session::{CallId, NudgeState, SessionId, SessionIndex};
@@ -324,7 +324,7 @@ fn typed_param() -> impl Strategy<Value = TypedParam> {
 }
 
 /// A tool `name` with the given parameters; present ones are required, absent optional.
-fn typed_tools(name: &str, params: &[(String, TypedParam, bool)]) -> ToolSet {
+fn typed_tools(name: &str, params: &[(String, TypedParam, bool)]) -> ResolvedProfile {
     let properties: Map<String, Value> = params
         .iter()
         .map(|(n, p, _)| (n.clone(), p.schema.clone()))
@@ -340,7 +340,7 @@ fn typed_tools(name: &str, params: &[(String, TypedParam, bool)]) -> ToolSet {
     });
     let request = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
     let profiles = Profiles::builtin().unwrap();
-    ToolSet::build(
+    ResolvedProfile::build(
         profiles.detect(&request.tools, &request.detection_text()),
         &request.tools,
     )

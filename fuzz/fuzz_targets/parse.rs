@@ -11,7 +11,7 @@ use asap_proxy::conversation::Action;
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_for;
 use asap_proxy::policy::shell_writes_files;
-use asap_proxy::profile::{Profiles, ToolSet};
+use asap_proxy::profile::{Profiles, ResolvedProfile};
 use asap_proxy::render::FORMATS;
 use asap_proxy::respond;
 use asap_proxy::session::{CallId, NudgeState, SessionId};
@@ -27,15 +27,15 @@ const REQUESTS: [&[u8]; 6] = [
     include_bytes!("../../tests/fixtures/requests/terminus-2-1.json"),
 ];
 
-fn tool_sets() -> &'static [ToolSet] {
-    static SETS: OnceLock<Vec<ToolSet>> = OnceLock::new();
+fn tool_sets() -> &'static [ResolvedProfile] {
+    static SETS: OnceLock<Vec<ResolvedProfile>> = OnceLock::new();
     SETS.get_or_init(|| {
         let profiles = Profiles::builtin().expect("built-in profiles load");
         REQUESTS
             .iter()
             .map(|body| {
                 let request = ChatCompletionRequest::from_slice(body).expect("fixture decodes");
-                ToolSet::build(
+                ResolvedProfile::build(
                     profiles.detect(&request.tools, &request.detection_text()),
                     &request.tools,
                 )

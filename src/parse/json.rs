@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::{check_required, coerce, FailureClass, ParseFailure, Parsed};
 use crate::profile::Action;
-use crate::profile::{ToolRole, ToolSet, SUBMIT_TAG};
+use crate::profile::{ResolvedProfile, ToolRole, SUBMIT_TAG};
 use crate::render::JSON_CUE as CUE;
 
 fn fail(thought: String, class: FailureClass, detail: String, dropped: usize) -> Parsed {
@@ -23,7 +23,7 @@ fn fail(thought: String, class: FailureClass, detail: String, dropped: usize) ->
 }
 
 /// Parses a JSON-format completion (the text after the cue).
-pub fn parse(text: &str, tools: &ToolSet) -> Parsed {
+pub fn parse(text: &str, tools: &ResolvedProfile) -> Parsed {
     let full = format!("{CUE}{text}");
     let string_start = CUE.len() - 1;
     let mut strings =

@@ -10,7 +10,7 @@ use serde_json::Map;
 
 use super::{check_required, coerce, lookup, FailureClass, ParseFailure, Parsed};
 use crate::profile::Action;
-use crate::profile::{ToolRole, ToolSet, ToolSpec};
+use crate::profile::{ResolvedProfile, ToolRole, ToolSpec};
 use crate::util::fence_marker;
 
 fn failure(thought: &str, class: FailureClass, detail: String, dropped: usize) -> Parsed {
@@ -33,7 +33,7 @@ fn clean_thought(text: &str) -> String {
 }
 
 /// Parses a Markdown-format completion (the text after `## Thinking\n`).
-pub fn parse(text: &str, tools: &ToolSet) -> Parsed {
+pub fn parse(text: &str, tools: &ResolvedProfile) -> Parsed {
     let mut offset = 0;
     let mut other_fence: Option<(char, usize)> = None;
     let mut after_action_heading = false;
@@ -77,7 +77,7 @@ fn no_action(
     thought_end: usize,
     step_end: usize,
     unknown: Option<(usize, String)>,
-    tools: &ToolSet,
+    tools: &ResolvedProfile,
 ) -> Parsed {
     let dropped = text.len().saturating_sub(step_end);
     match unknown {

@@ -28,7 +28,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::profile::Action;
-use crate::profile::{ToolRole, ToolSet, ToolSpec};
+use crate::profile::{ResolvedProfile, ToolRole, ToolSpec};
 use scan::{find_close, heading_is_step, line_tag, strip_pad, LineTag};
 
 /// Why a completion yields no action (the paper's "parsable turn" is the absence of these).
@@ -81,7 +81,7 @@ pub struct Parsed {
 }
 
 /// Parses a completion in the given format (see [`crate::render::Format`]).
-pub fn parse_for(format: crate::render::Format, text: &str, tools: &ToolSet) -> Parsed {
+pub fn parse_for(format: crate::render::Format, text: &str, tools: &ResolvedProfile) -> Parsed {
     match format {
         crate::render::Format::MarkdownXml => parse_completion(text, tools),
         crate::render::Format::Xml => xml_format::parse(text, tools),
@@ -116,7 +116,7 @@ pub fn with_closing_stop<'a>(
     text: &'a str,
     finish_reason: Option<&str>,
     matched_stop: Option<&str>,
-    tools: &ToolSet,
+    tools: &ResolvedProfile,
 ) -> (std::borrow::Cow<'a, str>, Option<String>) {
     use std::borrow::Cow;
     let closers = format.action_closers(tools);
@@ -234,7 +234,7 @@ pub fn check_required(spec: &ToolSpec, arguments: &Map<String, Value>) -> Result
 }
 
 /// Parses a Markdown+XML completion against the request's tools. Pure and synchronous.
-pub fn parse_completion(text: &str, tools: &ToolSet) -> Parsed {
+pub fn parse_completion(text: &str, tools: &ResolvedProfile) -> Parsed {
     let mut fence: Option<(char, usize)> = None;
     let mut first_unknown: Option<String> = None;
     let mut offset = 0;
@@ -302,7 +302,7 @@ pub fn parse_completion(text: &str, tools: &ToolSet) -> Parsed {
 
 /// The tool a tag names: its neutral tag, case-insensitively, or the scaffold's own tool name
 /// (`<terminal>`, `<finish>`), which a model that has seen the scaffold's prompt may write.
-pub(crate) fn lookup<'a>(tools: &'a ToolSet, name: &str) -> Option<&'a ToolSpec> {
+pub(crate) fn lookup<'a>(tools: &'a ResolvedProfile, name: &str) -> Option<&'a ToolSpec> {
     tools
         .tools
         .iter()
@@ -316,7 +316,7 @@ pub(crate) fn lookup<'a>(tools: &'a ToolSet, name: &str) -> Option<&'a ToolSpec>
         })
 }
 
-fn tag_list(tools: &ToolSet) -> String {
+fn tag_list(tools: &ResolvedProfile) -> String {
     tools
         .tools
         .iter()

@@ -3,10 +3,10 @@
 //! between is read by the same tolerant scanner as the Markdown+XML format.
 
 use super::{parse_completion, Parsed};
-use crate::profile::ToolSet;
+use crate::profile::ResolvedProfile;
 
 /// Parses an XML-format completion (the text after `<step>\n<thought>\n`).
-pub fn parse(text: &str, tools: &ToolSet) -> Parsed {
+pub fn parse(text: &str, tools: &ResolvedProfile) -> Parsed {
     let (thought, rest) = match text.find("</thought>") {
         Some(i) => (&text[..i], &text[i + "</thought>".len()..]),
         None => ("", text),

@@ -7,7 +7,7 @@ use crate::error::ProxyError;
 use crate::openai::chat::{AsapHeaders, ChatCompletionRequest};
 use crate::policy;
 use crate::prefix::{PrefixStore, Selected};
-use crate::profile::{Dialect, Profiles, ToolSet};
+use crate::profile::{Dialect, Profiles, ResolvedProfile};
 use crate::render::Renderer;
 use crate::session::{self, IndexKey, NudgeState, SessionId, SessionIndex, SessionState};
 use crate::trace::{PrefixInfo, StepRecord};
@@ -15,7 +15,7 @@ use crate::trace::{PrefixInfo, StepRecord};
 /// A request turned into a prompt.
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    pub tools: ToolSet,
+    pub tools: ResolvedProfile,
     /// The conversation with this session's nudged steps in place.
     pub conversation: Conversation,
     pub prompt: String,
@@ -138,7 +138,7 @@ fn tools_for(
     request: &ChatCompletionRequest,
     profiles: &Profiles,
     config: &PromptConfig,
-) -> Result<ToolSet, ProxyError> {
+) -> Result<ResolvedProfile, ProxyError> {
     let profile = match &config.profile {
         ProfileChoice::Auto => profiles.detect(&request.tools, &request.detection_text()),
         ProfileChoice::Named(name) => profiles
@@ -157,7 +157,7 @@ fn tools_for(
     } else {
         &prompt_tools
     };
-    let mut tools = ToolSet::build(profile, offered);
+    let mut tools = ResolvedProfile::build(profile, offered);
     if profile.dialect == Some(Dialect::MiniText) {
         // mini-swe-agent 1.x wants ```bash, 2.x ```mswea_bash_command, its XML configs an
         // element: answer in the form its own prompt asks for.
@@ -171,8 +171,8 @@ fn tools_for(
 
 /// Puts the selected prefix into the conversation: a demonstration as the example; a task
 /// prefix as the first steps, after the demonstration it names, if any. Prefix actions are
-/// neutral; a generic shell may name its command otherwise ([`ToolSet::adapt_neutral`]).
-fn with_prefix(base: &mut Conversation, selected: &Selected, tools: &ToolSet) {
+/// neutral; a generic shell may name its command otherwise ([`ResolvedProfile::adapt_neutral`]).
+fn with_prefix(base: &mut Conversation, selected: &Selected, tools: &ResolvedProfile) {
     let adapt = |steps: &[Step]| -> Vec<Step> {
         steps
             .iter()

@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use crate::profile::Action;
-use crate::profile::{ToolRole, ToolSet, EDITOR_TAG};
+use crate::profile::{ResolvedProfile, ToolRole, EDITOR_TAG};
 
 /// Whether a shell command writes or modifies a file in the working tree.
 ///
@@ -101,7 +101,7 @@ pub fn shell_write_targets(command: &str) -> Vec<WriteTarget> {
 /// The files an action writes: a shell command's [`shell_write_targets`]; an editor command
 /// listed as modifying in the profile, its `path` ([`WriteKind::Create`] for `create`, else
 /// [`WriteKind::InPlace`]). Empty for an action that is not an edit ([`super::is_edit`]).
-pub fn edit_targets(action: &Action, tools: &ToolSet) -> Vec<WriteTarget> {
+pub fn edit_targets(action: &Action, tools: &ResolvedProfile) -> Vec<WriteTarget> {
     let Action::Call { tag, arguments } = action else {
         return Vec::new();
     };

@@ -44,7 +44,7 @@ use serde_json::Value;
 use crate::conversation::{Conversation, Step};
 use crate::parse::ParseFailure;
 use crate::profile::Action;
-use crate::profile::{SubmitTarget, ToolRole, ToolSet};
+use crate::profile::{ResolvedProfile, SubmitTarget, ToolRole};
 use crate::session::{NudgeKind, NudgeState};
 
 /// Thresholds and switches of the termination rules. Defaults: [`Limits::default`].
@@ -191,7 +191,7 @@ pub fn decide(
     conversation: &Conversation,
     outcome: &Result<Action, ParseFailure>,
     nudges: &NudgeState,
-    tools: &ToolSet,
+    tools: &ResolvedProfile,
     limits: &Limits,
 ) -> Decision {
     let history: Vec<&Action> = conversation.actions().collect();
@@ -249,7 +249,7 @@ pub fn decide(
 fn degenerate_loop(
     conversation: &Conversation,
     action: &Action,
-    tools: &ToolSet,
+    tools: &ResolvedProfile,
     loop_window: usize,
 ) -> Option<usize> {
     // Actions the scaffold ran with their observations; nudged steps are never actions.
@@ -293,7 +293,7 @@ fn trailing_unparsable(steps: &[Step]) -> usize {
 /// Whether an action ends the run: `<submit/>`, or a shell command that starts with the
 /// profile's finish command (mini-swe-agent's `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`,
 /// which the model may also write itself; the scaffold ends the run on it either way).
-pub fn is_submit(action: &Action, tools: &ToolSet) -> bool {
+pub fn is_submit(action: &Action, tools: &ResolvedProfile) -> bool {
     match action {
         Action::Submit { .. } => true,
         Action::Call { tag, arguments } => match (&tools.submit, tools.get(tag).map(|t| &t.role)) {
@@ -310,7 +310,7 @@ pub fn is_submit(action: &Action, tools: &ToolSet) -> bool {
 
 /// Whether an action changes files: an editor command listed as modifying in the profile, or
 /// a shell command that writes files; i.e. it has write targets ([`edit::edit_targets`]).
-pub fn is_edit(action: &Action, tools: &ToolSet) -> bool {
+pub fn is_edit(action: &Action, tools: &ResolvedProfile) -> bool {
     !edit::edit_targets(action, tools).is_empty()
 }
 
@@ -318,7 +318,11 @@ pub fn is_edit(action: &Action, tools: &ToolSet) -> bool {
 /// and does not say the write failed ([`observe::edit_failed`], with the action's tool and
 /// written files). An edit whose result the scaffold never sent back (`observation` `None`) is
 /// not known to have happened, so it is not one.
-pub fn is_successful_edit(action: &Action, observation: Option<&str>, tools: &ToolSet) -> bool {
+pub fn is_successful_edit(
+    action: &Action,
+    observation: Option<&str>,
+    tools: &ResolvedProfile,
+) -> bool {
     if !is_edit(action, tools) {
         return false;
     }
@@ -372,7 +376,11 @@ fn canonical(v: &Value) -> Value {
 /// Inserts the nudged steps of `nudges` into a conversation rebuilt from a scaffold's history,
 /// each at its recorded place, so later prompts render them where they first appeared.
 /// A nudge whose place lies beyond the history (a scaffold that dropped steps) is skipped.
-pub fn insert_nudged_steps(conversation: &mut Conversation, nudges: &NudgeState, tools: &ToolSet) {
+pub fn insert_nudged_steps(
+    conversation: &mut Conversation,
+    nudges: &NudgeState,
+    tools: &ResolvedProfile,
+) {
     let mut inserted = 0;
     let mut ordered = nudges.0.clone();
     ordered.sort_by_key(|(_, place)| *place);
@@ -393,7 +401,7 @@ pub fn push_nudge(
     conversation: &mut Conversation,
     nudges: &mut NudgeState,
     kind: NudgeKind,
-    tools: &ToolSet,
+    tools: &ResolvedProfile,
 ) -> String {
     let place = conversation
         .steps
@@ -410,7 +418,7 @@ pub fn push_nudge(
 /// The step that shows a rejected action and its hint. The rejected action is rebuilt from the
 /// history (a submit, or a copy of the previous action), never from the model's text, so the
 /// same step renders identically on every later turn (append-only prompts).
-pub fn nudged_step(before: &[Step], kind: NudgeKind, tools: &ToolSet) -> Step {
+pub fn nudged_step(before: &[Step], kind: NudgeKind, tools: &ResolvedProfile) -> Step {
     let action = match kind {
         NudgeKind::SubmitBeforeEdit => Action::Submit { message: None },
         NudgeKind::RepeatedAction => before
@@ -442,14 +450,14 @@ mod tests {
     use crate::profile::Profiles;
     use serde_json::{json, Map};
 
-    fn tools(fixture: &str) -> ToolSet {
+    fn tools(fixture: &str) -> ResolvedProfile {
         let path = format!(
             "{}/tests/fixtures/requests/{fixture}",
             env!("CARGO_MANIFEST_DIR")
         );
         let request = ChatCompletionRequest::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let profiles = Profiles::builtin().unwrap();
-        ToolSet::build(
+        ResolvedProfile::build(
             profiles.detect(&request.tools, &request.detection_text()),
             &request.tools,
         )

@@ -32,7 +32,7 @@ use serde_json::{json, Map, Value};
 
 use crate::openai::chat::Tool;
 use crate::profile::Action;
-use crate::profile::{ScaffoldReply, ToolSet, SHELL_TAG};
+use crate::profile::{ResolvedProfile, ScaffoldReply, SHELL_TAG};
 
 /// mini-swe-agent's completion command (1.x from 1.9 and 2.x).
 pub const MINI_SUBMIT: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
@@ -179,7 +179,7 @@ fn shell(command: &str) -> Action {
 impl Dialect {
     /// The reply content for a thought and an action (none: the thought as [`Dialect::plain`]
     /// text, so the scaffold's own format-error path runs).
-    pub fn write(self, thought: &str, action: Option<&Action>, tools: &ToolSet) -> String {
+    pub fn write(self, thought: &str, action: Option<&Action>, tools: &ResolvedProfile) -> String {
         let thought = thought.trim();
         if let (Self::OpenhandsFunction, Some(a)) = (self, action) {
             return write_function(thought, a, tools).unwrap_or_else(|| self.plain(thought, tools));
@@ -273,7 +273,7 @@ impl Dialect {
     /// `<function=`, `</function`, `<parameter=`, `</parameter` lose their `<`; Terminus XML:
     /// every `<` is escaped as `&lt;`; Terminus JSON: braces become parentheses (it takes the
     /// first JSON object of the reply).
-    pub fn plain(self, thought: &str, tools: &ToolSet) -> String {
+    pub fn plain(self, thought: &str, tools: &ResolvedProfile) -> String {
         match self {
             Self::MiniText => {
                 let mut text = thought.replace("```", "~~~");
@@ -295,7 +295,7 @@ impl Dialect {
     }
 
     /// A past reply of the scaffold's history: its thought and action, if it had one.
-    pub fn read(self, content: &str, tools: &ToolSet) -> (String, Option<Action>) {
+    pub fn read(self, content: &str, tools: &ResolvedProfile) -> (String, Option<Action>) {
         match self {
             Self::OpenhandsFunction => read_function(content, tools),
             Self::MiniText => read_mini(content, &tools.mini),
@@ -310,7 +310,7 @@ impl Dialect {
             Self::TerminusJson | Self::TerminusXml => Some(self.write(
                 "I checked the work; the task is complete.",
                 Some(&Action::Submit { message: None }),
-                &ToolSet::empty(),
+                &ResolvedProfile::empty(),
             )),
             Self::MiniText | Self::OpenhandsFunction => None,
         }
@@ -324,7 +324,7 @@ fn unreachable_written(thought: &str) -> String {
 
 /// The `<function=NAME>` block of an action, after the thought made plain; `None` when the
 /// action cannot be written in it (the caller then sends the plain thought).
-fn write_function(thought: &str, action: &Action, tools: &ToolSet) -> Option<String> {
+fn write_function(thought: &str, action: &Action, tools: &ResolvedProfile) -> Option<String> {
     let ScaffoldReply::ToolCall { name, arguments } = tools.to_scaffold(action, thought) else {
         return None;
     };
@@ -350,7 +350,7 @@ fn write_function(thought: &str, action: &Action, tools: &ToolSet) -> Option<Str
     Some(out)
 }
 
-fn read_function(content: &str, tools: &ToolSet) -> (String, Option<Action>) {
+fn read_function(content: &str, tools: &ResolvedProfile) -> (String, Option<Action>) {
     let start = if content.starts_with("<function=") {
         Some(0)
     } else {
@@ -649,15 +649,15 @@ mod tests {
                 shell("ls -la && echo '```'"),
                 Action::Submit { message: None },
             ] {
-                let content = d.write("Because.", Some(&a), &ToolSet::empty());
+                let content = d.write("Because.", Some(&a), &ResolvedProfile::empty());
                 assert_eq!(
-                    d.read(&content, &ToolSet::empty()),
+                    d.read(&content, &ResolvedProfile::empty()),
                     ("Because.".to_string(), Some(a.clone())),
                     "{d:?} {content}"
                 );
             }
             assert_eq!(
-                d.read("just text", &ToolSet::empty()),
+                d.read("just text", &ResolvedProfile::empty()),
                 ("just text".to_string(), None)
             );
         }
@@ -702,7 +702,7 @@ mod tests {
             (MiniBlock::Tag("mswea_bash_command".into()), MINI_SUBMIT),
             (MiniBlock::Tag("bash_code".into()), MINI_SUBMIT),
         ] {
-            let mut tools = ToolSet::empty();
+            let mut tools = ResolvedProfile::empty();
             tools.mini = MiniFormat {
                 block: block.clone(),
                 submit: submit.into(),
@@ -716,14 +716,14 @@ mod tests {
                 let (_, read) = Dialect::MiniText.read(&content, &tools);
                 assert_eq!(read, Some(a.clone()), "{block:?} {content}");
                 // Read back with the default format too: a history in any form is understood.
-                let (_, read) = Dialect::MiniText.read(&content, &ToolSet::empty());
+                let (_, read) = Dialect::MiniText.read(&content, &ResolvedProfile::empty());
                 assert_eq!(read, Some(a), "{block:?} {content}");
             }
             let submit_text =
                 Dialect::MiniText.write("", Some(&Action::Submit { message: None }), &tools);
             assert!(submit_text.contains(submit), "{submit_text}");
         }
-        let mut tools = ToolSet::empty();
+        let mut tools = ResolvedProfile::empty();
         tools.mini.block = MiniBlock::Tag("mswea_bash_command".into());
         let a = shell("echo '</mswea_bash_command>'");
         assert_eq!(
@@ -738,7 +738,7 @@ mod tests {
         let v: Value = serde_json::from_str(&Dialect::TerminusJson.write(
             "t",
             Some(&shell("make")),
-            &ToolSet::empty(),
+            &ResolvedProfile::empty(),
         ))
         .unwrap();
         assert_eq!(v["commands"][0]["keystrokes"], "make\n");

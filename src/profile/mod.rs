@@ -14,8 +14,8 @@ pub use dialect::{
 };
 
 pub use toolset::{
-    check_tools, is_tag_name, neutralise_description, ParamSpec, ScaffoldReply, SubmitTarget,
-    ToolDefinitionError, ToolRole, ToolSet, ToolSpec, EDITOR_TAG, MAX_NAME_LEN,
+    check_tools, is_tag_name, neutralise_description, ParamSpec, ResolvedProfile, ScaffoldReply,
+    SubmitTarget, ToolDefinitionError, ToolRole, ToolSpec, EDITOR_TAG, MAX_NAME_LEN,
     RESERVED_PARAMETER_NAMES, RESERVED_TOOL_NAMES, SHELL_TAG, STRUCTURAL_TAGS, SUBMIT_TAG,
 };
 

@@ -60,7 +60,7 @@ pub struct ToolDefinitionError {
 /// [`RESERVED_PARAMETER_NAMES`]); a parameter's `type` (and its `items.type`) and its string
 /// `enum` values must not contain `<`, `>`, `"` or a line break (they are written into
 /// attributes and one-line lists). Descriptions are free text and are not checked here:
-/// [`ToolSet::build`] neutralises them ([`neutralise_description`]).
+/// [`ResolvedProfile::build`] neutralises them ([`neutralise_description`]).
 ///
 /// Errors: the first offending field, with its JSON path and the tool's name.
 pub fn check_tools(tools: &[Tool]) -> Result<(), ToolDefinitionError> {
@@ -214,9 +214,12 @@ pub fn neutralise_description(text: &str) -> String {
     out
 }
 
-/// The neutral tool set of one request.
+/// A profile resolved for one request: the tools it offers, in the neutral vocabulary (the
+/// request's tool set: `tools`, `submit`), and what the profile says of the scaffold (hints,
+/// dialect, tool output, default prefix). Functions that need only the tool list still name
+/// their parameter `tools`.
 #[derive(Debug, Clone)]
-pub struct ToolSet {
+pub struct ResolvedProfile {
     /// Name of the profile this set was built with.
     pub profile: String,
     /// Tools in documentation order: shell, editor, others in request order, submit last.
@@ -238,7 +241,7 @@ pub struct ToolSet {
     pub tool_output: super::ToolOutput,
     /// The shell is an unknown scaffold's (profile `shell_names`, not a known profile's
     /// `shell`): its optional parameters are documented and, when a call uses them, written as
-    /// child tags ([`ToolSet::shell_command`]). Known scaffolds' shells are written
+    /// child tags ([`ResolvedProfile::shell_command`]). Known scaffolds' shells are written
     /// `<bash>COMMAND</bash>` as they always were.
     pub generic_shell: bool,
     defaults: Map<String, Value>,
@@ -353,7 +356,7 @@ impl ToolSpec {
     }
 }
 
-impl ToolSet {
+impl ResolvedProfile {
     /// Builds the neutral set for `tools` under `profile`.
     pub fn build(profile: &Profile, tools: &[Tool]) -> Self {
         let offered = |name: &str| tools.iter().any(|t| t.function.name == name);
@@ -468,7 +471,7 @@ impl ToolSet {
 
     /// The command of a shell call written `<bash>COMMAND</bash>`; `None` when the call is
     /// written with child tags instead: not a shell, no string command, or a generic shell
-    /// ([`ToolSet::generic_shell`]) called with other visible arguments beside the command (a
+    /// ([`ResolvedProfile::generic_shell`]) called with other visible arguments beside the command (a
     /// `timeout`), so none is lost.
     pub fn shell_command<'a>(
         &self,
@@ -807,7 +810,7 @@ mod tests {
         ]))
         .unwrap();
         let profiles = crate::profile::Profiles::builtin().unwrap();
-        let set = ToolSet::build(profiles.get("generic").unwrap(), &tools);
+        let set = ResolvedProfile::build(profiles.get("generic").unwrap(), &tools);
         let call = |key: &str| Action::Call {
             tag: SHELL_TAG.into(),
             arguments: Map::from_iter([(key.to_string(), Value::from("ls"))]),
@@ -815,7 +818,7 @@ mod tests {
         assert_eq!(set.adapt_neutral(&call("command")), call("cmd"));
         assert_eq!(set.adapt_neutral(&call("cmd")), call("cmd"));
         // A shell named `command` (every known scaffold's) is left as it is.
-        let swe = ToolSet::build(
+        let swe = ResolvedProfile::build(
             profiles.get("generic").unwrap(),
             &serde_json::from_value::<Vec<Tool>>(serde_json::json!([
                 {"type": "function", "function": {"name": "bash", "description": "x",
@@ -838,7 +841,7 @@ mod tests {
         ]))
         .unwrap();
         let profiles = crate::profile::Profiles::builtin().unwrap();
-        let set = ToolSet::build(profiles.get("generic").unwrap(), &tools);
+        let set = ResolvedProfile::build(profiles.get("generic").unwrap(), &tools);
         let tags: Vec<&str> = set.tools.iter().map(|t| t.tag.as_str()).collect();
         assert_eq!(tags, ["good", "submit"]);
         let visible: Vec<&str> = set.tools[0]

@@ -5,7 +5,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::profile::Action;
-use crate::profile::{ToolRole, ToolSet, ToolSpec, SUBMIT_TAG};
+use crate::profile::{ResolvedProfile, ToolRole, ToolSpec, SUBMIT_TAG};
 
 use super::xml::{ordered, placeholder};
 
@@ -16,11 +16,11 @@ pub const CUE: &str = "{\"thought\":\"";
 pub const STOP: [&str; 3] = ["\n", ",\"observation\"", ", \"observation\""];
 
 /// The action object `{"tool":…,"arguments":{…}}` as compact JSON, arguments in schema order.
-pub fn action(action: &Action, tools: &ToolSet) -> String {
+pub fn action(action: &Action, tools: &ResolvedProfile) -> String {
     action_value(action, tools).to_string()
 }
 
-fn action_value(action: &Action, tools: &ToolSet) -> Value {
+fn action_value(action: &Action, tools: &ResolvedProfile) -> Value {
     match action {
         Action::Submit { .. } => json!({"tool": SUBMIT_TAG, "arguments": {}}),
         Action::Call { tag, arguments } => {

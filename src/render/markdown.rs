@@ -9,7 +9,7 @@
 use serde_json::{Map, Value};
 
 use crate::profile::Action;
-use crate::profile::{ToolRole, ToolSet, ToolSpec, SUBMIT_TAG};
+use crate::profile::{ResolvedProfile, ToolRole, ToolSpec, SUBMIT_TAG};
 
 use super::xml::{ordered, placeholder};
 
@@ -61,7 +61,7 @@ fn value_text(value: &Value) -> String {
 }
 
 /// An action as a fenced block.
-pub fn action(action: &Action, tools: &ToolSet) -> String {
+pub fn action(action: &Action, tools: &ResolvedProfile) -> String {
     match action {
         Action::Submit { .. } => fenced(SUBMIT_TAG, ""),
         Action::Call { tag, arguments } => {

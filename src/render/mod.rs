@@ -18,7 +18,7 @@ use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use crate::conversation::Conversation;
-use crate::profile::ToolSet;
+use crate::profile::ResolvedProfile;
 
 /// The cue of the default format (Markdown+XML): the model continues with its thought.
 pub const CUE: &str = "## Thinking\n";
@@ -115,7 +115,7 @@ impl Format {
     /// drop a matched stop string from the text; the parser gets it back from
     /// [`crate::parse::with_closing_stop`]. A heredoc whose body holds the action's own
     /// closing tag at a line start is cut there (rare; the command then fails visibly).
-    pub fn stops(self, tools: &ToolSet) -> Vec<String> {
+    pub fn stops(self, tools: &ResolvedProfile) -> Vec<String> {
         let mut stops: Vec<String> = self
             .step_end_stops()
             .iter()
@@ -128,7 +128,7 @@ impl Format {
     /// Closing tags of the tools that take a body (`</bash>`, `</str_replace_editor>`), in
     /// the tag formats (Markdown+XML, XML); none in Markdown and JSON, whose stops already
     /// follow the action. `<submit/>` closes itself and is not a stop.
-    pub fn action_closers(self, tools: &ToolSet) -> Vec<String> {
+    pub fn action_closers(self, tools: &ResolvedProfile) -> Vec<String> {
         match self {
             Self::MarkdownXml | Self::Xml => tools
                 .tools
@@ -141,7 +141,7 @@ impl Format {
     }
 
     /// An action written in this format.
-    pub fn action(self, action: &crate::profile::Action, tools: &ToolSet) -> String {
+    pub fn action(self, action: &crate::profile::Action, tools: &ResolvedProfile) -> String {
         match self {
             Self::MarkdownXml | Self::Xml => xml::action(action, tools),
             Self::Markdown => markdown::action(action, tools),
@@ -304,7 +304,8 @@ impl Renderer {
         }
         let renderer = Self { env };
         for format in FORMATS {
-            let prompt = renderer.render(format, &Conversation::default(), &ToolSet::empty())?;
+            let prompt =
+                renderer.render(format, &Conversation::default(), &ResolvedProfile::empty())?;
             if !prompt.ends_with(format.cue()) {
                 return Err(RenderError {
                     template: format.template(),
@@ -323,7 +324,7 @@ impl Renderer {
         &self,
         format: Format,
         conversation: &Conversation,
-        tools: &ToolSet,
+        tools: &ResolvedProfile,
     ) -> Result<String, RenderError> {
         let tags: Vec<&str> = tools.tools.iter().map(|t| t.tag.as_str()).collect();
         let tool_docs: Vec<ToolDoc> = tools

@@ -10,10 +10,10 @@ use serde_json::{Map, Value};
 
 use crate::openai::chat::RAW_ARGUMENTS;
 use crate::profile::Action;
-use crate::profile::{ParamSpec, ToolRole, ToolSet, ToolSpec, SUBMIT_TAG};
+use crate::profile::{ParamSpec, ResolvedProfile, ToolRole, ToolSpec, SUBMIT_TAG};
 
 /// Writes a neutral action as XML.
-pub fn action(action: &Action, tools: &ToolSet) -> String {
+pub fn action(action: &Action, tools: &ResolvedProfile) -> String {
     match action {
         Action::Submit { .. } => format!("<{SUBMIT_TAG}/>"),
         Action::Call { tag, arguments } => {

@@ -12,7 +12,7 @@ use crate::conversation::{tool_output_text, Conversation};
 use crate::openai::chat::{ChatCompletionRequest, ChatMessage};
 use crate::policy;
 use crate::profile::Action;
-use crate::profile::{Profiles, ScaffoldReply, ToolRole, ToolSet};
+use crate::profile::{Profiles, ResolvedProfile, ScaffoldReply, ToolRole};
 use crate::session::CallId;
 use crate::trace::delta::RequestState;
 use crate::trace::read::{Body, ReadError, Record, TraceFilesError, TraceReader};
@@ -204,7 +204,7 @@ fn builtin_profiles() -> Option<&'static Profiles> {
 /// Whether the scaffold takes `action` as its finish action: `<submit/>`, or an action it
 /// reads back as one, such as mini-swe-agent's `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`
 /// written as a shell command (the same mapping the proxy applies to the history).
-fn reads_as_submit(action: &Action, tools: &ToolSet) -> bool {
+fn reads_as_submit(action: &Action, tools: &ResolvedProfile) -> bool {
     if matches!(action, Action::Submit { .. }) {
         return true;
     }
@@ -264,7 +264,7 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstRe
         .then(|| serde_json::to_vec(&request.body()).ok())
         .flatten()
         .and_then(|body| ChatCompletionRequest::from_slice(&body).ok());
-    let mut tools = ToolSet::build(
+    let mut tools = ResolvedProfile::build(
         profile,
         decoded.as_ref().map_or(&[][..], |r| r.tools.as_slice()),
     );

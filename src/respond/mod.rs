@@ -21,7 +21,7 @@ use crate::openai::response::{
 use crate::parse::{ParseFailure, Parsed};
 use crate::policy::Termination;
 use crate::profile::Action;
-use crate::profile::{ScaffoldReply, ToolSet};
+use crate::profile::{ResolvedProfile, ScaffoldReply};
 use crate::session::{CallId, NudgeState, SessionId};
 
 /// Bytes of `arguments` per streamed fragment.
@@ -46,7 +46,7 @@ pub struct Reply {
 pub fn reply(
     parsed: &Parsed,
     completion: &BackendCompletion,
-    tools: &ToolSet,
+    tools: &ResolvedProfile,
     call_id: &CallId,
     allow_tool_call: bool,
 ) -> Reply {
@@ -128,7 +128,7 @@ pub fn reply(
 pub fn termination(
     parsed: &Parsed,
     completion: &BackendCompletion,
-    tools: &ToolSet,
+    tools: &ResolvedProfile,
     session: &SessionId,
     step: usize,
     nudges: &NudgeState,

@@ -46,7 +46,7 @@
 //!   text included unless the statement is tagged). Instance id: the session's `instance_id`,
 //!   else its `task`, else the file stem. Date: the session record's time.
 //!
-//! Tool names go through the scaffold's profile ([`ToolSet::from_scaffold`]: swe-agent,
+//! Tool names go through the scaffold's profile ([`ResolvedProfile::from_scaffold`]: swe-agent,
 //! openhands-sdk, openhands-codeact for V0, or `--profile`), then a fixed table for names the
 //! profile does not cover: `execute_bash`/`terminal` → `bash`, `file_editor` →
 //! `str_replace_editor`, `finish` → `submit`; others are kept. OpenHands metadata parameters
@@ -69,7 +69,9 @@ use super::leak::{check, GoldPatches, Leak, LeakCheck};
 use super::{Prefix, PrefixAction, PrefixError, PrefixStep, Source};
 use crate::openai::chat::Tool;
 use crate::profile::Action;
-use crate::profile::{Profile, ProfileError, Profiles, ToolSet, EDITOR_TAG, SHELL_TAG, SUBMIT_TAG};
+use crate::profile::{
+    Profile, ProfileError, Profiles, ResolvedProfile, EDITOR_TAG, SHELL_TAG, SUBMIT_TAG,
+};
 
 /// Parameters that are scaffold metadata, never part of a neutral action.
 pub const METADATA_PARAMETERS: [&str; 2] = ["security_risk", "summary"];
@@ -550,7 +552,7 @@ pub fn neutral_name(name: &str) -> &str {
 }
 
 fn map_steps(raw: Vec<RawStep>, profile: Option<&Profile>) -> Vec<PrefixStep> {
-    let tools = profile.map(|p| ToolSet::build(p, &tools_of(&raw)));
+    let tools = profile.map(|p| ResolvedProfile::build(p, &tools_of(&raw)));
     raw.into_iter()
         .map(|s| {
             let action = match &tools {
