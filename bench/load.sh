@@ -14,6 +14,8 @@
 # Usage: bench/load.sh [--quick|--rss]  (--quick: fewer requests, for a smoke test;
 #                                        --rss: only the 256-concurrent RSS step, no report)
 # Env:   OHA=path/to/oha  MOCK_PORT=19001  PROXY_PORT=19002  RESULTS=bench/results
+#        PROXY_BIN=path (default target/release/asap-proxy: the proxy measured, e.g. an
+#        older build for a before/after run with the same bodies, mock and client)
 #        PROXY_ENV='NAME=value ...' (extra environment for the proxy, e.g. malloc tunables)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -52,7 +54,7 @@ done
 
 echo "== cargo build --release (proxy, mock backend, body generator)" >&2
 cargo build --release --locked --bin asap-proxy --bin fake-backend --example bench_bodies >&2
-PROXY_BIN=target/release/asap-proxy
+PROXY_BIN=${PROXY_BIN:-target/release/asap-proxy}
 MOCK_BIN=target/release/fake-backend
 
 WORK=$(mktemp -d /tmp/asap-load.XXXXXX)
@@ -251,7 +253,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; $(uname -sr)."
     echo "Proxy on CPU $PROXY_CPU; mock backend and oha ($("$OHA" --version)) on CPU $CLIENT_CPU."
     echo "Load average before/after: $LOAD_BEFORE / $LOAD_AFTER. Quick mode: $QUICK."
-    echo "Commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$( [[ -n "$(git status --porcelain 2>/dev/null)" ]] && echo ' (working tree modified)'); proxy environment: ${PROXY_ENV:-none}."
+    echo "Commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$( [[ -n "$(git status --porcelain 2>/dev/null)" ]] && echo ' (working tree modified)'); proxy environment: ${PROXY_ENV:-none}; proxy binary: $PROXY_BIN ($("$PROXY_BIN" --version 2>/dev/null || echo "version unknown"))."
     echo
     echo "Latency in ms (oha, request sent to response body read). Added = proxy - direct."
     echo "CPU = proxy utime+stime per request. RSS = proxy VmHWM after the run."
