@@ -2,8 +2,9 @@
 """Project rules for deploy/ that no schema checks (run by deploy/check.sh).
 
 1. The ConfigMap carries deploy/config/asap-proxy.toml verbatim.
-2. Every key of that TOML file is a field of `FileConfig` in src/config.rs (the proxy
-   rejects unknown keys at start; this catches it without a built binary).
+2. Every key of that TOML file is a settings field of src/config.rs (`ServeArgs` or
+   `PromptArgs`, each declared once for flags and file; the proxy rejects unknown keys at
+   start; this catches it without a built binary).
 3. Every pod template (Deployment, Job) has an `asap-proxy` container (or native sidecar)
    with liveness and readiness probes on /health, CPU and memory requests and limits, a
    non-root security context, and Prometheus scrape annotations for /metrics on the
@@ -39,13 +40,30 @@ def problem(where: str, what: str) -> None:
 
 
 def file_config_keys() -> set[str]:
-    """Field names of `pub struct FileConfig` in src/config.rs."""
+    """The TOML keys of src/config.rs: fields of `ServeArgs` and `PromptArgs`, less those
+    marked `#[serde(skip)]` (flags only) and flattened groups."""
     text = (REPO / "src" / "config.rs").read_text()
-    m = re.search(r"pub struct FileConfig \{(.*?)\n\}", text, re.S)
-    if not m:
-        problem("src/config.rs", "no `pub struct FileConfig` found")
-        return set()
-    return set(re.findall(r"pub (\w+):", m.group(1)))
+    keys: set[str] = set()
+    for name in ("ServeArgs", "PromptArgs"):
+        m = re.search(r"pub struct " + name + r" \{(.*?)\n    \}", text, re.S)
+        if not m:
+            problem("src/config.rs", f"no `pub struct {name}` found")
+            return set()
+        attrs: list[str] = []
+        for line in m.group(1).splitlines():
+            line = line.strip()
+            if line.startswith("#["):
+                attrs.append(line)
+                continue
+            field = re.match(r"pub (\w+):", line)
+            if field:
+                skipped = any("serde(skip)" in a or "flatten" in a for a in attrs)
+                if not skipped:
+                    keys.add(field.group(1))
+                attrs = []
+            elif not line.startswith("///"):
+                attrs = [] if not line else attrs
+    return keys
 
 
 def check_config() -> None:
@@ -58,7 +76,7 @@ def check_config() -> None:
     known = file_config_keys()
     for key in config:
         if known and key not in known:
-            problem(str(TOML_FILE.relative_to(REPO)), f"unknown key {key!r} (not in FileConfig)")
+            problem(str(TOML_FILE.relative_to(REPO)), f"unknown key {key!r} (not a field of ServeArgs or PromptArgs)")
     docs = [d for d in yaml.safe_load_all(CONFIGMAP.read_text()) if d]
     data = docs[0].get("data", {}) if docs else {}
     if data.get("asap-proxy.toml") != text:
