@@ -21,7 +21,7 @@ use asap_proxy::policy::{self, edit_targets};
 use asap_proxy::profile::Action;
 use asap_proxy::profile::{Profiles, ResolvedProfile, ToolRole};
 use asap_proxy::report::behaviour::Ending;
-use asap_proxy::report::{load, Behaviour, Report, Trajectory, Turn};
+use asap_proxy::report::{load, Attempt, Behaviour, Report, Trajectory};
 use asap_proxy::session::NudgeKind;
 
 use crate::util::backend::Scripted;
@@ -123,7 +123,7 @@ fn call(tag: &str, arguments: &[(&str, &str)]) -> Action {
 
 /// A turn whose flags come from the real classifiers over `tools`, as `report::load` fills
 /// them.
-fn turn_with(tools: &ResolvedProfile, action: Action, observation: Option<&str>) -> Turn {
+fn turn_with(tools: &ResolvedProfile, action: Action, observation: Option<&str>) -> Attempt {
     let shell_command = match &action {
         Action::Call { tag, arguments } => match tools.get(tag).map(|t| &t.role) {
             Some(ToolRole::Shell { command_parameter }) => arguments
@@ -134,19 +134,19 @@ fn turn_with(tools: &ResolvedProfile, action: Action, observation: Option<&str>)
         },
         Action::Submit { .. } => None,
     };
-    Turn {
+    Attempt {
         is_edit: policy::is_edit(&action, tools),
         edit_targets: edit_targets(&action, tools),
         is_submit: policy::is_submit(&action, tools),
         shell_command,
         observation: observation.map(str::to_string),
         action: Some(action),
-        ..Turn::default()
+        ..Attempt::default()
     }
 }
 
 /// SWE-agent bash command and its output.
-fn bash(command: &str, observation: &str) -> Turn {
+fn bash(command: &str, observation: &str) -> Attempt {
     turn_with(
         swe(),
         call("bash", &[("command", command)]),
@@ -155,12 +155,12 @@ fn bash(command: &str, observation: &str) -> Turn {
 }
 
 /// SWE-agent bash command whose output the scaffold never sent (the run's last action).
-fn bash_unanswered(command: &str) -> Turn {
+fn bash_unanswered(command: &str) -> Attempt {
     turn_with(swe(), call("bash", &[("command", command)]), None)
 }
 
 /// mini-swe-agent bash command and its output.
-fn mini_bash(command: &str, observation: &str) -> Turn {
+fn mini_bash(command: &str, observation: &str) -> Attempt {
     turn_with(
         mini(),
         call("bash", &[("command", command)]),
@@ -168,7 +168,7 @@ fn mini_bash(command: &str, observation: &str) -> Turn {
     )
 }
 
-fn str_replace(path: &str, old: &str, new: &str, observation: &str) -> Turn {
+fn str_replace(path: &str, old: &str, new: &str, observation: &str) -> Attempt {
     turn_with(
         swe(),
         call(
@@ -184,7 +184,7 @@ fn str_replace(path: &str, old: &str, new: &str, observation: &str) -> Turn {
     )
 }
 
-fn create(path: &str, text: &str, observation: &str) -> Turn {
+fn create(path: &str, text: &str, observation: &str) -> Attempt {
     turn_with(
         swe(),
         call(
@@ -195,7 +195,7 @@ fn create(path: &str, text: &str, observation: &str) -> Turn {
     )
 }
 
-fn view(path: &str, observation: &str) -> Turn {
+fn view(path: &str, observation: &str) -> Attempt {
     turn_with(
         swe(),
         call("str_replace_editor", &[("command", "view"), ("path", path)]),
@@ -204,27 +204,27 @@ fn view(path: &str, observation: &str) -> Turn {
 }
 
 /// The model's `<submit/>` (the last action: no observation).
-fn submit() -> Turn {
+fn submit() -> Attempt {
     turn_with(swe(), Action::Submit { message: None }, None)
 }
 
 /// A completion that did not parse, with its failure class.
-fn unparsed(class: &str) -> Turn {
-    Turn {
+fn unparsed(class: &str) -> Attempt {
+    Attempt {
         parse_error: Some(class.into()),
-        ..Turn::default()
+        ..Attempt::default()
     }
 }
 
 /// The proxy rejected this output with a nudge (the scaffold never saw it).
-fn nudged(mut turn: Turn, kind: NudgeKind) -> Turn {
+fn nudged(mut turn: Attempt, kind: NudgeKind) -> Attempt {
     turn.nudge = Some(kind);
     turn.observation = None;
     turn
 }
 
 /// The proxy ended the run on this output (replaced it by its termination).
-fn terminating(mut turn: Turn) -> Turn {
+fn terminating(mut turn: Attempt) -> Attempt {
     turn.terminated = true;
     turn.observation = None;
     turn
@@ -232,8 +232,8 @@ fn terminating(mut turn: Turn) -> Turn {
 
 /// Numbers steps and attempts as the proxy would: the output after a nudge is the next
 /// attempt of the same request; every other output opens a new request.
-fn numbered(turns: Vec<Turn>) -> Vec<Turn> {
-    let mut out: Vec<Turn> = Vec::new();
+fn numbered(turns: Vec<Attempt>) -> Vec<Attempt> {
+    let mut out: Vec<Attempt> = Vec::new();
     let mut step = 0;
     for t in turns {
         let (step_now, attempt) = match out.last() {
@@ -244,7 +244,7 @@ fn numbered(turns: Vec<Turn>) -> Vec<Turn> {
             }
             None => (0, 0),
         };
-        out.push(Turn {
+        out.push(Attempt {
             step: step_now,
             attempt,
             ..t
@@ -253,7 +253,7 @@ fn numbered(turns: Vec<Turn>) -> Vec<Turn> {
     out
 }
 
-fn trajectory(task: &str, turns: Vec<Turn>) -> Trajectory {
+fn trajectory(task: &str, turns: Vec<Attempt>) -> Trajectory {
     Trajectory {
         session: "golden".into(),
         label: "golden".into(),
@@ -261,16 +261,16 @@ fn trajectory(task: &str, turns: Vec<Turn>) -> Trajectory {
         profile: "swe-agent".into(),
         format: "markdown_xml".into(),
         task_text: task.into(),
-        turns: numbered(turns),
+        attempts: numbered(turns),
         ..Trajectory::default()
     }
 }
 
-fn of(turns: Vec<Turn>) -> Behaviour {
+fn of(turns: Vec<Attempt>) -> Behaviour {
     Behaviour::of(&trajectory(TASK, turns), None)
 }
 
-fn ended(turns: Vec<Turn>, termination: Option<&str>, error: Option<&str>) -> Behaviour {
+fn ended(turns: Vec<Attempt>, termination: Option<&str>, error: Option<&str>) -> Behaviour {
     let mut t = trajectory(TASK, turns);
     t.termination = termination.map(str::to_string);
     t.error = error.map(str::to_string);
@@ -284,7 +284,7 @@ const REPRO_TEXT: &str =
 const PYTEST: &str = "cd /testbed && python -m pytest tests/test_calc.py -q";
 
 /// A successful fix of `src/calc.py` with the editor.
-fn fix() -> Turn {
+fn fix() -> Attempt {
     str_replace(
         SRC,
         "return a - b",
@@ -361,7 +361,7 @@ fn parsable_and_valid_turns_are_shares_of_all_turns() {
 
     // The doc's worked example: 10 turns, 7 parsed, 1 unknown_tool, 2 no_action → 8/10 and
     // 7/10, pooled over the label through `Report::build`.
-    let mut turns: Vec<Turn> = (0..7)
+    let mut turns: Vec<Attempt> = (0..7)
         .map(|i| bash(&format!("sed -n '{i},+5p' src/calc.py"), "x"))
         .collect();
     turns.extend([
@@ -558,7 +558,7 @@ fn an_edit_then_a_failing_test_in_one_command_is_a_successful_edit() {
 #[test]
 fn active_testing_and_failed_test_seen() {
     // (turn, active testing, failed test seen), each alone in its trajectory.
-    let cases: Vec<(Turn, bool, bool, &str)> = vec![
+    let cases: Vec<(Attempt, bool, bool, &str)> = vec![
         (
             bash("cd /testbed && python reproduce.py", REPRO_TRACEBACK),
             true,
@@ -825,7 +825,7 @@ fn explicit_submission() {
 
 /// fix, pytest (fails), edit, pytest (fails), edit, pytest (passes): three different
 /// successful edits, each followed by the same test command.
-fn edit_test_cycle() -> Vec<Turn> {
+fn edit_test_cycle() -> Vec<Attempt> {
     vec![
         fix(),
         bash(PYTEST, PYTEST_FAILED),
@@ -1083,7 +1083,7 @@ fn one_ending_per_trajectory() {
             fix(),
         ],
     );
-    assert_eq!(t.turns[2].attempt, 1);
+    assert_eq!(t.attempts[2].attempt, 1);
     assert_eq!(
         Behaviour::of(&t, Some(4)).ending,
         Ending::StoppedWithoutSubmission
@@ -1094,7 +1094,7 @@ fn one_ending_per_trajectory() {
     assert_eq!(Behaviour::of(&t, Some(3)).ending, Ending::Submitted);
 }
 
-fn cat_src() -> Turn {
+fn cat_src() -> Attempt {
     bash(
         "cat /testbed/src/calc.py",
         "def add(a, b):\n    return a - b\n",
@@ -1163,7 +1163,7 @@ fn exploration_only_and_steps_before_the_first_edit() {
     // The label's median over trajectories that edit: first edits at steps 2, 5, 9 and one
     // trajectory without an edit → median 5 over 3 trajectories.
     let first_edit_at = |n: usize| {
-        let mut turns: Vec<Turn> = (0..n)
+        let mut turns: Vec<Attempt> = (0..n)
             .map(|i| {
                 bash(
                     &format!("sed -n '{},{}p' /testbed/src/calc.py", i + 1, i + 9),
@@ -1322,8 +1322,8 @@ FAILED tests/test_inventory.py::test_empty_total - assert False\n\
         "...                                                                      [100%]\n3 passed in 0.05s",
     ];
     let t = record("swe-agent-1.json", script, &observations, |_| {}).await;
-    assert_eq!(t.turns.len(), 10);
-    assert_eq!(t.turns[6].observation.as_deref(), Some(failing));
+    assert_eq!(t.attempts.len(), 10);
+    assert_eq!(t.attempts[6].observation.as_deref(), Some(failing));
     let b = Behaviour::of(&t, None);
     // By hand:
     //  0 ls            1 cat           2 create reproduce.py (edit, created)
@@ -1366,7 +1366,7 @@ async fn recorded_mini_swe_agent_run_fixed_after_a_failing_reproduction() {
         "<returncode>0</returncode>\n<output>\n</output>",
     ];
     let t = record("mini-swe-agent-1.json", script, &observations, |_| {}).await;
-    assert_eq!(t.turns.len(), 6);
+    assert_eq!(t.attempts.len(), 6);
     let b = Behaviour::of(&t, None);
     // By hand: 0 cat; 1 heredoc into reproduce.py (edit; never seen → created); 2 python
     // reproduce.py (test, returncode 1 + traceback → fails); 3 sed -i slug.py (edit in place
@@ -1398,7 +1398,7 @@ async fn recorded_mini_swe_agent_json_output_is_read_decoded() {
     ];
     let t = record("mini-swe-agent-1.json", script, &observations, |_| {}).await;
     assert_eq!(
-        t.turns[0].observation.as_deref(),
+        t.attempts[0].observation.as_deref(),
         Some("__init__.py\nhelpers.py"),
         "decoded"
     );
@@ -1542,7 +1542,7 @@ async fn recorded_endings_degenerate_loop_and_submit_before_edit_twice() {
 #[test]
 fn every_rate_of_a_label_by_hand() {
     let ls = || bash("ls /testbed", "README.md\nsrc\ntests");
-    let runs: Vec<(Vec<Turn>, Option<&str>, Option<&str>)> = vec![
+    let runs: Vec<(Vec<Attempt>, Option<&str>, Option<&str>)> = vec![
         // T1: ls, create repro, run (fails), fix, run (passes), submit.
         //   turns 6, parsable 6, valid 6; autonomous, testing, failed; no re-edit; submitted.
         (
@@ -1830,7 +1830,11 @@ discussion/command tags.";
     }
     let files = proxy.trace_files();
     let t = load::trajectory(&files[0]).unwrap().unwrap();
-    let classes: Vec<Option<&str>> = t.turns.iter().map(|t| t.parse_error.as_deref()).collect();
+    let classes: Vec<Option<&str>> = t
+        .attempts
+        .iter()
+        .map(|t| t.parse_error.as_deref())
+        .collect();
     assert_eq!(
         classes,
         vec![
@@ -1843,7 +1847,7 @@ discussion/command tags.";
         ]
     );
     assert_eq!(
-        t.turns[3].observation.as_deref(),
+        t.attempts[3].observation.as_deref(),
         Some("README.md\ninventory.py\ntests")
     );
     let b = Behaviour::of(&t, None);

@@ -16,7 +16,7 @@ use asap_proxy::report::protocol::{Rules, SessionProtocol};
 use asap_proxy::report::results::{self, Entry, Parsed};
 use asap_proxy::report::summary::Options;
 use asap_proxy::report::ReportFormat;
-use asap_proxy::report::{output, Outcome, Report, Results, TaskCount, Trajectory, Turn};
+use asap_proxy::report::{output, Attempt, Outcome, Report, Results, TaskCount, Trajectory};
 
 use crate::util::backend::Scripted;
 use crate::util::proxy::{serve_with, Proxy};
@@ -25,11 +25,11 @@ use crate::util::request;
 // ---------------------------------------------------------------------------------------------
 // Builders
 
-fn submit() -> Turn {
-    Turn {
+fn submit() -> Attempt {
+    Attempt {
         action: Some(Action::Submit { message: None }),
         is_submit: true,
-        ..Turn::default()
+        ..Attempt::default()
     }
 }
 
@@ -43,7 +43,7 @@ fn traj(label: &str, task: &str, run: usize) -> Trajectory {
         start_ms: run as u64,
         profile: "swe-agent".into(),
         format: "markdown_xml".into(),
-        turns: vec![submit()],
+        attempts: vec![submit()],
         ..Trajectory::default()
     }
 }

@@ -104,7 +104,7 @@ async fn a_pretty_printed_crlf_body_gives_one_line_records_that_report_and_repla
     let trajectory = asap_proxy::report::load::trajectory(&files[0])
         .unwrap()
         .unwrap();
-    assert_eq!(trajectory.turns.len(), 2);
+    assert_eq!(trajectory.attempts.len(), 2);
 
     replay_is_clean(proxy.log_dir.path(), 2);
 }

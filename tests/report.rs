@@ -14,8 +14,8 @@ use asap_proxy::report::behaviour::Ending;
 use asap_proxy::report::results::{self, Entry, Parsed, Spec};
 use asap_proxy::report::ReportFormat;
 use asap_proxy::report::{
-    compare, intersection, mean_pass_at_k, number_runs, output, pass_at_k, plots, Behaviour,
-    Outcome, Report, Results, TaskCount, Trajectory, Turn,
+    compare, intersection, mean_pass_at_k, number_runs, output, pass_at_k, plots, Attempt,
+    Behaviour, Outcome, Report, Results, TaskCount, Trajectory,
 };
 use asap_proxy::session::NudgeKind;
 
@@ -31,46 +31,46 @@ fn call(tag: &str, key: &str, value: &str) -> Option<Action> {
     })
 }
 
-fn shell(command: &str, observation: &str) -> Turn {
-    Turn {
+fn shell(command: &str, observation: &str) -> Attempt {
+    Attempt {
         action: call("bash", "command", command),
         shell_command: Some(command.into()),
         observation: Some(observation.into()),
-        ..Turn::default()
+        ..Attempt::default()
     }
 }
 
-fn edit() -> Turn {
-    Turn {
+fn edit() -> Attempt {
+    Attempt {
         action: call("str_replace_editor", "command", "str_replace"),
         is_edit: true,
         observation: Some("The file has been edited.".into()),
-        ..Turn::default()
+        ..Attempt::default()
     }
 }
 
-fn submit() -> Turn {
-    Turn {
+fn submit() -> Attempt {
+    Attempt {
         action: Some(Action::Submit { message: None }),
         is_submit: true,
-        ..Turn::default()
+        ..Attempt::default()
     }
 }
 
-fn unparsable(class: &str) -> Turn {
-    Turn {
+fn unparsable(class: &str) -> Attempt {
+    Attempt {
         parse_error: Some(class.into()),
-        ..Turn::default()
+        ..Attempt::default()
     }
 }
 
-fn nudged(mut turn: Turn, kind: NudgeKind) -> Turn {
+fn nudged(mut turn: Attempt, kind: NudgeKind) -> Attempt {
     turn.nudge = Some(kind);
     turn.observation = None;
     turn
 }
 
-fn terminated(mut turn: Turn) -> Turn {
+fn terminated(mut turn: Attempt) -> Attempt {
     turn.terminated = true;
     turn.observation = None;
     turn
@@ -81,12 +81,12 @@ fn traj(
     task: &str,
     run: Option<usize>,
     start_ms: u64,
-    turns: Vec<Turn>,
+    turns: Vec<Attempt>,
 ) -> Trajectory {
     let turns = turns
         .into_iter()
         .enumerate()
-        .map(|(step, t)| Turn { step, ..t })
+        .map(|(step, t)| Attempt { step, ..t })
         .collect();
     Trajectory {
         session: format!(
@@ -99,16 +99,16 @@ fn traj(
         start_ms,
         profile: "swe-agent".into(),
         format: "markdown-xml".into(),
-        turns,
+        attempts: turns,
         ..Trajectory::default()
     }
 }
 
-fn one(turns: Vec<Turn>) -> Trajectory {
+fn one(turns: Vec<Attempt>) -> Trajectory {
     traj("m", "t", None, 0, turns)
 }
 
-fn behaviour(turns: Vec<Turn>) -> Behaviour {
+fn behaviour(turns: Vec<Attempt>) -> Behaviour {
     Behaviour::of(&one(turns), None)
 }
 
@@ -977,7 +977,7 @@ async fn observations_are_read_where_the_scaffold_first_sent_them() {
     let file = &proxy.trace_files()[0];
     let trajectory = load::trajectory(file).unwrap().unwrap();
     assert_eq!(
-        trajectory.turns[0].observation.as_deref(),
+        trajectory.attempts[0].observation.as_deref(),
         Some(outputs[0]),
         "the test run's result as first sent"
     );
@@ -1019,7 +1019,7 @@ async fn mini_completion_command_counts_as_an_explicit_submission() {
 
     let file = &proxy.trace_files()[0];
     let trajectory = load::trajectory(file).unwrap().unwrap();
-    assert!(trajectory.turns[1].is_submit);
+    assert!(trajectory.attempts[1].is_submit);
     let b = Behaviour::of(&trajectory, None);
     assert!(b.autonomous_edit && b.explicit_submission, "{b:?}");
     assert!(!b.abnormal);

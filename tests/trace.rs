@@ -448,7 +448,7 @@ async fn a_recorded_session_loads_as_a_report_trajectory() {
     assert_eq!(trajectory.instance_id, "inventory__inventory-1");
     assert_eq!(trajectory.run, Some(2));
     assert_eq!(trajectory.profile, "swe-agent");
-    let turns = &trajectory.turns;
+    let turns = &trajectory.attempts;
     assert_eq!(turns.len(), 5);
     assert_eq!(
         turns

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::failure::shows_test_failure;
 use super::results::Outcome;
 use super::testcmd::is_test_command;
-use super::{Trajectory, Turn};
+use super::{Attempt, Trajectory};
 use crate::policy::same_action;
 use crate::policy::{
     base_name, edit_failed, mentions, reports_error, EditTool, WriteKind, WriteTarget,
@@ -146,7 +146,7 @@ pub struct Behaviour {
 }
 
 /// A turn whose output reached the scaffold as an action.
-fn accepted(turn: &Turn) -> bool {
+fn accepted(turn: &Attempt) -> bool {
     turn.parse_error.is_none() && turn.nudge.is_none() && !turn.terminated
 }
 
@@ -209,7 +209,7 @@ impl Behaviour {
     /// step limit (`report --step-limit`), for telling its cap from other stops.
     pub fn of(trajectory: &Trajectory, step_limit: Option<usize>) -> Self {
         let mut b = Behaviour {
-            turns: trajectory.turns.len(),
+            turns: trajectory.attempts.len(),
             termination: trajectory.termination.clone(),
             error: trajectory.error.is_some(),
             ..Behaviour::default()
@@ -222,7 +222,7 @@ impl Behaviour {
         let mut accepted_actions = 0;
         // Parsed turns (issued actions) and whether each was a successful edit.
         let mut issued: Vec<(&Action, bool)> = Vec::new();
-        for turn in &trajectory.turns {
+        for turn in &trajectory.attempts {
             match turn.parse_error.as_deref() {
                 // A record with neither a parse error nor a readable action is neither.
                 None if turn.action.is_none() => {}
@@ -307,7 +307,11 @@ impl Behaviour {
             .as_deref()
             .is_some_and(|t| LOOP_TERMINATIONS.contains(&t));
         b.repetitive_loop = loop_ended || repeats_without_edit(&issued);
-        let requests = trajectory.turns.iter().filter(|t| t.attempt == 0).count();
+        let requests = trajectory
+            .attempts
+            .iter()
+            .filter(|t| t.attempt == 0)
+            .count();
         b.ending = match b.termination.as_deref() {
             Some("step_cap") => Ending::StepCap,
             Some("unparsable") => Ending::UnparsableStreak,

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use super::protocol::{self, SessionProtocol};
-use super::{Trajectory, Turn};
+use super::{Attempt, Trajectory};
 use crate::conversation::{tool_output_text, Conversation};
 use crate::openai::chat::{ChatCompletionRequest, ChatMessage};
 use crate::policy;
@@ -137,17 +137,17 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
                         trajectory.protocol.backend_model =
                             call.completion.as_ref().map(|c| c.model.clone());
                     }
-                    trajectory.turns.push(turn);
+                    trajectory.attempts.push(turn);
                 }
             }
             Body::Nudge(nudge) => {
-                if let Some(last) = trajectory.turns.last_mut() {
+                if let Some(last) = trajectory.attempts.last_mut() {
                     last.nudge = Some(nudge.kind);
                 }
             }
             Body::Terminate(terminate) => {
                 trajectory.termination = Some(terminate.termination.name().to_string());
-                if let Some(last) = trajectory.turns.last_mut() {
+                if let Some(last) = trajectory.attempts.last_mut() {
                     last.terminated = true;
                 }
             }
@@ -231,14 +231,14 @@ pub fn is_turn(record: &Record) -> bool {
 }
 
 /// A turn from a `step` record, without the parts that need the profile.
-fn turn(record: &Record) -> Option<Turn> {
+fn turn(record: &Record) -> Option<Attempt> {
     if !is_turn(record) {
         return None;
     }
     let call = record.call()?;
     let parse = call.parse.as_ref();
     let action: Option<Action> = parse.and_then(|p| p.action.clone());
-    Some(Turn {
+    Some(Attempt {
         step: call.step,
         attempt: call.attempt,
         parse_error: parse
@@ -247,7 +247,7 @@ fn turn(record: &Record) -> Option<Turn> {
         is_submit: matches!(action, Some(Action::Submit { .. })),
         terminated: call.decision == StepDecision::Terminate,
         action,
-        ..Turn::default()
+        ..Attempt::default()
     })
 }
 
@@ -282,7 +282,7 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstRe
                 .collect()
         })
         .unwrap_or_default();
-    for turn in &mut trajectory.turns {
+    for turn in &mut trajectory.attempts {
         let Some(action) = &turn.action else {
             continue;
         };

@@ -59,8 +59,9 @@ pub struct Trajectory {
     pub task_text: String,
     /// The protocol the session ran under (session record; see [`protocol`]).
     pub protocol: protocol::SessionProtocol,
-    /// One entry per completion call of the model, in order (side calls excluded).
-    pub turns: Vec<Turn>,
+    /// One entry per completion call of the model (an attempt), in order (side calls
+    /// excluded).
+    pub attempts: Vec<Attempt>,
     /// Why the proxy ended the trajectory (`Termination`'s snake_case `reason`), if it did.
     pub termination: Option<String>,
     /// The last error returned to the client (backend failure, bad request), if the
@@ -88,7 +89,7 @@ pub fn add_steps(json: &mut serde_json::Value, trajectories: &[Trajectory]) {
             continue;
         };
         let steps: Vec<serde_json::Value> = t
-            .turns
+            .attempts
             .iter()
             .map(|turn| {
                 serde_json::json!({
@@ -114,7 +115,7 @@ pub fn add_steps(json: &mut serde_json::Value, trajectories: &[Trajectory]) {
 
 /// One completion call of the model within a trajectory.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Turn {
+pub struct Attempt {
     /// 0-based step (actions before it in the history).
     pub step: usize,
     /// Completion call within the request: 0, then 1 and 2 after nudges.

@@ -163,7 +163,7 @@ fn read(path: &Path) -> Loaded {
                     .push("torn last line (a cut-short write) skipped".into());
             }
             let light = Trajectory {
-                turns: Vec::new(),
+                attempts: Vec::new(),
                 ..trajectory
             };
             Loaded::Session(Box::new((light, summary)))
@@ -191,7 +191,7 @@ pub(super) fn summarize(
     record: Option<&SessionRecord>,
 ) -> SessionSummary {
     let behaviour = Behaviour::of(trajectory, None);
-    let mut steps: Vec<usize> = trajectory.turns.iter().map(|t| t.step).collect();
+    let mut steps: Vec<usize> = trajectory.attempts.iter().map(|t| t.step).collect();
     steps.sort_unstable();
     steps.dedup();
     SessionSummary {

@@ -4,7 +4,7 @@
 //! rebuilt from the deltas by [`TraceReader`].
 //!
 //! Observations and the per-turn flags (edit, test run, failed test) come from the report's
-//! [`Turn`]s (`report::load`), so the page and `asap-proxy report` agree.
+//! [`Attempt`]s (`report::load`), so the page and `asap-proxy report` agree.
 
 use std::path::Path;
 
@@ -15,7 +15,7 @@ use crate::profile::Action;
 use crate::report::failure::shows_test_failure;
 use crate::report::load::{self, is_turn};
 use crate::report::testcmd::is_test_command;
-use crate::report::Turn;
+use crate::report::Attempt;
 use crate::trace::read::{Body, ReadError, Record, TraceReader};
 use crate::trace::{PromptRecord, ResponseRecord, StepDecision, StepRecord};
 
@@ -158,7 +158,7 @@ pub fn read(path: &Path) -> Result<Steps, ReadError> {
     let turns = load::trajectory(path)
         .ok()
         .flatten()
-        .map(|t| t.turns)
+        .map(|t| t.attempts)
         .unwrap_or_default();
     let mut turns = turns.into_iter();
     let mut reader = TraceReader::open(path)?;
@@ -222,7 +222,7 @@ pub fn prompt(path: &Path, n: usize) -> Result<Option<String>, ReadError> {
     Ok(None)
 }
 
-fn step_view(index: usize, record: &Record, prompt: &str, turn: Option<&Turn>) -> StepView {
+fn step_view(index: usize, record: &Record, prompt: &str, turn: Option<&Attempt>) -> StepView {
     let Some(call) = record.call() else {
         return StepView::empty(index);
     };
@@ -400,7 +400,7 @@ fn action_view(action: &Action) -> ActionView {
 
 /// The report's reading of an accepted turn as short flags (none for a turn the scaffold
 /// never executed: unparsable, nudged, or replaced by the termination).
-fn flags(turn: &Turn) -> Vec<&'static str> {
+fn flags(turn: &Attempt) -> Vec<&'static str> {
     let mut flags = Vec::new();
     if turn.parse_error.is_some() || turn.nudge.is_some() || turn.terminated {
         return flags;
