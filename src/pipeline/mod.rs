@@ -341,8 +341,12 @@ pub async fn run_turn(
                 scope.trace.commit(record).await;
                 tracing::info!(%session, step, ?kind, "nudge: generating again");
                 let render_started = Instant::now();
-                turn.render(scope.renderer, settings.format)?;
-                fitted = fit_context(scope, &asked, meta, &mut turn.prepared).await;
+                // A template failure ends the turn like a context failure: at the top of the
+                // loop, through `finish`, with an error record.
+                fitted = match turn.render(scope.renderer, settings.format) {
+                    Ok(()) => fit_context(scope, &asked, meta, &mut turn.prepared).await,
+                    Err(e) => Err(e),
+                };
                 render_ms = ms_since(render_started);
             }
             Verdict::Reply(reply) => {

@@ -39,8 +39,19 @@ pub(super) async fn run(
     let session = prepared.session.session.clone();
     let step = prepared.conversation.action_count();
     let asked = Asked::of(scope, request);
-    let mut body: Value = serde_json::from_slice(&request.raw_body)
-        .map_err(|e| ProxyError::invalid(format!("invalid request body: {e}")))?;
+    let mut record = TurnRecord::Whole(asked.record(input, &prepared, step, 0));
+    let ending = Ending {
+        session: &session,
+        step,
+        remember: Some((&prepared, &prepared.session.nudges)),
+    };
+    let mut body: Value = match serde_json::from_slice(&request.raw_body) {
+        Ok(body) => body,
+        Err(e) => {
+            let error = ProxyError::invalid(format!("invalid request body: {e}"));
+            return finish(scope, ending, record, Timings::default(), started, Err(error)).await;
+        }
+    };
     if let Some(o) = body.as_object_mut() {
         o.insert("stream".into(), Value::Bool(false));
         o.remove("stream_options");
@@ -54,12 +65,6 @@ pub(super) async fn run(
         render_ms,
         backend_ms: backend_started.elapsed().as_secs_f64() * 1e3,
         ..Timings::default()
-    };
-    let mut record = TurnRecord::Whole(asked.record(input, &prepared, step, 0));
-    let ending = Ending {
-        session: &session,
-        step,
-        remember: Some((&prepared, &prepared.session.nudges)),
     };
     let (response, attempts) = match result {
         Ok(r) => r,
