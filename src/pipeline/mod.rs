@@ -1,9 +1,9 @@
 //! One turn: a scaffold's request in, the reply out, one trace record per completion call.
 //! The stages, in order (docs/architecture.md, "The pipeline"):
 //!
-//! 1. [`prepare`] (no I/O): decode ([`crate::openai`]) → profile ([`crate::profile`]) →
-//!    conversation ([`crate::conversation`]) → prefix ([`crate::prefix`]) → render
-//!    ([`crate::render`]) → session ([`crate::session`]).
+//! 1. [`prepare`] (no I/O; the body was decoded by the HTTP layer, [`crate::openai`]):
+//!    profile ([`crate::profile`]) → conversation ([`crate::conversation`]) → prefix
+//!    ([`crate::prefix`]) → render ([`crate::render`]) → session ([`crate::session`]).
 //! 2. [`run_turn`], the async driver: the context window ([`crate::context`]), then per
 //!    attempt the backend call ([`crate::backend`]) under the request's budget, fed to
 //! 3. the attempt machine ([`Attempts`], no I/O): parse ([`crate::parse`]) → policy
