@@ -49,7 +49,15 @@ pub(super) async fn run(
         Ok(body) => body,
         Err(e) => {
             let error = ProxyError::invalid(format!("invalid request body: {e}"));
-            return finish(scope, ending, record, Timings::default(), started, Err(error)).await;
+            return finish(
+                scope,
+                ending,
+                record,
+                Timings::default(),
+                started,
+                Err(error),
+            )
+            .await;
         }
     };
     if let Some(o) = body.as_object_mut() {
