@@ -355,15 +355,7 @@ fn call_id() -> CallId {
 }
 
 fn completion(text: &str) -> BackendCompletion {
-    BackendCompletion {
-        text: text.to_string(),
-        finish_reason: Some("stop".into()),
-        matched_stop: None,
-        closer: None,
-        usage: None,
-        model: "m".into(),
-        attempts: 1,
-    }
+    BackendCompletion::stopped(text, "m")
 }
 
 /// A shell command that survives every format: no line starting a tag, step or fence.

@@ -11,8 +11,8 @@ fn exercise(request: &ChatCompletionRequest) {
     let _ = asap_proxy::profile::check_tools(&request.tools);
     let _ = request.detection_text();
     let _ = request.first_user_text();
-    let _ = request.explicit_task();
-    let _ = request.explicit_run();
+    let _ = request.explicit_task(&Default::default());
+    let _ = request.explicit_run(&Default::default());
     let _ = request.ignored_fields();
     let _ = request.max_tokens();
     let _ = request.is_stream();

@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use asap_proxy::backend::BackendCompletion;
-use asap_proxy::conversation::Action;
+use asap_proxy::profile::Action;
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::parse::parse_for;
 use asap_proxy::policy::shell_writes_files;
@@ -61,15 +61,7 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
             }
-            let completion = BackendCompletion {
-                text: text.to_string(),
-                finish_reason: Some("stop".into()),
-                matched_stop: None,
-                closer: None,
-                usage: None,
-                model: "m".into(),
-                attempts: 1,
-            };
+            let completion = BackendCompletion::stopped(&text, "m");
             let _ = respond::reply(&parsed, &completion, tools, &call_id, true);
         }
     }

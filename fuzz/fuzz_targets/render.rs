@@ -48,6 +48,7 @@ fn render(request: &ChatCompletionRequest, format: Format, profile: ProfileChoic
     let sessions = SessionIndex::new(16);
     if let Ok(prepared) = prepare(
         request,
+        &Default::default(),
         &f.profiles,
         &f.renderer,
         &config,

@@ -115,6 +115,20 @@ fn one() -> u32 {
 }
 
 impl BackendCompletion {
+    /// A completion of `text` that ended on a stop sequence the backend did not report, in
+    /// one HTTP try (what tests, benches and the fuzzer feed the parser and the policy).
+    pub fn stopped(text: &str, model: &str) -> Self {
+        Self {
+            text: text.to_string(),
+            finish_reason: Some("stop".into()),
+            matched_stop: None,
+            closer: None,
+            usage: None,
+            model: model.to_string(),
+            attempts: 1,
+        }
+    }
+
     /// Whether generation was cut by the token limit.
     pub fn hit_length(&self) -> bool {
         self.finish_reason.as_deref() == Some("length")

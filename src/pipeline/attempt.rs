@@ -223,15 +223,7 @@ mod tests {
     }
 
     fn completion(text: &str) -> BackendCompletion {
-        BackendCompletion {
-            text: text.to_string(),
-            finish_reason: Some("stop".into()),
-            matched_stop: None,
-            closer: None,
-            usage: None,
-            model: "m".into(),
-            attempts: 1,
-        }
+        BackendCompletion::stopped(text, "m")
     }
 
     #[test]
