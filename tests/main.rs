@@ -30,5 +30,6 @@ mod responses;
 mod server;
 mod summary;
 mod trace;
+mod turn_exits;
 mod util;
 mod view;
