@@ -10,7 +10,7 @@
 //! - `parse`: `parse::parse_for` of the mock backend's completion, plus `policy::decide`;
 //! - `respond`: `respond::reply` and the JSON encoding of the `chat.completion` object, and
 //!   the SSE chunks of the same reply;
-//! - `trace`: building the step record and `TraceWriter::write_step` (SHA-256 of prompt and
+//! - `trace`: building the step record and `TraceWriter::write_record` (SHA-256 of prompt and
 //!   messages, request delta, one append to a file in the temp directory), in a steady-state
 //!   session whose prompt extends the previous one;
 //! - `request`: everything but the trace and HTTP: decode, prepare, parse, decide, reply,
@@ -310,14 +310,14 @@ fn stages(c: &mut Criterion) {
         // The first record of a session (a new file, the whole request stored): reported
         // once, not benchmarked (it happens once per session and per proxy process).
         let first = std::time::Instant::now();
-        runtime.block_on(fx.trace.write_step(&p.session.session, record()));
+        runtime.block_on(fx.trace.write_record(&p.session.session, record()));
         eprintln!(
             "trace: first record of a {turns}-turn session took {:.2} ms",
             first.elapsed().as_secs_f64() * 1e3
         );
         group.throughput(Throughput::Bytes(*bytes as u64));
         group.bench_function(BenchmarkId::from_parameter(turns), |b| {
-            b.iter(|| runtime.block_on(fx.trace.write_step(&p.session.session, record())))
+            b.iter(|| runtime.block_on(fx.trace.write_record(&p.session.session, record())))
         });
     }
     group.finish();

@@ -570,7 +570,7 @@ async fn the_writer_keeps_state_of_recent_sessions_only_and_evicted_ones_still_r
     // a0 b0 a1 c0 (evicts b, the least recently written) a2 b1 (stored whole; evicts c).
     for who in [0, 1, 0, 2, 0, 1] {
         let (record, prompt, body) = made_up_step(expected[who].len());
-        writer.write_step(&ids[who], record).await;
+        writer.write_record(&ids[who], record).await;
         expected[who].push((prompt, body));
         assert!(writer.cached_sessions() <= 2);
     }

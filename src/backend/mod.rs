@@ -69,7 +69,7 @@ pub struct CallContext<'a> {
     pub side_call: Option<&'a str>,
 }
 
-/// Sampling parameters of one step, taken from the chat request.
+/// Sampling parameters of a turn's completion calls, taken from the chat request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerationParams {
     /// Tokens to generate at most.
@@ -162,9 +162,9 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Generates one step's continuation of `prompt`, stopping at `stop` (the format's stop
-    /// sequences, which follow one complete action). `call` says which session, step and
-    /// attempt the call belongs to.
+    /// One completion call (an attempt, or a side call): the continuation of `prompt`,
+    /// stopping at `stop` (the format's stop sequences, which follow one complete action).
+    /// `call` says which session, step and attempt the call belongs to.
     ///
     /// Errors: [`ProxyError::ContextLengthExceeded`] when the backend says the prompt does not
     /// fit, [`ProxyError::BackendUnavailable`] after the retries, [`ProxyError::BackendTimeout`],

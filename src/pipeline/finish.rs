@@ -74,7 +74,7 @@ pub async fn finish(
         }
     }
     match record {
-        TurnRecord::Whole(r) => scope.trace.write_step(ending.session, r).await,
+        TurnRecord::Whole(r) => scope.trace.write_record(ending.session, r).await,
         TurnRecord::Begun(p) => scope.trace.commit(p).await,
     }
     result.map(|reply| TurnOutcome {

@@ -32,7 +32,7 @@ pub struct Prepared {
 
 impl Prepared {
     /// A trace record for a completion call of this prepared turn, with a copy of its prompt
-    /// (for [`crate::trace::TraceWriter::write_step`]).
+    /// (for [`crate::trace::TraceWriter::write_record`]).
     pub fn record(&self, step: usize, attempt: usize) -> StepRecord {
         let mut record = self.record_without_prompt(step, attempt);
         record.full_prompt = self.prompt.clone();

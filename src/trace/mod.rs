@@ -485,7 +485,7 @@ pub struct StepRecord {
         deserialize_with = "lenient::lenient"
     )]
     pub nudges_used: Vec<(NudgeKind, usize)>,
-    /// The error returned to the client, when the step failed.
+    /// The error returned to the client, when the completion call (or the turn) failed.
     pub error: Option<String>,
     /// The context-window check, when the backend's context length is known: the length,
     /// the prompt's tokens and how they were counted, observations elided.
@@ -766,7 +766,7 @@ impl TraceWriter {
     /// `terminate` record after it when set): [`TraceWriter::begin`] and
     /// [`TraceWriter::commit`] in one. Failures are logged, never returned: a full disk must
     /// not fail the scaffold's request.
-    pub async fn write_step(&self, session: &SessionId, mut record: StepRecord) {
+    pub async fn write_record(&self, session: &SessionId, mut record: StepRecord) {
         let writer = self.clone();
         let session = session.clone();
         let prompt = std::mem::take(&mut record.full_prompt);
@@ -984,7 +984,7 @@ impl TraceWriter {
 
 /// A step record begun ([`TraceWriter::begin`]): its prompt and request deltas taken, the
 /// rest (completion, parse, response, timings) to fill in before [`TraceWriter::commit`].
-/// Dereferences to the record. Dropped without a commit (a step cut short), it is written
+/// Dereferences to the record. Dropped without a commit (a completion call cut short: its task was cancelled), it is written
 /// as it stands, marked `aborted`.
 #[derive(Debug)]
 pub struct Pending {
