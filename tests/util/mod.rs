@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod cli;
 pub mod proxy;
+pub mod turns;
 
 use std::path::PathBuf;
 
