@@ -1,14 +1,13 @@
 //! The real binary: flags, environment, config file, exit codes, shutdown, `render`.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::{fixture_path, request};
 
-use crate::util::cli::{Served, BIN};
+use crate::util::cli::{run, run_with_input, Served};
 
 #[tokio::test]
 async fn serve_binary_end_to_end_with_env_and_config_file() {
@@ -78,58 +77,33 @@ fn config_errors_exit_2_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bad.toml");
     std::fs::write(&config, "max_tokenz = 5\n").unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("max_tokenz"));
-    let out = Command::new(BIN)
-        .args(["serve", "--backend", "localhost:8000"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("backend"));
-    let out = Command::new(BIN)
-        .args(["serve", "--profile", "nope", "--listen", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown profile"));
+    let out = run(&[&"serve", &"--config", &config]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("max_tokenz"));
+    let out = run(&[&"serve", &"--backend", &"localhost:8000"]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("backend"));
+    let out = run(&[&"serve", &"--profile", &"nope", &"--listen", &"127.0.0.1:0"]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("unknown profile"));
 }
 
 #[test]
 fn render_prints_the_continuation_document() {
     let path = fixture_path("render/swe_agent_multi_turn.json");
-    let out = Command::new(BIN)
-        .args(["render", "--request", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let out = run(&[&"render", &"--request", &path]);
+    assert!(out.success(), "{}", out.stderr);
+    let text = out.stdout;
     assert!(text.starts_with("# Task\n"));
     assert!(text.ends_with("</observation>\n\n## Thinking\n"));
     assert!(text.contains("<str_replace_editor>\n<command>view</command>"));
 
     // From standard input, with a forced profile.
-    let mut child = Command::new(BIN)
-        .args(["render", "--request", "-", "--profile", "generic"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(std::fs::read(&path).unwrap().as_slice())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let generic = String::from_utf8(out.stdout).unwrap();
+    let generic = run_with_input(
+        &[&"render", &"--request", &"-", &"--profile", &"generic"],
+        &std::fs::read(&path).unwrap(),
+    )
+    .stdout;
     // The generic profile writes a shell-like tool (`bash` with one required string
     // parameter) as the paper's `<bash>COMMAND</bash>` too; other tools keep child tags.
     assert!(
@@ -139,17 +113,11 @@ fn render_prints_the_continuation_document() {
         "{generic}"
     );
 
-    let out = Command::new(BIN)
-        .args(["render", "--request", "/nonexistent.json"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = run(&[&"render", &"--request", &"/nonexistent.json"]);
+    assert_eq!(out.code, Some(2));
     let bad = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(bad.path(), json!({"messages": 1}).to_string()).unwrap();
-    let out = Command::new(BIN)
-        .args(["render", "--request", bad.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("messages"));
+    let out = run(&[&"render", &"--request", &bad.path()]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("messages"));
 }

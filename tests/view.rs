@@ -13,7 +13,7 @@ use serde_json::json;
 use asap_proxy::view::Viewer;
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::cli::Served;
+use crate::util::cli::{run, Served};
 use crate::util::proxy::{serve, serve_with, Proxy};
 use crate::util::{continue_with, fixture_path, request};
 
@@ -291,12 +291,9 @@ async fn view_binary_serves_a_recorded_trace_dir() {
 
 #[test]
 fn view_binary_rejects_a_missing_directory() {
-    let out = Command::new(BIN)
-        .args(["view", "/nonexistent/asap-logs"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no such file or directory"));
+    let out = run(&[&"view", &"/nonexistent/asap-logs"]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("no such file or directory"));
 }
 
 /// The committed fixture (recorded by `recorded` above) stays readable: every call and its

@@ -1,7 +1,7 @@
 //! The real binary: running a subcommand to its end, or serving until dropped.
 
 use std::ffi::OsStr;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -40,6 +40,20 @@ pub fn run(args: &[&dyn AsRef<OsStr>]) -> Ran {
         .output()
         .unwrap()
         .into()
+}
+
+/// [`run`] with `input` on standard input.
+pub fn run_with_input(args: &[&dyn AsRef<OsStr>], input: &[u8]) -> Ran {
+    let mut child = Command::new(BIN)
+        .args(args.iter().map(|a| a.as_ref()))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap().into()
 }
 
 impl From<Output> for Ran {
