@@ -1,7 +1,5 @@
 //! The real binary: flags, environment, config file, exit codes, shutdown, `render`.
 
-use std::process::Command;
-
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
@@ -63,12 +61,8 @@ async fn serve_binary_end_to_end_with_env_and_config_file() {
 #[test]
 fn sigterm_shuts_down_cleanly() {
     let mut served = Served::start(&["--backend", "http://127.0.0.1:9/v1"], &[]);
-    let status = Command::new("kill")
-        .arg(served.child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let code = served.child.wait().unwrap();
+    served.sigterm();
+    let code = served.wait();
     assert!(code.success(), "{code:?}");
 }
 
