@@ -26,16 +26,7 @@ async fn serve_binary_end_to_end_with_env_and_config_file() {
         &["--config", config.to_str().unwrap()],
         &[("ASAP_MAX_TOKENS", "60")],
     );
-    let client = reqwest::Client::new();
-    let resp: Value = client
-        .post(format!("{}/chat/completions", served.base))
-        .json(&request("swe-agent-1"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let resp = served.chat(&request("swe-agent-1")).await;
     assert_eq!(
         resp["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
         "bash"
@@ -47,7 +38,7 @@ async fn serve_binary_end_to_end_with_env_and_config_file() {
     assert_eq!(logs.len(), 1);
 
     // Error bodies from the real binary are OpenAI-shaped.
-    let err = client
+    let err = reqwest::Client::new()
         .post(format!("{}/chat/completions", served.base))
         .body("[]")
         .send()

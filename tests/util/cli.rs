@@ -231,13 +231,5 @@ impl Drop for Served {
 
 /// Posts `body` to `url` with a fresh client; returns the JSON answer, whatever the status.
 pub async fn post_json(url: &str, body: &Value) -> Value {
-    reqwest::Client::new()
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    crate::util::json_of(reqwest::Client::new().post(url).json(body)).await
 }

@@ -97,6 +97,11 @@ pub fn continue_with(body: &mut Value, resp: &Value, output: &str) {
     messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
 }
 
+/// Sends `request`; its JSON answer, whatever the status.
+pub async fn json_of(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// Posts `body` to `url` with extra headers; asserts a 200 and returns the JSON answer.
 pub async fn post_with_headers(url: &str, body: &Value, headers: &[(&str, &str)]) -> Value {
     let mut request = reqwest::Client::new().post(url).json(body);
