@@ -14,7 +14,7 @@
 
 use std::sync::OnceLock;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use asap_proxy::openai::chat::ChatCompletionRequest;
 use asap_proxy::policy::{self, edit_targets};
@@ -26,6 +26,7 @@ use asap_proxy::session::NudgeKind;
 
 use crate::util::backend::Scripted;
 use crate::util::proxy::{serve, serve_with};
+use crate::util::turns::{call, nudged, numbered, terminated, trajectory, unparsed};
 use crate::util::{continue_with, fixture_json, request};
 
 // ---------------------------------------------------------------------------------------------
@@ -111,16 +112,6 @@ specified in the <pr_description> are met?";
 // ---------------------------------------------------------------------------------------------
 // Turns from real actions
 
-fn call(tag: &str, arguments: &[(&str, &str)]) -> Action {
-    Action::Call {
-        tag: tag.into(),
-        arguments: arguments
-            .iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect::<Map<String, Value>>(),
-    }
-}
-
 /// A turn whose flags come from the real classifiers over `tools`, as `report::load` fills
 /// them.
 fn turn_with(tools: &ResolvedProfile, action: Action, observation: Option<&str>) -> Attempt {
@@ -203,75 +194,25 @@ fn view(path: &str, observation: &str) -> Attempt {
     )
 }
 
-/// The model's `<submit/>` (the last action: no observation).
+/// The model's `<submit/>`, its flags from the classifiers (the last action: no observation).
 fn submit() -> Attempt {
     turn_with(swe(), Action::Submit { message: None }, None)
 }
 
-/// A completion that did not parse, with its failure class.
-fn unparsed(class: &str) -> Attempt {
-    Attempt {
-        parse_error: Some(class.into()),
-        ..Attempt::default()
-    }
-}
-
-/// The proxy rejected this output with a nudge (the scaffold never saw it).
-fn nudged(mut turn: Attempt, kind: NudgeKind) -> Attempt {
-    turn.nudge = Some(kind);
-    turn.observation = None;
-    turn
-}
-
-/// The proxy ended the run on this output (replaced it by its termination).
-fn terminating(mut turn: Attempt) -> Attempt {
-    turn.terminated = true;
-    turn.observation = None;
-    turn
-}
-
-/// Numbers steps and attempts as the proxy would: the output after a nudge is the next
-/// attempt of the same request; every other output opens a new request.
-fn numbered(turns: Vec<Attempt>) -> Vec<Attempt> {
-    let mut out: Vec<Attempt> = Vec::new();
-    let mut step = 0;
-    for t in turns {
-        let (step_now, attempt) = match out.last() {
-            Some(prev) if prev.nudge.is_some() => (prev.step, prev.attempt + 1),
-            Some(_) => {
-                step += 1;
-                (step, 0)
-            }
-            None => (0, 0),
-        };
-        out.push(Attempt {
-            step: step_now,
-            attempt,
-            ..t
-        });
-    }
-    out
-}
-
-fn trajectory(task: &str, turns: Vec<Attempt>) -> Trajectory {
+/// The golden SWE-agent trajectory of `calc-1` on `task`, numbered as the proxy numbers it.
+fn golden(task: &str, turns: Vec<Attempt>) -> Trajectory {
     Trajectory {
-        session: "golden".into(),
-        label: "golden".into(),
-        instance_id: "calc-1".into(),
-        profile: "swe-agent".into(),
-        format: "markdown_xml".into(),
         task_text: task.into(),
-        attempts: numbered(turns),
-        ..Trajectory::default()
+        ..trajectory("golden", "golden", "calc-1", numbered(turns))
     }
 }
 
 fn of(turns: Vec<Attempt>) -> Behaviour {
-    Behaviour::of(&trajectory(TASK, turns), None)
+    Behaviour::of(&golden(TASK, turns), None)
 }
 
 fn ended(turns: Vec<Attempt>, termination: Option<&str>, error: Option<&str>) -> Behaviour {
-    let mut t = trajectory(TASK, turns);
+    let mut t = golden(TASK, turns);
     t.termination = termination.map(str::to_string);
     t.error = error.map(str::to_string);
     Behaviour::of(&t, None)
@@ -337,7 +278,7 @@ fn parsable_and_valid_turns_are_shares_of_all_turns() {
         vec![
             unparsed("no_action"),
             unparsed("no_action"),
-            terminating(unparsed("no_action")),
+            terminated(unparsed("no_action")),
         ],
         Some("unparsable"),
         None,
@@ -353,7 +294,7 @@ fn parsable_and_valid_turns_are_shares_of_all_turns() {
         )
     };
     let b = ended(
-        vec![cat(), cat(), terminating(cat())],
+        vec![cat(), cat(), terminated(cat())],
         Some("degenerate_loop"),
         None,
     );
@@ -369,7 +310,7 @@ fn parsable_and_valid_turns_are_shares_of_all_turns() {
         unparsed("no_action"),
         unparsed("no_action"),
     ]);
-    let report = Report::build(&[trajectory(TASK, turns)], None, &[1]);
+    let report = Report::build(&[golden(TASK, turns)], None, &[1]);
     let rates = report.labels[0].behaviour.rates(false);
     let rate = |key: &str| {
         let r = rates.iter().find(|r| r.key == key).unwrap();
@@ -446,7 +387,7 @@ fn autonomous_edit_is_a_successful_edit_of_a_file_the_run_did_not_create() {
     assert_eq!((b.edits, b.repo_edits, b.autonomous_edit), (1, 0, false));
     // The task statement naming the file is enough → yes.
     let task = format!("{TASK}\nThe function is in src/calc.py.");
-    let b = Behaviour::of(&trajectory(&task, vec![bash(rewrite, QUIET)]), None);
+    let b = Behaviour::of(&golden(&task, vec![bash(rewrite, QUIET)]), None);
     assert_eq!((b.repo_edits, b.autonomous_edit), (1, true));
     // A name that only appeared in a turn whose observation reports an error was not seen:
     // `cat src/calc.py` → "No such file or directory", then the write creates it → no.
@@ -789,7 +730,7 @@ fn explicit_submission() {
     let b = ended(
         vec![
             nudged(submit(), NudgeKind::SubmitBeforeEdit),
-            terminating(submit()),
+            terminated(submit()),
         ],
         Some("submit_before_edit_again"),
         None,
@@ -923,7 +864,7 @@ fn repetitive_command_loop() {
         vec![
             ls(),
             nudged(ls(), NudgeKind::RepeatedAction),
-            terminating(ls()),
+            terminated(ls()),
         ],
         Some("repeated_action_again"),
         None,
@@ -944,7 +885,7 @@ fn repetitive_command_loop() {
     // A run ended by the loop rule is a loop whatever its actions: two different reads, then
     // the proxy's `degenerate_loop` (also `same_action_thrice`/`alternation` of older traces).
     for reason in ["degenerate_loop", "same_action_thrice", "alternation"] {
-        let b = ended(vec![ls(), terminating(cat())], Some(reason), None);
+        let b = ended(vec![ls(), terminated(cat())], Some(reason), None);
         assert!(b.repetitive_loop, "{reason}: {b:?}");
         assert_eq!(b.ending, Ending::DegenerateLoop, "{reason}");
     }
@@ -969,7 +910,7 @@ fn one_ending_per_trajectory() {
     let cases: Vec<(Behaviour, Ending, &str)> = vec![
         (of(vec![fix(), submit()]), Ending::Submitted, "fix, submit"),
         (
-            ended(vec![ls(), terminating(ls())], Some("step_cap"), None),
+            ended(vec![ls(), terminated(ls())], Some("step_cap"), None),
             Ending::StepCap,
             "the proxy's step cap",
         ),
@@ -982,7 +923,7 @@ fn one_ending_per_trajectory() {
             ended(
                 vec![
                     nudged(submit(), NudgeKind::SubmitBeforeEdit),
-                    terminating(submit()),
+                    terminated(submit()),
                 ],
                 Some("submit_before_edit_again"),
                 None,
@@ -995,7 +936,7 @@ fn one_ending_per_trajectory() {
                 vec![
                     ls(),
                     nudged(ls(), NudgeKind::RepeatedAction),
-                    terminating(ls()),
+                    terminated(ls()),
                 ],
                 Some("repeated_action_again"),
                 None,
@@ -1005,7 +946,7 @@ fn one_ending_per_trajectory() {
         ),
         (
             ended(
-                vec![ls(), ls(), terminating(ls())],
+                vec![ls(), ls(), terminated(ls())],
                 Some("degenerate_loop"),
                 None,
             ),
@@ -1014,7 +955,7 @@ fn one_ending_per_trajectory() {
         ),
         (
             ended(
-                vec![unparsed("no_action"), terminating(unparsed("no_action"))],
+                vec![unparsed("no_action"), terminated(unparsed("no_action"))],
                 Some("unparsable"),
                 None,
             ),
@@ -1038,7 +979,7 @@ fn one_ending_per_trajectory() {
         // First match wins: a proxy step cap before an error of the same run → step_cap.
         (
             ended(
-                vec![ls(), terminating(ls())],
+                vec![ls(), terminated(ls())],
                 Some("step_cap"),
                 Some("timeout"),
             ),
@@ -1059,7 +1000,7 @@ fn one_ending_per_trajectory() {
 
     // The scaffold's own step limit (`--step-limit N`): requests are turns with attempt 0.
     // ls, ls, fix, pytest: 4 requests.
-    let t = trajectory(
+    let t = golden(
         TASK,
         vec![ls(), cat_src(), fix(), bash(PYTEST, PYTEST_PASSED)],
     );
@@ -1074,7 +1015,7 @@ fn one_ending_per_trajectory() {
     );
     // A nudged output and its re-generation are one request: ls, submit (nudged) + cat
     // (attempt 1), fix → 3 requests, 4 turns → --step-limit 4: stopped, 3: step cap.
-    let t = trajectory(
+    let t = golden(
         TASK,
         vec![
             ls(),
@@ -1090,7 +1031,7 @@ fn one_ending_per_trajectory() {
     );
     assert_eq!(Behaviour::of(&t, Some(3)).ending, Ending::StepCap);
     // A submit at the scaffold's limit is a submission (submitted is above the step limit).
-    let t = trajectory(TASK, vec![ls(), fix(), submit()]);
+    let t = golden(TASK, vec![ls(), fix(), submit()]);
     assert_eq!(Behaviour::of(&t, Some(3)).ending, Ending::Submitted);
 }
 
@@ -1156,7 +1097,7 @@ fn exploration_only_and_steps_before_the_first_edit() {
     assert_eq!(b.steps_before_first_edit, Some(3), "{b:?}");
     // An edit the proxy rejected is not the first edit: ls, fix (terminated by the step
     // cap) → no accepted edit; the run explored only.
-    let b = ended(vec![ls(), terminating(fix())], Some("step_cap"), None);
+    let b = ended(vec![ls(), terminated(fix())], Some("step_cap"), None);
     assert_eq!(b.steps_before_first_edit, None);
     assert!(b.exploration_only);
 
@@ -1175,10 +1116,10 @@ fn exploration_only_and_steps_before_the_first_edit() {
         turns
     };
     let mut runs = vec![
-        trajectory(TASK, first_edit_at(9)),
-        trajectory(TASK, first_edit_at(2)),
-        trajectory(TASK, vec![ls(), submit()]),
-        trajectory(TASK, first_edit_at(5)),
+        golden(TASK, first_edit_at(9)),
+        golden(TASK, first_edit_at(2)),
+        golden(TASK, vec![ls(), submit()]),
+        golden(TASK, first_edit_at(5)),
     ];
     for (i, t) in runs.iter_mut().enumerate() {
         t.session = format!("s{i}");
@@ -1193,7 +1134,7 @@ fn exploration_only_and_steps_before_the_first_edit() {
         "3 trajectories edit"
     );
     // A fourth editing trajectory at 10 → 2, 5, 9, 10 → (5 + 9) / 2 = 7.
-    let mut t = trajectory(TASK, first_edit_at(10));
+    let mut t = golden(TASK, first_edit_at(10));
     t.session = "s4".into();
     t.start_ms = 4;
     runs.push(t);
@@ -1601,7 +1542,7 @@ fn every_rate_of_a_label_by_hand() {
                 ),
                 nudged(submit(), NudgeKind::SubmitBeforeEdit),
                 ls(),
-                terminating(submit()),
+                terminated(submit()),
             ],
             Some("submit_before_edit_again"),
             None,
@@ -1609,7 +1550,7 @@ fn every_rate_of_a_label_by_hand() {
         // T5: cat, ls, cat, ls, cat (terminated by the proxy's loop rule).
         //   turns 5 (5, 5); loop; abnormal (degenerate_loop); exploration only.
         (
-            vec![cat_src(), ls(), cat_src(), ls(), terminating(cat_src())],
+            vec![cat_src(), ls(), cat_src(), ls(), terminated(cat_src())],
             Some("degenerate_loop"),
             None,
         ),
@@ -1622,7 +1563,7 @@ fn every_rate_of_a_label_by_hand() {
                 unparsed("no_action"),
                 unparsed("no_action"),
                 unparsed("no_action"),
-                terminating(unparsed("no_action")),
+                terminated(unparsed("no_action")),
             ],
             Some("unparsable"),
             None,
@@ -1640,7 +1581,7 @@ fn every_rate_of_a_label_by_hand() {
                 unparsed("missing_parameter"),
                 fix(),
                 bash(PYTEST, PYTEST_PASSED),
-                terminating(ls()),
+                terminated(ls()),
             ],
             Some("step_cap"),
             None,
@@ -1702,7 +1643,7 @@ fn every_rate_of_a_label_by_hand() {
             start_ms: i as u64,
             termination: termination.map(str::to_string),
             error: error.map(str::to_string),
-            ..trajectory(TASK, turns)
+            ..golden(TASK, turns)
         })
         .collect();
     let report = Report::build(&trajectories, None, &[1]);

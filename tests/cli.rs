@@ -1,14 +1,11 @@
 //! The real binary: flags, environment, config file, exit codes, shutdown, `render`.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::{fixture_path, request};
 
-use crate::util::cli::{Served, BIN};
+use crate::util::cli::{run, run_with_input, Served};
 
 #[tokio::test]
 async fn serve_binary_end_to_end_with_env_and_config_file() {
@@ -29,16 +26,7 @@ async fn serve_binary_end_to_end_with_env_and_config_file() {
         &["--config", config.to_str().unwrap()],
         &[("ASAP_MAX_TOKENS", "60")],
     );
-    let client = reqwest::Client::new();
-    let resp: Value = client
-        .post(format!("{}/chat/completions", served.base))
-        .json(&request("swe-agent-1"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let resp = served.chat(&request("swe-agent-1")).await;
     assert_eq!(
         resp["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
         "bash"
@@ -50,7 +38,7 @@ async fn serve_binary_end_to_end_with_env_and_config_file() {
     assert_eq!(logs.len(), 1);
 
     // Error bodies from the real binary are OpenAI-shaped.
-    let err = client
+    let err = reqwest::Client::new()
         .post(format!("{}/chat/completions", served.base))
         .body("[]")
         .send()
@@ -64,12 +52,8 @@ async fn serve_binary_end_to_end_with_env_and_config_file() {
 #[test]
 fn sigterm_shuts_down_cleanly() {
     let mut served = Served::start(&["--backend", "http://127.0.0.1:9/v1"], &[]);
-    let status = Command::new("kill")
-        .arg(served.child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let code = served.child.wait().unwrap();
+    served.sigterm();
+    let code = served.wait();
     assert!(code.success(), "{code:?}");
 }
 
@@ -78,58 +62,33 @@ fn config_errors_exit_2_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bad.toml");
     std::fs::write(&config, "max_tokenz = 5\n").unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("max_tokenz"));
-    let out = Command::new(BIN)
-        .args(["serve", "--backend", "localhost:8000"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("backend"));
-    let out = Command::new(BIN)
-        .args(["serve", "--profile", "nope", "--listen", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown profile"));
+    let out = run(&[&"serve", &"--config", &config]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("max_tokenz"));
+    let out = run(&[&"serve", &"--backend", &"localhost:8000"]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("backend"));
+    let out = run(&[&"serve", &"--profile", &"nope", &"--listen", &"127.0.0.1:0"]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("unknown profile"));
 }
 
 #[test]
 fn render_prints_the_continuation_document() {
     let path = fixture_path("render/swe_agent_multi_turn.json");
-    let out = Command::new(BIN)
-        .args(["render", "--request", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let out = run(&[&"render", &"--request", &path]);
+    assert!(out.success(), "{}", out.stderr);
+    let text = out.stdout;
     assert!(text.starts_with("# Task\n"));
     assert!(text.ends_with("</observation>\n\n## Thinking\n"));
     assert!(text.contains("<str_replace_editor>\n<command>view</command>"));
 
     // From standard input, with a forced profile.
-    let mut child = Command::new(BIN)
-        .args(["render", "--request", "-", "--profile", "generic"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(std::fs::read(&path).unwrap().as_slice())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let generic = String::from_utf8(out.stdout).unwrap();
+    let generic = run_with_input(
+        &[&"render", &"--request", &"-", &"--profile", &"generic"],
+        &std::fs::read(&path).unwrap(),
+    )
+    .stdout;
     // The generic profile writes a shell-like tool (`bash` with one required string
     // parameter) as the paper's `<bash>COMMAND</bash>` too; other tools keep child tags.
     assert!(
@@ -139,17 +98,11 @@ fn render_prints_the_continuation_document() {
         "{generic}"
     );
 
-    let out = Command::new(BIN)
-        .args(["render", "--request", "/nonexistent.json"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = run(&[&"render", &"--request", &"/nonexistent.json"]);
+    assert_eq!(out.code, Some(2));
     let bad = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(bad.path(), json!({"messages": 1}).to_string()).unwrap();
-    let out = Command::new(BIN)
-        .args(["render", "--request", bad.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("messages"));
+    let out = run(&[&"render", &"--request", &bad.path()]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("messages"));
 }

@@ -11,40 +11,27 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use asap_proxy::profile::Action;
 use asap_proxy::report::protocol::{Rules, SessionProtocol};
 use asap_proxy::report::results::{self, Entry, Parsed};
 use asap_proxy::report::summary::Options;
 use asap_proxy::report::ReportFormat;
-use asap_proxy::report::{output, Attempt, Outcome, Report, Results, TaskCount, Trajectory};
+use asap_proxy::report::{Report, Results, TaskCount, Trajectory};
 
 use crate::util::backend::Scripted;
 use crate::util::proxy::{serve_with, Proxy};
 use crate::util::request;
+use crate::util::turns::{entry, harness_results, render, submit, trajectory};
 
 // ---------------------------------------------------------------------------------------------
 // Builders
 
-fn submit() -> Attempt {
-    Attempt {
-        action: Some(Action::Submit { message: None }),
-        is_submit: true,
-        ..Attempt::default()
-    }
-}
-
 /// One trajectory of `label` on `task`, explicit `run`, a single submit turn.
 fn traj(label: &str, task: &str, run: usize) -> Trajectory {
+    let session = format!("{label}-{task}-{run}");
     Trajectory {
-        session: format!("{label}-{task}-{run}"),
-        label: label.into(),
-        instance_id: task.into(),
         run: Some(run),
         start_ms: run as u64,
-        profile: "swe-agent".into(),
-        format: "markdown_xml".into(),
-        attempts: vec![submit()],
-        ..Trajectory::default()
+        ..trajectory(&session, label, task, vec![submit()])
     }
 }
 
@@ -61,18 +48,6 @@ fn task_runs(
     for run in 0..runs {
         trajs.push(traj(label, task, run));
         entries.push(entry(Some(label), task, Some(run), run < resolved));
-    }
-}
-
-fn entry(label: Option<&str>, id: &str, run: Option<usize>, resolved: bool) -> Entry {
-    Entry {
-        label: label.map(String::from),
-        instance_id: id.into(),
-        run,
-        outcome: Outcome {
-            resolved,
-            ..Outcome::default()
-        },
     }
 }
 
@@ -94,12 +69,6 @@ fn count(id: &str, n: usize, c: usize) -> TaskCount {
 
 fn close(got: f64, want: f64) -> bool {
     (got - want).abs() < 1e-12
-}
-
-fn render(report: &Report, format: ReportFormat) -> String {
-    let mut out = Vec::new();
-    output::write(report, format, &mut out).unwrap();
-    String::from_utf8(out).unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -456,15 +425,7 @@ fn patch_rates_are_unknown_unless_the_results_say() {
         "error_ids": ["t4"],
     })
     .to_string();
-    let Parsed::Report(outcomes) = results::parse(&harness, Path::new("h.json")).unwrap() else {
-        panic!("not a harness report")
-    };
-    let results = Results::from_entries(outcomes.into_iter().map(|(id, outcome)| Entry {
-        label: None,
-        instance_id: id,
-        run: Some(0),
-        outcome,
-    }));
+    let results = harness_results(&harness, "h.json");
     let report = Report::build_with(&trajs, Some(&results), &options(&[1], None));
     let r = rates(&report);
     // Empty: t3 only, 1/4. Applicable: t1 and t2, 2/4.

@@ -3,32 +3,20 @@
 //! surrogate escapes, control characters, very long lines and CRLF line ends; a backend
 //! reporting the matched stop as a token id.
 
-use std::process::Command;
-
 use serde_json::{json, Value};
 
 use crate::util::backend::Scripted;
 use crate::util::proxy::{serve, Proxy};
 use crate::util::{continue_with, read_trace, request};
 
-use crate::util::cli::BIN;
+use crate::util::cli::run;
 
 /// Runs the real `replay --check` on one session's logs: exit 0, `steps` steps, no prompt or
 /// parse difference, nothing unreadable.
 fn replay_is_clean(logs: &std::path::Path, steps: usize) {
-    let out = Command::new(BIN)
-        .args(["replay", "--check"])
-        .arg(logs)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run(&[&"replay", &"--check", &logs]);
+    let stdout = &out.stdout;
+    assert_eq!(out.code, Some(0), "{stdout}\n{}", out.stderr);
     assert!(
         stdout.ends_with(&format!(
             "files 1  steps {steps}  prompt differences 0  parse differences 0  unreadable 0\n"

@@ -2,14 +2,12 @@
 //! exact series they should; `--log-format json` makes every line of the binary's standard
 //! error a JSON object.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
+use crate::util::cli::Served;
 use crate::util::proxy::{serve_with, Proxy};
 use crate::util::request;
 
@@ -192,37 +190,25 @@ async fn each_server_has_its_own_registry() {
 #[tokio::test]
 async fn log_format_json_writes_one_object_per_line() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-        .args(["--backend", "http://127.0.0.1:9/v1"])
-        .arg("--log-dir")
-        .arg(dir.path())
-        .env_remove("RUST_LOG")
-        .env_remove("ASAP_LOG_FORMAT")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line.clone());
-            lines.push(line);
-        }
-        lines
-    });
+    let log_dir = dir.path().to_str().unwrap();
     // The address comes in the log line itself (no plain "listening on" line).
-    let local = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("proxy did not start");
-        let record: Value = serde_json::from_str(&line).unwrap();
-        if record["fields"]["message"] == "asap-proxy listening" {
-            break record["fields"]["local"].as_str().unwrap().to_string();
-        }
-    };
+    let mut served = Served::start_until(
+        &[
+            "--log-format",
+            "json",
+            "--backend",
+            "http://127.0.0.1:9/v1",
+            "--log-dir",
+            log_dir,
+        ],
+        &[],
+        |line| {
+            let record: Value = serde_json::from_str(line).ok()?;
+            (record["fields"]["message"] == "asap-proxy listening")
+                .then(|| record["fields"]["local"].as_str().unwrap().to_string())
+        },
+    );
+    let local = served.base.clone();
     let client = reqwest::Client::new();
     let bad = client
         .post(format!("http://{local}/v1/chat/completions"))
@@ -251,13 +237,9 @@ async fn log_format_json_writes_one_object_per_line() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(scraped.contains(series), "{scraped}");
-    let status = Command::new("kill")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert!(child.wait().unwrap().success());
-    let lines = reader.join().unwrap();
+    served.sigterm();
+    assert!(served.wait().success());
+    let lines = served.stderr_lines();
     assert!(lines.len() >= 3, "{lines:?}");
     for line in &lines {
         let record: Value =

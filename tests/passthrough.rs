@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::chunks;
+use crate::util::cli::run;
 use crate::util::proxy::{serve_with, Proxy};
 use crate::util::{continue_with, read_trace, request};
 
@@ -115,20 +116,20 @@ async fn passthrough_trace_becomes_a_prefix_that_a_base_model_session_uses() {
     let trace = recorder.trace_files().remove(0);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("prefixes.jsonl");
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_asap-proxy"))
-        // The recorded task is made up and has no gold patch; the leak check itself is
-        // covered in prefix_build.
-        .args(["prefix", "build", "--k", "3", "--no-leak-check", "--from"])
-        .arg(&trace)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
+    // The recorded task is made up and has no gold patch; the leak check itself is covered
+    // in prefix_build.
+    let built = run(&[
+        &"prefix",
+        &"build",
+        &"--k",
+        &"3",
+        &"--no-leak-check",
+        &"--from",
+        &trace,
+        &"--out",
+        &out,
+    ]);
+    assert!(built.success(), "{}", built.stderr);
     let built = std::fs::read_to_string(&out).unwrap();
     assert_eq!(built.lines().count(), 1, "{built}");
 

@@ -2,8 +2,8 @@
 //! check, and the output read back by the prefix store.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use asap_proxy::prefix::build::{read_path, InputFormat};
 use asap_proxy::prefix::{parse_file, Prefix, PrefixStore};
@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::util::fixture_path;
 
-use crate::util::cli::BIN;
+use crate::util::cli::{self, Ran};
 
 const SLUG_GOLD_LINE: &str = r#"text = re.sub(r"-{2,}", "-", text)"#;
 
@@ -35,26 +35,18 @@ fn all_inputs() -> Vec<PathBuf> {
 }
 
 /// Runs `prefix build --from INPUTS --out OUT EXTRA…`, whatever its exit status.
-fn run(inputs: &[PathBuf], out: &Path, extra: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(["prefix", "build", "--from"])
-        .args(inputs)
-        .arg("--out")
-        .arg(out)
-        .args(extra)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap()
+fn run(inputs: &[PathBuf], out: &Path, extra: &[&str]) -> Ran {
+    let mut args: Vec<&dyn AsRef<OsStr>> = vec![&"prefix", &"build", &"--from"];
+    args.extend(inputs.iter().map(|i| i as &dyn AsRef<OsStr>));
+    args.extend([&"--out" as &dyn AsRef<OsStr>, &out]);
+    args.extend(extra.iter().map(|e| e as &dyn AsRef<OsStr>));
+    cli::run(&args)
 }
 
 /// [`run`], which must succeed.
-fn build(inputs: &[PathBuf], out: &Path, extra: &[&str]) -> Output {
+fn build(inputs: &[PathBuf], out: &Path, extra: &[&str]) -> Ran {
     let output = run(inputs, out, extra);
-    assert!(
-        output.status.success(),
-        "prefix build failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.success(), "prefix build failed: {}", output.stderr);
     output
 }
 
@@ -91,7 +83,7 @@ fn every_format_cut_to_k_with_neutral_tools() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("prefixes.jsonl");
     let output = build(&all_inputs(), &out, &["--k", "3", "--no-leak-check"]);
-    let report = String::from_utf8(output.stdout).unwrap();
+    let report = output.stdout;
     assert!(
         report.contains("total: 6 prefixes, 6 kept, 0 rejected"),
         "{report}"
@@ -284,7 +276,7 @@ fn leak_check_rejects_gold_lines_and_allow_leaks_marks_them() {
     // trivial gold lines (`}`, `return`) with its observations: kept.
     let out = dir.path().join("checked.jsonl");
     let output = build(&inputs, &out, &["--k", "5", "--gold", gold]);
-    let report = String::from_utf8(output.stdout).unwrap();
+    let report = output.stdout;
     // The slugify patch has 3 non-trivial added lines, the leftpad one 5 (`}` and a bare
     // `return` do not count).
     assert_eq!(
@@ -304,7 +296,7 @@ fn leak_check_rejects_gold_lines_and_allow_leaks_marks_them() {
         report.contains("total: 2 prefixes, 1 kept, 1 rejected, 1 with leaks, 0 not checked"),
         "{report}"
     );
-    let stderr = String::from_utf8(output.stderr).unwrap();
+    let stderr = output.stderr;
     assert!(
         stderr.contains(&format!(
             "slugify__slugify-7: step 5 action leaks gold line: {SLUG_GOLD_LINE}"
@@ -318,8 +310,8 @@ fn leak_check_rejects_gold_lines_and_allow_leaks_marks_them() {
     // K=3 stops before the fix: clean.
     let out3 = dir.path().join("k3.jsonl");
     let output = build(&inputs, &out3, &["--k", "3", "--gold", gold]);
-    assert!(String::from_utf8(output.stdout)
-        .unwrap()
+    assert!(output
+        .stdout
         .contains("total: 2 prefixes, 2 kept, 0 rejected, 0 with leaks"));
 
     // --allow-leaks writes it, marked.
@@ -368,39 +360,23 @@ fn bad_inputs_are_errors() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.json");
     std::fs::write(&junk, r#"{"hello": "world"}"#).unwrap();
-    let output = Command::new(BIN)
-        .args(["prefix", "build", "--no-leak-check", "--from"])
-        .arg(&junk)
-        .arg("--out")
-        .arg(dir.path().join("o.jsonl"))
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let output = run(&[junk], &dir.path().join("o.jsonl"), &["--no-leak-check"]);
+    assert_eq!(output.code, Some(1));
+    let stderr = &output.stderr;
     assert!(stderr.contains("unknown trajectory format"), "{stderr}");
-    let output = Command::new(BIN)
-        .args(["prefix", "build", "--no-leak-check", "--k", "0", "--from"])
-        .arg(prefix_fixture("swe-agent/run-0042.traj"))
-        .arg("--out")
-        .arg(dir.path().join("o.jsonl"))
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let output = Command::new(BIN)
-        .args([
-            "prefix",
-            "build",
-            "--no-leak-check",
-            "--profile",
-            "nope",
-            "--from",
-        ])
-        .arg(prefix_fixture("swe-agent/run-0042.traj"))
-        .arg("--out")
-        .arg(dir.path().join("o.jsonl"))
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
+    let traj = [prefix_fixture("swe-agent/run-0042.traj")];
+    let output = run(
+        &traj,
+        &dir.path().join("o.jsonl"),
+        &["--no-leak-check", "--k", "0"],
+    );
+    assert_eq!(output.code, Some(2));
+    let output = run(
+        &traj,
+        &dir.path().join("o.jsonl"),
+        &["--no-leak-check", "--profile", "nope"],
+    );
+    assert_eq!(output.code, Some(2));
 }
 
 #[test]
@@ -408,8 +384,8 @@ fn without_gold_the_build_is_refused_and_nothing_written() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("sub").join("prefixes.jsonl");
     let output = run(&all_inputs(), &out, &["--k", "3"]);
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.code, Some(2));
+    let stderr = &output.stderr;
     assert!(
         stderr.contains("--gold FILE") && stderr.contains("--no-leak-check"),
         "{stderr}"
@@ -418,7 +394,7 @@ fn without_gold_the_build_is_refused_and_nothing_written() {
     assert!(!out.parent().unwrap().exists(), "nothing may be written");
     // --allow-leaks is not a way around it: there is nothing to allow without a check.
     let output = run(&all_inputs(), &out, &["--allow-leaks"]);
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.code, Some(2));
     assert!(!out.parent().unwrap().exists());
 }
 
@@ -435,7 +411,7 @@ fn a_task_missing_from_the_gold_file_is_rejected_unless_no_leak_check() {
 
     let out = dir.path().join("checked.jsonl");
     let output = build(&inputs, &out, &["--k", "3", "--gold", gold]);
-    let report = String::from_utf8(output.stdout).unwrap();
+    let report = output.stdout;
     assert_eq!(
         row(&report, "tally__tally-5"),
         [
@@ -459,7 +435,7 @@ fn a_task_missing_from_the_gold_file_is_rejected_unless_no_leak_check() {
         report.contains("total: 3 prefixes, 2 kept, 1 rejected, 0 with leaks, 1 not checked"),
         "{report}"
     );
-    let stderr = String::from_utf8(output.stderr).unwrap();
+    let stderr = output.stderr;
     assert!(
         stderr.contains("tally__tally-5: no gold patch: not checked"),
         "{stderr}"
@@ -475,7 +451,7 @@ fn a_task_missing_from_the_gold_file_is_rejected_unless_no_leak_check() {
         &out,
         &["--k", "5", "--gold", gold, "--no-leak-check"],
     );
-    let report = String::from_utf8(output.stdout).unwrap();
+    let report = output.stdout;
     assert_eq!(row(&report, "tally__tally-5")[4], "kept");
     assert!(
         report.contains("  kept      no gold patch: not checked\n"),
@@ -496,7 +472,7 @@ fn no_leak_check_writes_every_prefix_and_says_not_checked() {
     let out = dir.path().join("unchecked.jsonl");
     // K=5 reaches the slugify fix: written all the same, since nothing is checked.
     let output = build(&all_inputs(), &out, &["--k", "5", "--no-leak-check"]);
-    let report = String::from_utf8(output.stdout).unwrap();
+    let report = output.stdout;
     let rows: Vec<&str> = report
         .lines()
         .skip(1)
@@ -540,12 +516,12 @@ fn a_gold_line_in_a_thought_is_a_leak() {
         &out,
         &["--k", "3", "--gold", gold.to_str().unwrap()],
     );
-    let report = String::from_utf8(output.stdout).unwrap();
+    let report = output.stdout;
     assert_eq!(
         row(&report, "slugify__slugify-7")[..5],
         ["slugify__slugify-7", "3", "3", "1", "rejected"]
     );
-    let stderr = String::from_utf8(output.stderr).unwrap();
+    let stderr = output.stderr;
     assert!(
         stderr.contains(&format!(
             "slugify__slugify-7: step 2 thought leaks gold line: {SLUG_GOLD_LINE}"

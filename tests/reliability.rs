@@ -2,10 +2,7 @@
 //! descriptions rendered into the prompt, API keys, graceful shutdown. In-process proxies for
 //! the HTTP behaviour; the real binary for keys in logs and for signals.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -15,7 +12,7 @@ use crate::util::proxy::{serve, serve_with, Proxy};
 use crate::util::{read_trace, request};
 
 use crate::util::backend::slow;
-use crate::util::cli::BIN;
+use crate::util::cli::Served;
 use crate::util::streamed;
 
 /// Asserts an OpenAI error body.
@@ -703,94 +700,6 @@ async fn api_key_is_required_on_every_endpoint_but_health() {
     assert_eq!(resp.status(), 200);
 }
 
-/// `asap-proxy serve` as a child process with all of its standard error kept.
-struct Running {
-    child: Child,
-    base: String,
-    port: u16,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Running {
-    fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .env_remove("RUST_LOG")
-            .env_remove("ASAP_API_KEY")
-            .env_remove("ASAP_BACKEND_API_KEY");
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("asap-proxy listening on ") {
-                    let _ = tx.send(url.to_string());
-                }
-                let mut all = sink.lock().unwrap();
-                all.push_str(&line);
-                all.push('\n');
-            }
-        });
-        let base = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("proxy did not start");
-        let port = base
-            .trim_start_matches("http://127.0.0.1:")
-            .trim_end_matches("/v1")
-            .parse()
-            .unwrap();
-        Self {
-            child,
-            base,
-            port,
-            stderr,
-        }
-    }
-
-    fn sigterm(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// Waits for the exit, at most `limit`; returns the status and how long it took.
-    async fn wait_exit(&mut self, limit: Duration) -> (std::process::ExitStatus, Duration) {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return (status, started.elapsed());
-            }
-            assert!(started.elapsed() < limit, "no exit within {limit:?}");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-
-    /// Everything written to standard error so far.
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Every file under `dir`, recursively.
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -828,7 +737,7 @@ async fn keys_never_reach_traces_or_logs_real_binary() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
-    let mut proxy = Running::start(
+    let mut proxy = Served::start(
         &[
             "--backend",
             &backend.url(),
@@ -920,7 +829,7 @@ async fn sigterm_lets_in_flight_requests_finish_and_refuses_new_connections() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
-    let mut proxy = Running::start(
+    let mut proxy = Served::start(
         &[
             "--backend",
             &backend.url(),
@@ -952,7 +861,7 @@ async fn sigterm_lets_in_flight_requests_finish_and_refuses_new_connections() {
     // The listener closes at once: new connections are refused while the request runs.
     let mut refused = false;
     while signalled.elapsed() < Duration::from_millis(1500) {
-        if std::net::TcpStream::connect(("127.0.0.1", proxy.port)).is_err() {
+        if std::net::TcpStream::connect(("127.0.0.1", proxy.port())).is_err() {
             refused = true;
             break;
         }
@@ -986,7 +895,7 @@ async fn shutdown_deadline_cuts_off_slow_requests_traces_them_and_exits_0() {
     let backend = FakeBackend::start(vec![slow.clone(), slow]).await;
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
-    let mut proxy = Running::start(
+    let mut proxy = Served::start(
         &[
             "--backend",
             &backend.url(),

@@ -8,14 +8,14 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::util::backend::slow;
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::cli::{path_str, run, Ran, BIN};
+use crate::util::cli::{command, path_str, run, Ran};
 use crate::util::proxy::{serve, Proxy};
 use crate::util::{continue_with, read_trace, request};
 
@@ -246,10 +246,9 @@ async fn replay_reports_parse_differences_and_unreadable_input() {
 
 /// `replay ARGS`, killed (and failed) if it runs longer than `limit`.
 fn replay_within(args: &[&str], limit: Duration) -> (i32, String, String) {
-    let mut child = Command::new(BIN)
+    let mut child = command()
         .arg("replay")
         .args(args)
-        .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -4,36 +4,30 @@
 
 use std::path::Path;
 
-use serde_json::{json, Map};
+use serde_json::json;
 
 use crate::util::cli::run;
 use crate::util::proxy::{serve, serve_with};
+use crate::util::turns::{
+    call, entry, harness_results, nudged, one_step_each, render, submit, terminated, trajectory,
+    unparsed,
+};
 use crate::util::write_file;
-use asap_proxy::profile::Action;
 use asap_proxy::report::behaviour::Ending;
-use asap_proxy::report::results::{self, Entry, Parsed, Spec};
+use asap_proxy::report::results::{self, Parsed, Spec};
 use asap_proxy::report::ReportFormat;
 use asap_proxy::report::{
-    compare, intersection, mean_pass_at_k, number_runs, output, pass_at_k, plots, Attempt,
-    Behaviour, Outcome, Report, Results, TaskCount, Trajectory,
+    compare, intersection, mean_pass_at_k, number_runs, pass_at_k, plots, Attempt, Behaviour,
+    Report, Results, TaskCount, Trajectory,
 };
 use asap_proxy::session::NudgeKind;
 
 // ---------------------------------------------------------------------------------------------
 // Builders
 
-fn call(tag: &str, key: &str, value: &str) -> Option<Action> {
-    let mut arguments = Map::new();
-    arguments.insert(key.into(), json!(value));
-    Some(Action::Call {
-        tag: tag.into(),
-        arguments,
-    })
-}
-
 fn shell(command: &str, observation: &str) -> Attempt {
     Attempt {
-        action: call("bash", "command", command),
+        action: Some(call("bash", &[("command", command)])),
         shell_command: Some(command.into()),
         observation: Some(observation.into()),
         ..Attempt::default()
@@ -42,40 +36,15 @@ fn shell(command: &str, observation: &str) -> Attempt {
 
 fn edit() -> Attempt {
     Attempt {
-        action: call("str_replace_editor", "command", "str_replace"),
+        action: Some(call("str_replace_editor", &[("command", "str_replace")])),
         is_edit: true,
         observation: Some("The file has been edited.".into()),
         ..Attempt::default()
     }
 }
 
-fn submit() -> Attempt {
-    Attempt {
-        action: Some(Action::Submit { message: None }),
-        is_submit: true,
-        ..Attempt::default()
-    }
-}
-
-fn unparsable(class: &str) -> Attempt {
-    Attempt {
-        parse_error: Some(class.into()),
-        ..Attempt::default()
-    }
-}
-
-fn nudged(mut turn: Attempt, kind: NudgeKind) -> Attempt {
-    turn.nudge = Some(kind);
-    turn.observation = None;
-    turn
-}
-
-fn terminated(mut turn: Attempt) -> Attempt {
-    turn.terminated = true;
-    turn.observation = None;
-    turn
-}
-
+/// A trajectory of `label` on `task`, one step per turn; the session id names all four
+/// arguments. Spelt `markdown-xml`, as the committed report snapshots were written.
 fn traj(
     label: &str,
     task: &str,
@@ -83,24 +52,15 @@ fn traj(
     start_ms: u64,
     turns: Vec<Attempt>,
 ) -> Trajectory {
-    let turns = turns
-        .into_iter()
-        .enumerate()
-        .map(|(step, t)| Attempt { step, ..t })
-        .collect();
+    let session = format!(
+        "{label}-{task}-{}-{start_ms}",
+        run.map_or("x".to_string(), |r| r.to_string())
+    );
     Trajectory {
-        session: format!(
-            "{label}-{task}-{}-{start_ms}",
-            run.map_or("x".to_string(), |r| r.to_string())
-        ),
-        label: label.into(),
-        instance_id: task.into(),
         run,
         start_ms,
-        profile: "swe-agent".into(),
         format: "markdown-xml".into(),
-        attempts: turns,
-        ..Trajectory::default()
+        ..trajectory(&session, label, task, one_step_each(turns))
     }
 }
 
@@ -110,18 +70,6 @@ fn one(turns: Vec<Attempt>) -> Trajectory {
 
 fn behaviour(turns: Vec<Attempt>) -> Behaviour {
     Behaviour::of(&one(turns), None)
-}
-
-fn resolved_entry(label: Option<&str>, id: &str, run: Option<usize>, resolved: bool) -> Entry {
-    Entry {
-        label: label.map(String::from),
-        instance_id: id.into(),
-        run,
-        outcome: Outcome {
-            resolved,
-            ..Outcome::default()
-        },
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -162,8 +110,8 @@ fn pass_at_k_is_averaged_over_tasks_and_omitted_for_k_above_n() {
     for run in 0..8 {
         trajs.push(traj("m", "a", Some(run), 0, vec![submit()]));
         trajs.push(traj("m", "b", Some(run), 0, vec![submit()]));
-        entries.push(resolved_entry(None, "a", Some(run), run < 3));
-        entries.push(resolved_entry(None, "b", Some(run), false));
+        entries.push(entry(None, "a", Some(run), run < 3));
+        entries.push(entry(None, "b", Some(run), false));
     }
     let results = Results::from_entries(entries);
     let report = Report::build(&trajs, Some(&results), &[3, 1, 8, 9, 0, 1]);
@@ -212,10 +160,10 @@ fn intersection_on_a_crafted_set() {
         .flat_map(|t| (0..3).map(move |r| traj("m", t, Some(r), 0, vec![])))
         .collect();
     let results = Results::from_entries(vec![
-        resolved_entry(None, "x", None, true),
-        resolved_entry(Some("m"), "y", None, true),
-        resolved_entry(Some("m"), "y", Some(1), false),
-        resolved_entry(None, "z", Some(0), true),
+        entry(None, "x", None, true),
+        entry(Some("m"), "y", None, true),
+        entry(Some("m"), "y", Some(1), false),
+        entry(None, "z", Some(0), true),
     ]);
     let report = Report::build(&trajs, Some(&results), &[1]);
     let i = report.label("m").unwrap().intersection.unwrap();
@@ -247,14 +195,14 @@ fn without_results_there_is_no_pass_at_k() {
 fn parsable_turns_and_valid_tool_calls() {
     let b = behaviour(vec![
         shell("ls", "a"),
-        unparsable("unknown_tool"),
-        unparsable("missing_parameter"),
-        unparsable("invalid_parameter"),
-        unparsable("no_action"),
-        unparsable("unclosed_tag"),
+        unparsed("unknown_tool"),
+        unparsed("missing_parameter"),
+        unparsed("invalid_parameter"),
+        unparsed("no_action"),
+        unparsed("unclosed_tag"),
     ]);
     assert_eq!((b.turns, b.parsable_turns, b.valid_tool_calls), (6, 4, 1));
-    let b = behaviour(vec![unparsable("no_action")]);
+    let b = behaviour(vec![unparsed("no_action")]);
     assert_eq!((b.turns, b.parsable_turns, b.valid_tool_calls), (1, 0, 0));
 }
 
@@ -306,7 +254,7 @@ fn failed_test_and_valid_re_edit() {
             edit(),
             shell("pytest -q", failing),
             nudged(edit(), NudgeKind::RepeatedAction),
-            unparsable("no_action"),
+            unparsed("no_action"),
         ],
         // Failure text from a command that is not a test run.
         vec![edit(), shell("cat log.txt", failing), edit()],
@@ -442,15 +390,7 @@ fn patch_outcomes_with_results() {
         "error_ids": ["error"],
     })
     .to_string();
-    let Parsed::Report(outcomes) = results::parse(&text, Path::new("r.json")).unwrap() else {
-        panic!("not a harness report")
-    };
-    let results = Results::from_entries(outcomes.into_iter().map(|(id, outcome)| Entry {
-        label: None,
-        instance_id: id,
-        run: Some(0),
-        outcome,
-    }));
+    let results = harness_results(&text, "r.json");
     let report = Report::build(&trajs, Some(&results), &[1]);
     let agg = &report.label("m").unwrap().behaviour;
     assert_eq!(
@@ -658,12 +598,12 @@ fn pair_fixture() -> (Vec<Trajectory>, Results) {
         // Task u, run 0: only A has it.
         traj("A", "u", Some(0), 0, vec![submit()]),
         // Task t, run 2: only B.
-        traj("B", "t", Some(2), 0, vec![unparsable("no_action")]),
+        traj("B", "t", Some(2), 0, vec![unparsed("no_action")]),
     ];
     let results = Results::from_entries(vec![
-        resolved_entry(Some("B"), "t", Some(0), true),
-        resolved_entry(Some("A"), "t", Some(1), true),
-        resolved_entry(Some("B"), "t", Some(1), true),
+        entry(Some("B"), "t", Some(0), true),
+        entry(Some("A"), "t", Some(1), true),
+        entry(Some("B"), "t", Some(1), true),
     ]);
     (trajs, results)
 }
@@ -696,12 +636,6 @@ fn pair_aligns_by_task_and_run_and_counts_flips() {
 
 // ---------------------------------------------------------------------------------------------
 // Output formats and plots
-
-fn render(report: &Report, format: ReportFormat) -> String {
-    let mut out = Vec::new();
-    output::write(report, format, &mut out).unwrap();
-    String::from_utf8(out).unwrap()
-}
 
 fn full_report() -> Report {
     let (trajs, results) = pair_fixture();
@@ -913,7 +847,7 @@ fn results_file_with_a_single_row() {
         let parsed = results::parse(text, Path::new(&path)).unwrap();
         assert_eq!(
             parsed,
-            Parsed::Rows(vec![resolved_entry(None, "a", Some(1), true)]),
+            Parsed::Rows(vec![entry(None, "a", Some(1), true)]),
             "{name}"
         );
         let results = results::load(&[path], &["L".into()]).unwrap();

@@ -11,7 +11,7 @@ use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::proxy::{serve, Proxy};
 use crate::util::{continue_with, request};
 
-use crate::util::cli::BIN;
+use crate::util::cli::{run, BIN};
 
 /// Records one session: `ls` (accepted), no action (sent as plain content), then submit
 /// before any edit twice (nudged, then terminated).
@@ -42,17 +42,9 @@ async fn recorded() -> (Proxy, FakeBackend) {
 }
 
 fn report_steps(dir: &Path) -> Value {
-    let out = Command::new(BIN)
-        .args(["report", "--format", "json", "--steps"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let out = run(&[&"report", &"--format", &"json", &"--steps", &dir]);
+    assert!(out.success(), "{}", out.stderr);
+    out.json()
 }
 
 #[tokio::test]
@@ -85,12 +77,8 @@ async fn report_steps_lists_every_call_with_its_decision() {
             json!([1, 1, "submit", null, null, true]),
         ]
     );
-    let md = Command::new(BIN)
-        .args(["report", "--steps"])
-        .arg(proxy.log_dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(md.status.code(), Some(2), "--steps needs --format json");
+    let md = run(&[&"report", &"--steps", &proxy.log_dir.path()]);
+    assert_eq!(md.code, Some(2), "--steps needs --format json");
 }
 
 #[tokio::test]

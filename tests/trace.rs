@@ -9,7 +9,7 @@ use asap_proxy::trace::read::TraceReader;
 use serde_json::{json, Value};
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::cli::Served;
+use crate::util::cli::{run, Served};
 use crate::util::proxy::{serve, serve_with, Proxy};
 use crate::util::push_message;
 use crate::util::{continue_with, read_records, request, tool_call};
@@ -375,28 +375,11 @@ async fn kill_9_during_a_run_loses_only_the_records_in_flight() {
 
     // What survived is readable by the tools: replay finds nothing changed, report counts
     // every session.
-    let bin = env!("CARGO_BIN_EXE_asap-proxy");
-    let replay = std::process::Command::new(bin)
-        .args(["replay", "--check"])
-        .arg(&logs)
-        .output()
-        .unwrap();
-    assert!(
-        replay.status.success(),
-        "{}",
-        String::from_utf8_lossy(&replay.stdout)
-    );
-    let report = std::process::Command::new(bin)
-        .args(["report", "--format", "json"])
-        .arg(&logs)
-        .output()
-        .unwrap();
-    assert!(
-        report.status.success(),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
-    let json: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let replay = run(&[&"replay", &"--check", &logs]);
+    assert!(replay.success(), "{}", replay.stdout);
+    let report = run(&[&"report", &"--format", &"json", &logs]);
+    assert!(report.success(), "{}", report.stderr);
+    let json = report.json();
     assert!(
         json.to_string().contains(&format!("\"runs\":{sessions}")),
         "{json}"

@@ -6,18 +6,15 @@
 //! `ASAP_UPDATE_VIEW_FIXTURE=1 cargo test --test integration view::`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::json;
 
 use asap_proxy::view::Viewer;
 
 use crate::util::backend::{FakeBackend, Scripted};
-use crate::util::cli::Served;
+use crate::util::cli::{command, run, Served};
 use crate::util::proxy::{serve, serve_with, Proxy};
 use crate::util::{continue_with, fixture_path, request};
-
-use crate::util::cli::BIN;
 
 /// Model-controlled text that must never reach the page as markup.
 const SCRIPT_IN_THOUGHT: &str = "<script>alert('thought')</script>";
@@ -265,7 +262,7 @@ async fn ui_needs_the_api_key_when_the_proxy_has_one() {
 
 /// A running `asap-proxy view` (killed on drop); `base` without the `/ui`.
 fn viewing(dir: &Path) -> Served {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = command();
     cmd.args(["view", "--listen", "127.0.0.1:0"]).arg(dir);
     let mut served = Served::spawn(cmd, "asap-proxy view: ");
     served.base = served.base.trim_end_matches("/ui").to_string();
@@ -291,12 +288,9 @@ async fn view_binary_serves_a_recorded_trace_dir() {
 
 #[test]
 fn view_binary_rejects_a_missing_directory() {
-    let out = Command::new(BIN)
-        .args(["view", "/nonexistent/asap-logs"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no such file or directory"));
+    let out = run(&[&"view", &"/nonexistent/asap-logs"]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("no such file or directory"));
 }
 
 /// The committed fixture (recorded by `recorded` above) stays readable: every call and its

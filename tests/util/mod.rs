@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod cli;
 pub mod proxy;
+pub mod turns;
 
 use std::path::PathBuf;
 
@@ -94,6 +95,11 @@ pub fn continue_with(body: &mut Value, resp: &Value, output: &str) {
     let messages = body["messages"].as_array_mut().unwrap();
     messages.push(message);
     messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+}
+
+/// Sends `request`; its JSON answer, whatever the status.
+pub async fn json_of(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
 }
 
 /// Posts `body` to `url` with extra headers; asserts a 200 and returns the JSON answer.

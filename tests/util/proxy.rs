@@ -98,14 +98,7 @@ impl Proxy {
 
     /// GETs `path`; the JSON answer, whatever the status.
     pub async fn get_json(&self, path: &str) -> Value {
-        self.client
-            .get(self.url_of(path))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        crate::util::json_of(self.client.get(self.url_of(path))).await
     }
 
     /// Posts a streaming request; returns status and the `data:` payloads in order.
