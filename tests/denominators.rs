@@ -938,3 +938,65 @@ async fn report_binary_refuses_a_protocol_mismatch_unless_allowed() {
         "{stderr}"
     );
 }
+
+/// The prefix set is part of the protocol (the paper gives every model the same prefixes):
+/// each session records its digest; the same prefixes in another file layout are the same
+/// set, a changed step is another, and `report` refuses to compare labels across sets.
+#[tokio::test]
+async fn labels_run_with_different_prefix_sets_are_a_protocol_mismatch() {
+    let fixture = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/prefixes/tasks.jsonl"),
+    )
+    .unwrap();
+    let dirs = tempfile::tempdir().unwrap();
+    let one = dirs.path().join("one");
+    let split = dirs.path().join("split");
+    let changed = dirs.path().join("changed");
+    for d in [&one, &split, &changed] {
+        std::fs::create_dir(d).unwrap();
+    }
+    std::fs::write(one.join("tasks.jsonl"), &fixture).unwrap();
+    // The same two prefixes, one file each, in the other order.
+    for (i, line) in fixture.lines().rev().enumerate() {
+        std::fs::write(split.join(format!("p{i}.json")), line).unwrap();
+    }
+    let edited = fixture.replacen("Reference step one.", "Reference step 1.", 1);
+    assert_ne!(edited, fixture);
+    std::fs::write(changed.join("tasks.jsonl"), edited).unwrap();
+
+    let runs = [("t1", 0)];
+    let with = |dir: std::path::PathBuf| {
+        move |a: &mut asap_proxy::config::ServeArgs| {
+            a.prompt.prefixes = vec![dir];
+            a.prompt.prefix_k = Some(3);
+        }
+    };
+    let a = record("ckpt-a", &runs, with(one.clone())).await;
+    let b = record("ckpt-b", &runs, with(split)).await;
+    let c = record("ckpt-c", &runs, with(changed)).await;
+
+    let expected = asap_proxy::prefix::PrefixStore::load(&[one], 3)
+        .unwrap()
+        .id();
+    assert_eq!(expected.prefixes, 2);
+    let session = &a.first_trace()[0]["data"];
+    assert_eq!(
+        session["prefix_set"]["sha256"],
+        json!(expected.sha256),
+        "{session}"
+    );
+    assert_eq!(session["prefix_set"]["prefixes"], json!(2));
+    let name = format!("{} (2 prefixes)", &expected.sha256[..12]);
+
+    let (la, lb, lc) = (a.log_dir.path(), b.log_dir.path(), c.log_dir.path());
+    let (code, md, stderr) = report_bin(&[&la, &lb]);
+    assert_eq!(code, Some(0), "same set, other files: {stderr}");
+    assert!(md.contains(&name), "{md}");
+    let (code, _, stderr) = report_bin(&[&la, &lc]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("prefix set: ckpt-a {name}; ckpt-c ")),
+        "{stderr}"
+    );
+}

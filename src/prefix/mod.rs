@@ -37,7 +37,7 @@ use crate::conversation::Step;
 use crate::openai::chat::TaskSource;
 use crate::profile::Action;
 use crate::profile::SUBMIT_TAG;
-use crate::trace::MatchedBy;
+use crate::trace::{MatchedBy, PrefixSetId};
 
 /// Built-in demonstrations, selected by a profile's `default_prefix`.
 pub const BUILTIN: [(&str, &str); 1] = [(
@@ -263,6 +263,25 @@ impl PrefixStore {
             }
         }
         Ok(store)
+    }
+
+    /// The set's identity ([`PrefixSetId`]); K is recorded apart (`prefix_k`).
+    pub fn id(&self) -> PrefixSetId {
+        let mut text = String::new();
+        for map in [&self.by_id, &self.defaults] {
+            let mut ids: Vec<&String> = map.keys().collect();
+            ids.sort();
+            for id in ids {
+                // A `Prefix` always serialises (strings, numbers and JSON values only).
+                text.push_str(&serde_json::to_string(&map[id]).unwrap_or_default());
+                text.push('\n');
+            }
+            text.push('\n');
+        }
+        PrefixSetId {
+            sha256: crate::util::sha256_hex(text.as_bytes()),
+            prefixes: self.by_id.len(),
+        }
     }
 
     /// Adds one prefix to the index (a later one with the same id replaces it).

@@ -82,7 +82,7 @@ pub struct ReportArgs {
     /// the step cap, not "stopped without submitting".
     #[arg(long, value_name = "N")]
     pub step_limit: Option<usize>,
-    /// Compare labels whose protocols differ (format, prefix K, prefix coverage, rules,
+    /// Compare labels whose protocols differ (format, prefix K, prefix set, prefix coverage, rules,
     /// proxy version); the differences are printed above the tables. Without it, such a
     /// comparison is an error (exit 2).
     #[arg(long)]

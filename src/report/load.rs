@@ -107,6 +107,11 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
         protocol: SessionProtocol {
             mode: session.mode.map(|m| m.as_str().to_string()),
             prefix_k: session.prefix_k,
+            // With K 0 no prefix is rendered: the set loaded does not shape the prompts.
+            prefix_set: match session.prefix_k {
+                Some(0) => Some(protocol::NO_PREFIX_SET.to_string()),
+                _ => session.prefix_set.as_ref().map(protocol::prefix_set_name),
+            },
             prefix_source: protocol::prefix_source(
                 session.prefix_source,
                 session.prefix.as_ref().map(|p| p.matched_by),

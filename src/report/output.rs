@@ -96,10 +96,11 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "## Protocol\n")?;
     table_head(out, &head_with("setting", report))?;
     type Setting = fn(&LabelSummary) -> String;
-    let settings: [(&str, Setting); 7] = [
+    let settings: [(&str, Setting); 8] = [
         ("mode", |l| counts(&l.protocol.mode)),
         ("format", |l| counts(&l.protocol.format)),
         ("prefix K", |l| counts(&l.protocol.prefix_k)),
+        ("prefix set", |l| counts(&l.protocol.prefix_set)),
         ("prefix coverage", |l| l.protocol.coverage()),
         ("rules", |l| counts(&l.protocol.rules)),
         ("backend model", |l| counts(&l.protocol.backend_model)),

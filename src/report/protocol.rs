@@ -1,5 +1,5 @@
 //! The protocol each label ran under (issue 17, "protocol in view"): interaction format,
-//! prefix K, prefix coverage (same-task prefix, built-in demonstration, none), nudge and
+//! prefix K, prefix set (the digest of the prefixes loaded), prefix coverage (same-task prefix, built-in demonstration, none), nudge and
 //! termination rules, backend model and proxy version, read from each session record.
 //!
 //! Two labels are comparable only when their protocols match on everything but the backend
@@ -41,6 +41,9 @@ pub struct SessionProtocol {
     pub mode: Option<String>,
     /// Configured K (`serve --prefix-k`).
     pub prefix_k: Option<usize>,
+    /// The prefix set loaded, as [`prefix_set_name`] writes it (`None`: a trace from before
+    /// it was recorded).
+    pub prefix_set: Option<String>,
     /// Where the rendered prefix came from.
     pub prefix_source: PrefixSource,
     /// The termination rules (`None`: a trace from before they were recorded).
@@ -50,6 +53,16 @@ pub struct SessionProtocol {
     /// The proxy's version (`CARGO_PKG_VERSION`), with the build's commit when recorded:
     /// `0.1.0 (3a6459c1d2e4)`.
     pub proxy_version: Option<String>,
+}
+
+/// The prefix set of a session run with K 0 (no prefix rendered, whatever was loaded).
+pub const NO_PREFIX_SET: &str = "none (K 0)";
+
+/// A prefix set as the report names it: the first 12 hex digits of its digest and its size,
+/// `3fa2c1d9e0b1 (500 prefixes)`.
+pub fn prefix_set_name(set: &crate::trace::PrefixSetId) -> String {
+    let short = set.sha256.get(..12).unwrap_or(&set.sha256);
+    format!("{short} ({} prefixes)", set.prefixes)
 }
 
 /// Written where a session record lacks a field (traces from before it was recorded).
@@ -64,6 +77,8 @@ pub struct LabelProtocol {
     pub format: BTreeMap<String, usize>,
     /// Trajectories by configured prefix K (`unknown` for old traces).
     pub prefix_k: BTreeMap<String, usize>,
+    /// Trajectories by prefix set ([`prefix_set_name`]; `unknown` for old traces).
+    pub prefix_set: BTreeMap<String, usize>,
     /// Trajectories by prefix source (`task`, `demonstration`, `none`).
     pub prefix_coverage: BTreeMap<PrefixSource, usize>,
     /// Rules as [`Rules::describe`] lines (or `unknown`).
@@ -83,6 +98,10 @@ impl LabelProtocol {
         *self
             .prefix_k
             .entry(or_unknown(p.prefix_k.map(|k| k.to_string())))
+            .or_default() += 1;
+        *self
+            .prefix_set
+            .entry(or_unknown(p.prefix_set.clone()))
             .or_default() += 1;
         *self.prefix_coverage.entry(p.prefix_source).or_default() += 1;
         *self
@@ -129,6 +148,7 @@ impl LabelProtocol {
             ("mode", keys(&self.mode)),
             ("format", keys(&self.format)),
             ("prefix K", keys(&self.prefix_k)),
+            ("prefix set", keys(&self.prefix_set)),
             ("prefix coverage", self.coverage()),
             ("rules", keys(&self.rules)),
             ("proxy version", keys(&self.proxy_version)),
@@ -150,6 +170,7 @@ impl LabelProtocol {
             ("mode", &self.mode),
             ("format", &self.format),
             ("prefix K", &self.prefix_k),
+            ("prefix set", &self.prefix_set),
             ("rules", &self.rules),
             ("proxy version", &self.proxy_version),
             ("backend model", &self.backend_model),

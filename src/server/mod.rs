@@ -151,6 +151,7 @@ impl AppState {
                     Mode::Passthrough => "passthrough",
                 },
                 prefix_k: config.prompt.prefix_k,
+                prefix_set: Some(prefixes.id()),
                 limits: config.limits,
                 config_sha256: config.digest(),
             })

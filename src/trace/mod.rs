@@ -121,6 +121,10 @@ pub struct SessionRecord {
     /// The reference prefix rendered (id, how it matched, K), if any.
     #[serde(default, deserialize_with = "lenient::lenient")]
     pub prefix: Option<PrefixInfo>,
+    /// The prefix set loaded (`--prefixes`): its digest and size; `None` in traces before it
+    /// was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_set: Option<PrefixSetId>,
     /// Configured K (`--prefix-k`; `None`: not recorded).
     #[serde(default)]
     pub prefix_k: Option<usize>,
@@ -555,6 +559,20 @@ impl MatchedBy {
     }
 }
 
+/// What identifies a loaded prefix set: the SHA-256 of its prefixes' content and how many
+/// there are. The paper gives every evaluated model the same prefixes; two runs with the
+/// same digest rendered the same reference steps for the same tasks, whatever files they
+/// came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefixSetId {
+    /// Hex SHA-256 over every task prefix and demonstration, ordered by `instance_id`, each
+    /// as its JSON (all of it: task text, source, steps, leaks, example), one per line, task
+    /// prefixes first.
+    pub sha256: String,
+    /// Task prefixes (demonstrations not counted).
+    pub prefixes: usize,
+}
+
 /// Which prefix a request got (for the trace's session record).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrefixInfo {
@@ -643,6 +661,8 @@ pub struct TraceSettings {
     pub label: Option<String>,
     pub mode: &'static str,
     pub prefix_k: usize,
+    /// The prefix set loaded (recorded as [`SessionRecord::prefix_set`]).
+    pub prefix_set: Option<PrefixSetId>,
     /// The termination rules in force (recorded as [`SessionRecord::rules`]).
     pub limits: Limits,
     /// See [`SessionRecord::config_sha256`].
@@ -833,6 +853,7 @@ impl TraceWriter {
             format: self.settings.format.clone(),
             mode: Some(SessionMode::from_name(self.settings.mode)),
             prefix: record.prefix.clone(),
+            prefix_set: self.settings.prefix_set.clone(),
             prefix_k: Some(self.settings.prefix_k),
             prefix_source: Some(if self.settings.prefix_k == 0 {
                 PrefixSource::None
