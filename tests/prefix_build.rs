@@ -530,3 +530,72 @@ fn a_gold_line_in_a_thought_is_a_leak() {
     );
     assert!(read_out(&out).is_empty());
 }
+
+/// A built set comes with its provenance (issue 20): the digest `serve` records for it, K,
+/// the reference models, the inputs and the leak check in counts; the prefix loader skips the
+/// provenance file, and a proxy serving the set records the same digest.
+#[tokio::test]
+async fn a_built_set_records_its_provenance_and_the_digest_serve_records() {
+    use asap_proxy::prefix::build::{provenance_path, Provenance};
+    let dir = tempfile::tempdir().unwrap();
+    let set = dir.path().join("set");
+    let inputs = [
+        prefix_fixture("swe-agent/run-0042.traj"),
+        prefix_fixture("openhands-sdk/leftpad__leftpad-12"),
+    ];
+    let gold = prefix_fixture("gold.jsonl");
+    let out = set.join("verified.jsonl");
+    let output = build(
+        &inputs,
+        &out,
+        &[
+            "--k",
+            "5",
+            "--gold",
+            gold.to_str().unwrap(),
+            "--allow-leaks",
+        ],
+    );
+    let path = provenance_path(&out);
+    assert_eq!(path, set.join("verified.jsonl.provenance.json"));
+    let p: Provenance = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(p.k, 5);
+    assert_eq!(p.inputs, inputs);
+    assert_eq!(p.leak_check.gold.as_deref(), Some(gold.as_path()));
+    assert_eq!(
+        (
+            p.leak_check.checked,
+            p.leak_check.kept,
+            p.leak_check.rejected,
+            p.leak_check.kept_with_leaks,
+            p.leak_check.kept_unchecked
+        ),
+        (2, 2, 0, 1, 0),
+        "{p:?}"
+    );
+    assert_eq!(p.sources.iter().map(|s| s.prefixes).sum::<usize>(), 2);
+    assert!(output.stderr.contains(&format!(
+        "prefix set {} (2 prefixes, K 5); provenance: {}",
+        &p.prefix_set.sha256[..12],
+        path.display()
+    )));
+
+    // The loader reads the prefixes and skips the provenance: the digest is the one recorded.
+    let store = asap_proxy::prefix::PrefixStore::load(std::slice::from_ref(&set), 3).unwrap();
+    assert_eq!(store.len(), 2);
+    assert_eq!(store.id(), p.prefix_set);
+    let (_backend, proxy) = crate::util::proxy::serve_with(
+        vec![crate::util::backend::Scripted::text(
+            "Look.\n<bash>ls</bash>\n",
+        )],
+        |a| a.prompt.prefixes = vec![set.clone()],
+    )
+    .await;
+    let (status, _) = proxy.post(&crate::util::request("swe-agent-1")).await;
+    assert_eq!(status, 200);
+    let session = &proxy.first_trace()[0]["data"];
+    assert_eq!(
+        session["prefix_set"]["sha256"],
+        p.prefix_set.sha256.as_str()
+    );
+}

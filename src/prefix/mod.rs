@@ -402,6 +402,12 @@ fn prefix_files(dir: &Path) -> Result<Vec<PathBuf>, PrefixError> {
         .map_err(read)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "json" || e == "jsonl"))
+        // A built set's provenance (`prefix build`) sits next to its prefixes.
+        .filter(|p| {
+            !p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(build::PROVENANCE_SUFFIX))
+        })
         .collect();
     files.sort();
     Ok(files)

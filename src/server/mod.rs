@@ -85,6 +85,7 @@ impl AppState {
         tracing::info!(
             task_prefixes = prefixes.len(),
             k = config.prompt.prefix_k,
+            prefix_set = %prefixes.id().sha256,
             "reference prefixes loaded (tasks without one get their profile's built-in demonstration)"
         );
         if config.mode == Mode::Proxy && config.prompt.prefix_k > 0 && prefixes.is_empty() {

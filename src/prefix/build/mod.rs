@@ -73,6 +73,9 @@ use crate::profile::{
     Profile, ProfileError, Profiles, ResolvedProfile, EDITOR_TAG, SHELL_TAG, SUBMIT_TAG,
 };
 
+/// The name `prefix build` appends to `--out` for the set's provenance ([`Provenance`]).
+pub const PROVENANCE_SUFFIX: &str = ".provenance.json";
+
 /// Parameters that are scaffold metadata, never part of a neutral action.
 pub const METADATA_PARAMETERS: [&str; 2] = ["security_risk", "summary"];
 
@@ -369,8 +372,123 @@ pub fn build(opts: &BuildOptions) -> Result<Report, BuildError> {
     if let Some(dir) = opts.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(write)?;
     }
+    let provenance = Provenance::of(opts, &out, &report)?;
     std::fs::write(&opts.out, out).map_err(write)?;
+    let path = provenance_path(&opts.out);
+    let text = serde_json::to_string_pretty(&provenance).map_err(|e| BuildError::Write {
+        path: path.clone(),
+        source: e.into(),
+    })?;
+    std::fs::write(&path, text + "\n").map_err(|source| BuildError::Write { path, source })?;
     Ok(report)
+}
+
+/// Where `prefix build --out FILE` writes the set's provenance: `FILE.provenance.json` (the
+/// prefix loader skips `*.provenance.json`).
+pub fn provenance_path(out: &Path) -> PathBuf {
+    let mut name = out.file_name().unwrap_or_default().to_os_string();
+    name.push(PROVENANCE_SUFFIX);
+    out.with_file_name(name)
+}
+
+/// The provenance of a built prefix set (issue 20: one prefix set per benchmark, shared by
+/// every checkpoint): what `serve` will record for it, where it came from and how it was
+/// checked. Written next to the prefixes as `<out>.provenance.json`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Provenance {
+    /// The digest and size `serve` records in every session record (`prefix_set`) when its
+    /// `--prefixes` directory holds this file alone ([`crate::prefix::PrefixStore::id`]).
+    pub prefix_set: crate::trace::PrefixSetId,
+    /// Steps kept per prefix (`--k`).
+    pub k: usize,
+    /// When the set was built (UTC, `YYYY-MM-DD HH:MM:SS`).
+    pub built: String,
+    /// The reference models and scaffolds the prefixes came from (their `source`), each with
+    /// the number of prefixes written.
+    pub sources: Vec<SourceCount>,
+    /// The inputs read (`--from`).
+    pub inputs: Vec<PathBuf>,
+    pub leak_check: LeakSummary,
+    /// The proxy that built the set: version and, when known, the commit.
+    pub proxy_version: String,
+}
+
+/// Prefixes written from one reference model and scaffold.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SourceCount {
+    pub model: Option<String>,
+    pub scaffold: Option<String>,
+    pub prefixes: usize,
+}
+
+/// The leak check of a build, in counts (the per-task table is `prefix build`'s output).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LeakSummary {
+    /// `--gold`, when given.
+    pub gold: Option<PathBuf>,
+    /// Prefixes compared with their task's gold patch.
+    pub checked: usize,
+    /// Prefixes written (kept).
+    pub kept: usize,
+    /// Prefixes not written (leaking, no gold patch, no steps).
+    pub rejected: usize,
+    /// Prefixes written although they contain gold lines (`--allow-leaks`).
+    pub kept_with_leaks: usize,
+    /// Prefixes written without a check (`--no-leak-check`).
+    pub kept_unchecked: usize,
+}
+
+impl Provenance {
+    /// The provenance of the prefixes in `written` (JSONL, as `build` writes them).
+    fn of(opts: &BuildOptions, written: &str, report: &Report) -> Result<Self, BuildError> {
+        let prefixes = super::parse_file(&opts.out.display().to_string(), written)?;
+        let mut store = super::PrefixStore::load(&[], opts.k)?;
+        let mut sources: Vec<SourceCount> = Vec::new();
+        for prefix in prefixes {
+            let (model, scaffold) = (prefix.source.model.clone(), prefix.source.scaffold.clone());
+            match sources
+                .iter_mut()
+                .find(|s| s.model == model && s.scaffold == scaffold)
+            {
+                Some(s) => s.prefixes += 1,
+                None => sources.push(SourceCount {
+                    model,
+                    scaffold,
+                    prefixes: 1,
+                }),
+            }
+            store.insert(prefix);
+        }
+        let kept = report.lines.iter().filter(|l| l.kept);
+        Ok(Self {
+            prefix_set: store.id(),
+            k: opts.k,
+            built: crate::util::utc(crate::util::unix_ms()),
+            sources,
+            inputs: opts.from.clone(),
+            leak_check: LeakSummary {
+                gold: opts.gold.clone(),
+                checked: report
+                    .lines
+                    .iter()
+                    .filter(|l| matches!(l.checked, Checked::Gold(_)))
+                    .count(),
+                kept: report.kept(),
+                rejected: report.rejected(),
+                kept_with_leaks: kept
+                    .clone()
+                    .filter(|l| matches!(&l.checked, Checked::Gold(c) if !c.leaks.is_empty()))
+                    .count(),
+                kept_unchecked: kept
+                    .filter(|l| !matches!(l.checked, Checked::Gold(_)))
+                    .count(),
+            },
+            proxy_version: match option_env!("ASAP_BUILD_COMMIT").filter(|c| !c.is_empty()) {
+                Some(commit) => format!("{} ({commit})", env!("CARGO_PKG_VERSION")),
+                None => env!("CARGO_PKG_VERSION").to_string(),
+            },
+        })
+    }
 }
 
 /// Reads one input (file or directory) into prefixes of at most `k` steps (all steps when `k`
