@@ -123,22 +123,6 @@ fn run_prefix(args: &PrefixArgs) -> RunResult {
             std::io::stderr()
                 .write_all(report.details().as_bytes())
                 .map_err(CliError::internal)?;
-            let provenance = asap_proxy::prefix::build::provenance_path(&opts.out);
-            if let Ok(text) = std::fs::read_to_string(&provenance) {
-                if let Ok(p) = serde_json::from_str::<asap_proxy::prefix::build::Provenance>(&text)
-                {
-                    let line = format!(
-                        "prefix set {} ({} prefixes, K {}); provenance: {}\n",
-                        p.prefix_set.sha256.get(..12).unwrap_or_default(),
-                        p.prefix_set.prefixes,
-                        p.k,
-                        provenance.display()
-                    );
-                    std::io::stderr()
-                        .write_all(line.as_bytes())
-                        .map_err(CliError::internal)?;
-                }
-            }
             std::io::stdout()
                 .write_all(report.render().as_bytes())
                 .map_err(CliError::internal)
