@@ -52,10 +52,12 @@
 //! `str_replace_editor`, `finish` → `submit`; others are kept. OpenHands metadata parameters
 //! (`security_risk`, `summary`) are dropped; `submit` keeps no arguments.
 
+mod mini_swe_agent;
 mod openhands;
 mod swe_agent;
 mod trace;
 
+use mini_swe_agent::*;
 use openhands::*;
 use swe_agent::*;
 use trace::*;
@@ -82,6 +84,7 @@ pub enum InputFormat {
     SweAgent,
     OpenHandsSdk,
     OpenHandsV0,
+    MiniSweAgent,
     Trace,
 }
 
@@ -92,6 +95,7 @@ impl InputFormat {
             Self::SweAgent => "swe-agent",
             Self::OpenHandsSdk => "openhands-sdk",
             Self::OpenHandsV0 => "openhands-v0",
+            Self::MiniSweAgent => "mini-swe-agent",
             Self::Trace => "asap-proxy",
         }
     }
@@ -102,6 +106,7 @@ impl InputFormat {
             Self::SweAgent => Some("swe-agent"),
             Self::OpenHandsSdk => Some("openhands-sdk"),
             Self::OpenHandsV0 => Some("openhands-codeact"),
+            Self::MiniSweAgent => Some("mini-swe-agent"),
             Self::Trace => None,
         }
     }
@@ -433,6 +438,16 @@ pub fn read_trajectories(path: &Path) -> Result<(InputFormat, Vec<Trajectory>), 
             vec![read_trace(path, text.as_bytes(), &stem)?],
         ));
     }
+    if is_mini_swe_agent(first) {
+        let many = docs.len() > 1;
+        return Ok((
+            InputFormat::MiniSweAgent,
+            docs.iter()
+                .enumerate()
+                .map(|(i, d)| read_mini_swe_agent(d, &numbered(&stem, i, many)))
+                .collect(),
+        ));
+    }
     if first.get("trajectory").is_some() || first.get("attempts").is_some() {
         let many = docs.len() > 1;
         return Ok((
@@ -470,7 +485,7 @@ pub fn read_trajectories(path: &Path) -> Result<(InputFormat, Vec<Trajectory>), 
             Ok((InputFormat::OpenHandsV0, vec![read_v0(&docs, &stem, None)]))
         }
         _ => Err(bad(
-            "unknown trajectory format (expected a SWE-agent .traj, OpenHands SDK events, OpenHands V0 events or an asap-proxy trace)",
+            "unknown trajectory format (expected a SWE-agent .traj, a mini-swe-agent .traj.json, OpenHands SDK events, OpenHands V0 events or an asap-proxy trace)",
         )),
     }
 }
