@@ -594,3 +594,157 @@ async fn a_built_set_records_its_provenance_and_the_digest_serve_records() {
         p.prefix_set.sha256.as_str()
     );
 }
+
+fn mini_inputs() -> Vec<PathBuf> {
+    [
+        "mini-swe-agent/slugify__slugify-7.traj.json",
+        "mini-swe-agent/leftpad__leftpad-12.traj.json",
+        "mini-swe-agent/v1/tally__tally-5.traj.json",
+    ]
+    .iter()
+    .map(|p| prefix_fixture(p))
+    .collect()
+}
+
+/// mini-swe-agent `.traj.json` files as mini's own save code writes them (see
+/// tests/fixtures/prefix/mini-swe-agent/make_fixtures.py): 2.x text mode, 2.x tool calls,
+/// 1.x text mode without an instance id.
+#[test]
+fn mini_swe_agent_trajectories() {
+    let profiles = Profiles::builtin().unwrap();
+    let read = |rel: &str, k| read_path(&prefix_fixture(rel), k, &profiles, None).unwrap();
+
+    // 2.x text mode: a thought, then a ```mswea_bash_command block; the reply mini rejected
+    // (two blocks) is not in its history; the step before the submit is the last.
+    let text = read("mini-swe-agent/slugify__slugify-7.traj.json", 0);
+    let p = &text[0];
+    assert_eq!(p.instance_id, "slugify__slugify-7");
+    assert_eq!(p.source.scaffold.as_deref(), Some("mini-swe-agent"));
+    assert_eq!(
+        p.source.model.as_deref(),
+        Some("anthropic/claude-sonnet-4-5-20250929")
+    );
+    // The task from mini's instance template, without its lead-in or tags.
+    assert!(p.task_text.starts_with("`slugify()` keeps runs of dashes"));
+    assert!(p.task_text.ends_with("collapse into one dash."));
+    assert_eq!(tools(p), ["bash"; 5]);
+    assert_eq!(
+        p.steps[0].thought,
+        "The PR is about `slugify`. Let me find where it is defined."
+    );
+    assert_eq!(args(p, 0), json!({"command": "grep -rn \"def slugify\" ."}));
+    assert_eq!(
+        p.steps[0].observation,
+        "./slug/core.py:5:def slugify(text):"
+    );
+    assert_eq!(p.steps[2].thought, "Let me reproduce the issue first.");
+    assert_eq!(p.steps[2].observation, "a----b");
+    assert_eq!(p.steps[3].observation, "");
+
+    // 2.x tool calls: one step per call (the thought on the first), observations by call id,
+    // a non-zero return code as the last line.
+    let calls = read("mini-swe-agent/leftpad__leftpad-12.traj.json", 0);
+    let p = &calls[0];
+    assert_eq!(p.instance_id, "leftpad__leftpad-12");
+    assert!(p
+        .task_text
+        .starts_with("leftPad(\"abc\", 2) throws a RangeError"));
+    assert_eq!(tools(p), ["bash"; 5]);
+    assert_eq!(args(p, 1), json!({"command": "cat index.js"}));
+    assert_eq!(args(p, 2), json!({"command": "cat test/run.js"}));
+    assert!(p.steps[1].observation.starts_with("function leftPad("));
+    assert!(p.steps[2]
+        .observation
+        .starts_with("const leftPad = require"));
+    assert_eq!(p.steps[2].thought, "");
+    assert_eq!(p.steps[3].observation, "[exit status 1]");
+
+    // 1.x: ```bash blocks, a reply without a block (format error) skipped, the instance id
+    // from the file name.
+    let v1 = read("mini-swe-agent/v1/tally__tally-5.traj.json", 0);
+    let p = &v1[0];
+    assert_eq!(p.instance_id, "tally__tally-5");
+    assert_eq!(
+        p.task_text,
+        "`Counter.most_common(0)` returns every item instead of an empty list."
+    );
+    assert_eq!(tools(p), ["bash"; 3]);
+    assert_eq!(args(p, 1), json!({"command": "cat tally/counter.py"}));
+    assert_eq!(p.steps[2].observation, "[('a', 1)]");
+
+    // The submit is read as one (and cut), without it the prefix would end on it.
+    let (format, raw) = asap_proxy::prefix::build::read_trajectories(&prefix_fixture(
+        "mini-swe-agent/slugify__slugify-7.traj.json",
+    ))
+    .unwrap();
+    assert_eq!(format, InputFormat::MiniSweAgent);
+    let last = raw[0].steps.last().unwrap();
+    assert_eq!(last.tool, "submit");
+    assert!(last.arguments.is_empty());
+    assert_eq!(raw[0].steps.len(), 6);
+
+    // K cuts.
+    let cut = read("mini-swe-agent/leftpad__leftpad-12.traj.json", 2);
+    assert_eq!(cut[0].steps.len(), 2);
+}
+
+/// The leak check applies to mini-swe-agent prefixes as to the others.
+#[test]
+fn mini_swe_agent_prefixes_are_checked_for_leaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let gold = prefix_fixture("gold.jsonl");
+    let gold = gold.to_str().unwrap();
+    let inputs = mini_inputs();
+
+    // K=3 stops before the edits: kept; tally has no gold patch: rejected.
+    let out = dir.path().join("k3.jsonl");
+    let output = build(&inputs, &out, &["--k", "3", "--gold", gold]);
+    assert!(
+        output
+            .stdout
+            .contains("total: 3 prefixes, 2 kept, 1 rejected, 0 with leaks, 1 not checked"),
+        "{}",
+        output.stdout
+    );
+    assert_eq!(row(&output.stdout, "slugify__slugify-7")[4], "kept");
+    let got = read_out(&out);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got["leftpad__leftpad-12"].steps.len(), 3);
+
+    // K=5 reaches the edits: both rejected, the leaking step named.
+    let out = dir.path().join("k5.jsonl");
+    let output = build(&inputs[..2], &out, &["--k", "5", "--gold", gold]);
+    assert!(
+        output
+            .stdout
+            .contains("total: 2 prefixes, 0 kept, 2 rejected, 2 with leaks"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output.stderr.contains(&format!(
+            "slugify__slugify-7: step 4 action leaks gold line: {SLUG_GOLD_LINE}"
+        )),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stderr.contains(
+        "leftpad__leftpad-12: step 5 action leaks gold line: if (width <= text.length) {"
+    ));
+    assert!(read_out(&out).is_empty());
+
+    // --allow-leaks writes them, marked; the prefix store reads the file back.
+    let store_dir = dir.path().join("store");
+    let out = store_dir.join("allow.jsonl");
+    build(
+        &inputs[..2],
+        &out,
+        &["--k", "5", "--gold", gold, "--allow-leaks"],
+    );
+    let got = read_out(&out);
+    assert!(got["slugify__slugify-7"]
+        .leaks
+        .iter()
+        .any(|l| l == SLUG_GOLD_LINE));
+    assert_eq!(PrefixStore::load(&[store_dir], 5).unwrap().len(), 2);
+}

@@ -487,7 +487,10 @@ fn mini_action(cmd: &str, format: &MiniFormat) -> Action {
     }
 }
 
-fn read_mini(content: &str, format: &MiniFormat) -> (String, Option<Action>) {
+/// A mini-swe-agent text-mode reply read back: the text before its first command block (of
+/// any form mini's configs use, or `format`'s) and the command, `<submit/>` for a completion
+/// command; without a block, the whole text and no action.
+pub fn read_mini(content: &str, format: &MiniFormat) -> (String, Option<Action>) {
     let fence = read_mini_fence(content, format);
     let tag = read_mini_tag(content, format);
     match (fence, tag) {

@@ -10,7 +10,7 @@ mod toolset;
 
 pub use action::Action;
 pub use dialect::{
-    tools_from_prompt, Dialect, MiniBlock, MiniFormat, MINI_SUBMIT, TERMINUS_DURATION_S,
+    read_mini, tools_from_prompt, Dialect, MiniBlock, MiniFormat, MINI_SUBMIT, TERMINUS_DURATION_S,
 };
 
 pub use toolset::{

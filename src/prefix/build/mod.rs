@@ -35,6 +35,26 @@
 //!   (arguments from `tool_call_metadata.model_response`, else rebuilt from `args` for `run`,
 //!   `run_ipython`, `read`, `edit`, `think`, `finish`, `browse`); its observation the event whose
 //!   `cause` is the action's `id`. Task: the first user `message` action.
+//! - **mini-swe-agent** trajectory files (`<instance>.traj.json`, a JSON object with
+//!   `messages` and a `trajectory_format` of mini's, or `info.mini_version`; written by 1.x's
+//!   `save_traj`, format `mini-swe-agent-1`, and 2.x's `DefaultAgent.save`, format
+//!   `mini-swe-agent-1.1`). One step per assistant message with an action, tool `bash` with
+//!   `command`; the completion command (`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT …`,
+//!   early 1.x `echo MINI_SWE_AGENT_FINAL_OUTPUT`) is a `submit`. Text mode: the command
+//!   mini ran (`extra.actions`, 2.x), else the one command block read back as the
+//!   `mini_text` dialect reads it (```` ```bash ````, ```` ```mswea_bash_command ````,
+//!   `<mswea_bash_command>`, `<bash_code>`; a 1.x reply with no block or several was rejected
+//!   by mini and is skipped); the thought is the text before the block, without its
+//!   `THOUGHT:` label. Tool-call mode (2.x): one step per call (the message's text as the
+//!   thought of the first), its observation the `tool` message with the call's id. The
+//!   observation is the next `user`/`tool` message, its `<returncode>`/`<output>` (or
+//!   `<output_head>`/`<output_tail>`, `<exception>`) text template or `mini.yaml`'s JSON
+//!   decoded into the output (a non-zero return code as `[exit status N]`), other text kept.
+//!   Task: the first user message between the literal lines around `{{task}}` in the saved
+//!   `info.config.agent.instance_template`, else the tagged statement, else the whole
+//!   message. Instance id: `instance_id` (the SWE-bench batch runner's), else
+//!   `info.instance_id`, else the file stem without `.traj`. Model:
+//!   `info.config.model.model_name`; date: the first message's timestamp.
 //! - **asap-proxy traces** (JSONL from [`crate::trace`], read as its typed records by
 //!   [`crate::trace::read::TraceReader`], the unversioned first layout included;
 //!   docs/trace-format.md, "Reading"): one step per `step` record with a `parse.action`
@@ -47,15 +67,17 @@
 //!   else its `task`, else the file stem. Date: the session record's time.
 //!
 //! Tool names go through the scaffold's profile ([`ResolvedProfile::from_scaffold`]: swe-agent,
-//! openhands-sdk, openhands-codeact for V0, or `--profile`), then a fixed table for names the
-//! profile does not cover: `execute_bash`/`terminal` → `bash`, `file_editor` →
+//! openhands-sdk, openhands-codeact for V0, mini-swe-agent, or `--profile`), then a fixed
+//! table for names the profile does not cover: `execute_bash`/`terminal` → `bash`, `file_editor` →
 //! `str_replace_editor`, `finish` → `submit`; others are kept. OpenHands metadata parameters
 //! (`security_risk`, `summary`) are dropped; `submit` keeps no arguments.
 
+mod mini_swe_agent;
 mod openhands;
 mod swe_agent;
 mod trace;
 
+use mini_swe_agent::*;
 use openhands::*;
 use swe_agent::*;
 use trace::*;
@@ -85,6 +107,7 @@ pub enum InputFormat {
     SweAgent,
     OpenHandsSdk,
     OpenHandsV0,
+    MiniSweAgent,
     Trace,
 }
 
@@ -95,6 +118,7 @@ impl InputFormat {
             Self::SweAgent => "swe-agent",
             Self::OpenHandsSdk => "openhands-sdk",
             Self::OpenHandsV0 => "openhands-v0",
+            Self::MiniSweAgent => "mini-swe-agent",
             Self::Trace => "asap-proxy",
         }
     }
@@ -105,6 +129,7 @@ impl InputFormat {
             Self::SweAgent => Some("swe-agent"),
             Self::OpenHandsSdk => Some("openhands-sdk"),
             Self::OpenHandsV0 => Some("openhands-codeact"),
+            Self::MiniSweAgent => Some("mini-swe-agent"),
             Self::Trace => None,
         }
     }
@@ -551,6 +576,16 @@ pub fn read_trajectories(path: &Path) -> Result<(InputFormat, Vec<Trajectory>), 
             vec![read_trace(path, text.as_bytes(), &stem)?],
         ));
     }
+    if is_mini_swe_agent(first) {
+        let many = docs.len() > 1;
+        return Ok((
+            InputFormat::MiniSweAgent,
+            docs.iter()
+                .enumerate()
+                .map(|(i, d)| read_mini_swe_agent(d, &numbered(&stem, i, many)))
+                .collect(),
+        ));
+    }
     if first.get("trajectory").is_some() || first.get("attempts").is_some() {
         let many = docs.len() > 1;
         return Ok((
@@ -588,7 +623,7 @@ pub fn read_trajectories(path: &Path) -> Result<(InputFormat, Vec<Trajectory>), 
             Ok((InputFormat::OpenHandsV0, vec![read_v0(&docs, &stem, None)]))
         }
         _ => Err(bad(
-            "unknown trajectory format (expected a SWE-agent .traj, OpenHands SDK events, OpenHands V0 events or an asap-proxy trace)",
+            "unknown trajectory format (expected a SWE-agent .traj, a mini-swe-agent .traj.json, OpenHands SDK events, OpenHands V0 events or an asap-proxy trace)",
         )),
     }
 }
