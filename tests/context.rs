@@ -155,6 +155,10 @@ async fn a_history_that_cannot_fit_is_openais_context_length_400() {
         .as_str()
         .unwrap()
         .contains("maximum context length"));
+    // The record's timings say where the time went: rendering and the context check.
+    let timings = &last["data"]["timings"];
+    assert!(timings["render_ms"].as_f64().unwrap() > 0.0, "{timings}");
+    assert_eq!(timings["backend_ms"], json!(0.0), "{timings}");
     // Streamed, the same request gets the same HTTP 400 (not a 200 stream with an error
     // event, which LiteLLM would not map to its context-window error).
     body["stream"] = json!(true);

@@ -263,7 +263,12 @@ pub async fn run_turn(
                     step,
                     remember: None,
                 };
-                return finish(scope, ending, record, Timings::default(), started, Err(e)).await;
+                // Rendering and the context check ran (and failed): their time is render_ms.
+                let timings = Timings {
+                    render_ms,
+                    ..Timings::default()
+                };
+                return finish(scope, ending, record, timings, started, Err(e)).await;
             }
         };
         meta.backend_call_starts();
