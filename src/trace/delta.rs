@@ -76,28 +76,43 @@ impl PartialEq for RequestDelta {
 
 type Digest16 = [u8; 16];
 
+/// Where JSON text is, byte by byte: inside a string literal or not (escapes followed), for
+/// the scanners that must not read a string's content as structure.
+#[derive(Debug, Default)]
+pub(super) struct JsonStrings {
+    in_string: bool,
+    escaped: bool,
+}
+
+impl JsonStrings {
+    /// Feeds the next byte; true when it is inside a string (its closing quote included),
+    /// false for a byte of structure (an opening quote included).
+    pub(super) fn inside(&mut self, b: u8) -> bool {
+        if !self.in_string {
+            self.in_string = b == b'"';
+            return false;
+        }
+        if self.escaped {
+            self.escaped = false;
+        } else if b == b'\\' {
+            self.escaped = true;
+        } else if b == b'"' {
+            self.in_string = false;
+        }
+        true
+    }
+}
+
 /// `json` (valid JSON text) without the whitespace between its tokens; borrowed when it has
 /// none. Strings are copied byte for byte (a raw line break cannot occur in a valid JSON
 /// string), numbers keep their spelling.
 pub fn compact_json(json: &str) -> std::borrow::Cow<'_, str> {
     let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
-    let (mut in_string, mut escaped) = (false, false);
+    let mut strings = JsonStrings::default();
     // Allocated at the first whitespace between tokens; `None` while there has been none.
     let mut out: Option<Vec<u8>> = None;
     for (i, &b) in json.as_bytes().iter().enumerate() {
-        let skip = if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            false
-        } else {
-            in_string = b == b'"';
-            is_space(b)
-        };
+        let skip = !strings.inside(b) && is_space(b);
         match (&mut out, skip) {
             (None, true) => out = Some(json.as_bytes()[..i].to_vec()),
             (Some(out), false) => out.push(b),

@@ -355,25 +355,16 @@ fn spread_record_end(lines: &[&[u8]], first: usize) -> Option<usize> {
         return None;
     }
     let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
+    let mut strings = super::delta::JsonStrings::default();
     for (j, line) in lines.iter().enumerate().skip(first) {
         if j > first && line.starts_with(b"{\"v\":") {
             return None;
         }
         for (k, &b) in line.iter().enumerate() {
-            if in_string {
-                if escaped {
-                    escaped = false;
-                } else if b == b'\\' {
-                    escaped = true;
-                } else if b == b'"' {
-                    in_string = false;
-                }
+            if strings.inside(b) {
                 continue;
             }
             match b {
-                b'"' => in_string = true,
                 b'{' | b'[' => depth += 1,
                 b'}' | b']' => {
                     depth = depth.checked_sub(1)?;
