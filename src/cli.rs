@@ -60,7 +60,9 @@ pub struct PrefixArgs {
 #[derive(Debug, Clone, Subcommand)]
 pub enum PrefixCommand {
     /// Build prefix files (JSONL) from reference trajectories: SWE-agent `.traj`, OpenHands SDK
-    /// event logs (directory, JSON or JSONL), OpenHands V0 trajectory JSON, asap-proxy traces.
+    /// event logs (directory, JSON or JSONL), OpenHands V0 trajectory JSON, mini-swe-agent
+    /// `.traj.json` (1.x and 2.x), asap-proxy traces. Writes the set's provenance next to the
+    /// output (`<out>.provenance.json`).
     ///
     /// Each trajectory becomes one prefix: its first K steps, tool names in the neutral
     /// vocabulary (bash, str_replace_editor, submit, others unchanged).

@@ -748,3 +748,41 @@ fn mini_swe_agent_prefixes_are_checked_for_leaks() {
         .any(|l| l == SLUG_GOLD_LINE));
     assert_eq!(PrefixStore::load(&[store_dir], 5).unwrap().len(), 2);
 }
+
+/// Two reference runs of one task (here SWE-agent's and mini-swe-agent's): the first input's
+/// prefix is written, the second is rejected as a duplicate, so the set holds one prefix per
+/// task and its provenance counts what `serve` loads.
+#[test]
+fn a_second_prefix_of_the_same_task_is_rejected_as_a_duplicate() {
+    use asap_proxy::prefix::build::{provenance_path, Provenance};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("set.jsonl");
+    let inputs = [
+        prefix_fixture("swe-agent/run-0042.traj"),
+        prefix_fixture("mini-swe-agent/slugify__slugify-7.traj.json"),
+    ];
+    let output = build(&inputs, &out, &["--k", "3", "--no-leak-check"]);
+    let report = output.stdout;
+    assert!(
+        report.contains("total: 2 prefixes, 1 kept, 1 rejected"),
+        "{report}"
+    );
+    assert!(
+        output.stderr.contains(
+            "slugify__slugify-7: duplicate: this task's prefix came from an earlier input"
+        ),
+        "{}",
+        output.stderr
+    );
+    let kept = read_out(&out);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        kept["slugify__slugify-7"].source.scaffold.as_deref(),
+        Some("swe-agent"),
+        "the first input's prefix is kept"
+    );
+    let p: Provenance =
+        serde_json::from_str(&std::fs::read_to_string(provenance_path(&out)).unwrap()).unwrap();
+    assert_eq!((p.leak_check.kept, p.prefix_set.prefixes), (1, 1));
+    assert!(p.built.ends_with(" UTC"), "{}", p.built);
+}

@@ -139,6 +139,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             ("mode", &p.mode),
             ("format", &p.format),
             ("prefix_k", &p.prefix_k),
+            ("prefix_set", &p.prefix_set),
             ("rules", &p.rules),
             ("backend_model", &p.backend_model),
             ("proxy_version", &p.proxy_version),

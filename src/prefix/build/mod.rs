@@ -6,7 +6,8 @@
 //! is refused unless [`BuildOptions::no_leak_check`] says so explicitly, and a task missing from
 //! the gold file is rejected ("no gold patch: not checked") unless `no_leak_check` too. A
 //! prefix whose thoughts, actions or observations contain a gold line is rejected unless
-//! [`BuildOptions::allow_leaks`]. [`Report::render`] documents the printed table.
+//! [`BuildOptions::allow_leaks`]. One prefix per task: a later input's prefix of a task already
+//! written is rejected as a duplicate. [`Report::render`] documents the printed table.
 //!
 //! Inputs, recognised from their content (not their name):
 //!
@@ -351,6 +352,7 @@ pub fn build(opts: &BuildOptions) -> Result<Report, BuildError> {
     }
     let mut report = Report::default();
     let mut out = String::new();
+    let mut written = std::collections::HashSet::new();
     for mut prefix in prefixes {
         let checked = match &gold {
             None => Checked::Off,
@@ -371,7 +373,14 @@ pub fn build(opts: &BuildOptions) -> Result<Report, BuildError> {
             kept = false;
             note = Some("no steps".to_string());
         }
+        // One prefix per task: the loader keeps one per `instance_id`, so a second would be
+        // written but never served (and the set's size would not match its lines).
+        if kept && written.contains(&prefix.instance_id) {
+            kept = false;
+            note = Some("duplicate: this task's prefix came from an earlier input".to_string());
+        }
         if kept {
+            written.insert(prefix.instance_id.clone());
             if let Checked::Gold(c) = &checked {
                 prefix.leaks = c.lines();
             }
@@ -426,7 +435,7 @@ pub struct Provenance {
     pub prefix_set: crate::trace::PrefixSetId,
     /// Steps kept per prefix (`--k`).
     pub k: usize,
-    /// When the set was built (UTC, `YYYY-MM-DD HH:MM:SS`).
+    /// When the set was built: `YYYY-MM-DD HH:MM:SS UTC`.
     pub built: String,
     /// The reference models and scaffolds the prefixes came from (their `source`), each with
     /// the number of prefixes written.
@@ -488,7 +497,7 @@ impl Provenance {
         Ok(Self {
             prefix_set: store.id(),
             k: opts.k,
-            built: crate::util::utc(crate::util::unix_ms()),
+            built: format!("{} UTC", crate::util::utc(crate::util::unix_ms())),
             sources,
             inputs: opts.from.clone(),
             leak_check: LeakSummary {
