@@ -165,8 +165,9 @@ async fn mini_swe_agent_text_mode_answers_in_the_prompts_own_block_form() {
         .await;
         let mut body = fixture_json(fixture);
         let submit = format!(
-            "echo {}",
-            replace.unwrap_or("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
+            "echo {}{}",
+            replace.unwrap_or("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
+            asap_proxy::profile::MINI_SUBMIT_PATCH
         );
         if let Some(word) = replace {
             body = serde_json::from_str(

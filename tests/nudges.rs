@@ -7,6 +7,7 @@ use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::chunks;
 use crate::util::proxy::{serve, serve_with, Proxy};
 use crate::util::push_message;
+use crate::util::MINI_SUBMIT_WITH_PATCH;
 use crate::util::{
     arguments as args, continue_with as push_result, read_trace, request, tool_call as call,
 };
@@ -145,10 +146,7 @@ async fn termination_uses_each_scaffolds_finish_action_or_an_error() {
     ])
     .await;
     let (_, r) = proxy.post(&request("mini-swe-agent-1")).await;
-    assert_eq!(
-        args(&r),
-        json!({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})
-    );
+    assert_eq!(args(&r), json!({"command": MINI_SUBMIT_WITH_PATCH}));
     // OpenHands CodeAct: finish with the reason.
     let (_backend, proxy) = serve(vec![
         Scripted::text("Done.\n<submit/>\n"),
@@ -428,10 +426,7 @@ async fn a_nudge_in_a_dropped_turn_is_not_lost() {
         json!({"role": "user", "content": "No tool calls found."}),
     );
     let (_, r3) = proxy.post(&body).await;
-    assert_eq!(
-        args(&r3)["command"],
-        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-    );
+    assert_eq!(args(&r3)["command"], MINI_SUBMIT_WITH_PATCH);
     assert_append_only(&backend.prompts());
     let records = proxy.steps();
     assert_eq!(records.len(), 4);

@@ -308,9 +308,11 @@ async fn mini_swe_agent_submits_with_its_sentinel_command() {
     continue_with(&mut body, &edit, "<returncode>0</returncode>");
     let (_, r) = proxy.post(&body).await;
     assert_eq!(tool_call(&r)["function"]["name"], "bash");
+    // The sentinel, then the repository's patch: mini submits what follows the sentinel's
+    // line (its SWE-bench batch mode takes it as the prediction).
     assert_eq!(
         arguments(&r),
-        json!({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})
+        json!({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && { git add -A && git diff --cached; } 2>/dev/null || true"})
     );
 }
 

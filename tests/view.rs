@@ -14,6 +14,7 @@ use asap_proxy::view::Viewer;
 use crate::util::backend::{FakeBackend, Scripted};
 use crate::util::cli::{command, run, Served};
 use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::MINI_SUBMIT_WITH_PATCH;
 use crate::util::{continue_with, fixture_path, request};
 
 /// Model-controlled text that must never reach the page as markup.
@@ -491,10 +492,7 @@ async fn terminated_card_shows_the_model_action_and_what_was_sent() {
     assert_eq!(call.tool, "bash");
     assert_eq!(
         call.arguments,
-        [(
-            "command".to_string(),
-            "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT".to_string()
-        )]
+        [("command".to_string(), MINI_SUBMIT_WITH_PATCH.to_string())]
     );
     assert!(steps.steps[0].sent.is_none(), "a nudged step sent nothing");
     let page = text(&viewer.session_html(&id).unwrap());

@@ -297,12 +297,13 @@ pub fn is_submit(action: &Action, tools: &ResolvedProfile) -> bool {
     match action {
         Action::Submit { .. } => true,
         Action::Call { tag, arguments } => match (&tools.submit, tools.get(tag).map(|t| &t.role)) {
-            (SubmitTarget::Command(sentinel), Some(ToolRole::Shell { command_parameter })) => {
-                arguments
-                    .get(command_parameter)
-                    .and_then(Value::as_str)
-                    .is_some_and(|c| c.trim_start().starts_with(sentinel.as_str()))
-            }
+            (
+                SubmitTarget::Command { sentinel, .. },
+                Some(ToolRole::Shell { command_parameter }),
+            ) => arguments
+                .get(command_parameter)
+                .and_then(Value::as_str)
+                .is_some_and(|c| c.trim_start().starts_with(sentinel.as_str())),
             _ => false,
         },
     }

@@ -37,6 +37,15 @@ use crate::profile::{ResolvedProfile, ScaffoldReply, SHELL_TAG};
 /// mini-swe-agent's completion command (1.x from 1.9 and 2.x).
 pub const MINI_SUBMIT: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
 
+/// What follows mini-swe-agent's completion command when the proxy sends `<submit/>`: the
+/// repository's changes as a patch. mini submits the output after the command's first line
+/// (its SWE-bench batch mode writes it to `preds.json` as the prediction), so a bare `echo`
+/// would submit an empty patch; this is SWE-agent's `submit` (stage everything, print the
+/// staged diff). Outside a git repository it prints nothing, and the status is always 0 so
+/// mini accepts the submission. Must match the `[submit] command` of
+/// `profiles/mini-swe-agent.toml`'s `command_suffix` (a unit test checks it).
+pub const MINI_SUBMIT_PATCH: &str = " && { git add -A && git diff --cached; } 2>/dev/null || true";
+
 /// Completion commands mini-swe-agent has used: read back as `<submit/>` whatever the
 /// prompt names.
 const MINI_SUBMITS: [&str; 2] = [MINI_SUBMIT, "echo MINI_SWE_AGENT_FINAL_OUTPUT"];
@@ -196,7 +205,7 @@ impl Dialect {
             (Self::OpenhandsFunction, Some(_)) => unreachable_written(thought),
             (Self::MiniText, Some(a)) => {
                 let cmd = match a {
-                    Action::Submit { .. } => tools.mini.submit.clone(),
+                    Action::Submit { .. } => format!("{}{MINI_SUBMIT_PATCH}", tools.mini.submit),
                     other => command(other).unwrap_or_default(),
                 };
                 let block = match &tools.mini.block {
@@ -640,6 +649,17 @@ fn read_terminus(content: &str) -> (String, Option<Action>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_mode_submit_prints_the_same_patch_as_text_mode() {
+        let profiles = crate::profile::Profiles::builtin().expect("built-in profiles");
+        let mini = profiles.get("mini-swe-agent").expect("mini profile");
+        assert_eq!(mini.submit.command.as_deref(), Some(MINI_SUBMIT));
+        assert_eq!(
+            mini.submit.command_suffix.as_deref(),
+            Some(MINI_SUBMIT_PATCH)
+        );
+    }
 
     #[test]
     fn write_then_read_is_the_same_action() {

@@ -10,7 +10,8 @@ mod toolset;
 
 pub use action::Action;
 pub use dialect::{
-    read_mini, tools_from_prompt, Dialect, MiniBlock, MiniFormat, MINI_SUBMIT, TERMINUS_DURATION_S,
+    read_mini, tools_from_prompt, Dialect, MiniBlock, MiniFormat, MINI_SUBMIT, MINI_SUBMIT_PATCH,
+    TERMINUS_DURATION_S,
 };
 
 pub use toolset::{
@@ -182,8 +183,14 @@ pub struct SubmitSpec {
     pub message_parameter: Option<String>,
     #[serde(default)]
     pub default_message: Option<String>,
+    /// The shell command that ends the run (mini-swe-agent's sentinel): a shell command that
+    /// starts with it reads back as `<submit/>`.
     #[serde(default)]
     pub command: Option<String>,
+    /// Appended to `command` when the proxy sends `<submit/>` (mini-swe-agent: print the
+    /// repository's patch after the sentinel, see `profiles/mini-swe-agent.toml`).
+    #[serde(default)]
+    pub command_suffix: Option<String>,
 }
 
 /// Profile load or selection failure.

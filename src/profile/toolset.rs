@@ -294,8 +294,10 @@ pub enum SubmitTarget {
         message_parameter: Option<String>,
         default_message: Option<String>,
     },
-    /// Run this shell command (mini-swe-agent's sentinel).
-    Command(String),
+    /// Run a shell command: `send` is what the proxy sends for `<submit/>` (the sentinel and
+    /// the profile's `command_suffix`); a command starting with `sentinel` reads back as
+    /// `<submit/>` (mini-swe-agent's `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`).
+    Command { sentinel: String, send: String },
     /// Answer with plain content and `finish_reason: "stop"`.
     Content,
 }
@@ -367,9 +369,13 @@ impl ResolvedProfile {
                 default_message: profile.submit.default_message.clone(),
             },
             None => match (&profile.submit.command, &profile.shell) {
-                (Some(cmd), Some(shell)) if offered(&shell.tool) => {
-                    SubmitTarget::Command(cmd.clone())
-                }
+                (Some(cmd), Some(shell)) if offered(&shell.tool) => SubmitTarget::Command {
+                    sentinel: cmd.clone(),
+                    send: format!(
+                        "{cmd}{}",
+                        profile.submit.command_suffix.as_deref().unwrap_or_default()
+                    ),
+                },
                 _ => SubmitTarget::Content,
             },
         };
@@ -560,10 +566,9 @@ impl ResolvedProfile {
                         }
                         self.call(name, arguments)
                     }
-                    SubmitTarget::Command(command) => match self.shell() {
+                    SubmitTarget::Command { send, .. } => match self.shell() {
                         Some((spec, param)) => {
-                            let arguments =
-                                Map::from_iter([(param, Value::String(command.clone()))]);
+                            let arguments = Map::from_iter([(param, Value::String(send.clone()))]);
                             self.call(
                                 spec.scaffold_name.as_deref().unwrap_or(SHELL_TAG),
                                 arguments,
@@ -615,7 +620,7 @@ impl ResolvedProfile {
                     .and_then(Value::as_str)
                     .map(str::to_string),
             },
-            (ToolRole::Shell { command_parameter }, SubmitTarget::Command(sentinel))
+            (ToolRole::Shell { command_parameter }, SubmitTarget::Command { sentinel, .. })
                 if visible
                     .get(command_parameter)
                     .and_then(Value::as_str)

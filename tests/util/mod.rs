@@ -10,6 +10,10 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
+/// What the proxy sends mini-swe-agent for `<submit/>`: the sentinel, then the patch.
+pub const MINI_SUBMIT_WITH_PATCH: &str =
+    "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && { git add -A && git diff --cached; } 2>/dev/null || true";
+
 /// `tests/fixtures/<rel>`.
 pub fn fixture_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
