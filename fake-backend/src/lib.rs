@@ -1,7 +1,7 @@
 //! The one fake completion backend of asap-proxy's tests and benchmarks: a real axum server on
 //! loopback speaking the OpenAI legacy completions API the way vLLM, llama-server and SGLang
 //! do (`POST /v1/completions`, `GET /v1/models`, `GET /health`; in scripted mode also
-//! `POST /v1/chat/completions` and vLLM's `POST /tokenize`). Three modes:
+//! `POST /v1/chat/completions` and vLLM's `POST /tokenize`). Four modes:
 //!
 //! - **scripted** ([`FakeBackend`], [`Scripted`]): each call takes the next reply of a script
 //!   (from code, or a JSON file: [`Scripted::from_json`]), with faults as replies (errors,
@@ -13,10 +13,14 @@
 //!   load benchmark (`bench/load.sh`).
 //! - **soak** ([`soak`]): plausible agent steps chosen from the prompt, with random faults
 //!   logged for the soak driver (`bench/soak.sh`).
+//! - **agent** ([`agent`]): a fake model that works through tasks, base (completions) and
+//!   instruct (chat) alike, choosing each step from what the request already shows; the
+//!   evaluation workflow's tests (`scripts/evaluate.py`).
 //!
 //! The binary (`fake-backend --port N <script|constant|soak> ...`) prints `PORT <n>` on stdout
 //! and `fake backend (<mode>) listening on http://<addr>/v1` on stderr once it is bound.
 
+pub mod agent;
 pub mod constant;
 pub mod reply;
 pub mod script;

@@ -3,6 +3,7 @@
 //! - `fake-backend --port 0 script --script script.json --record requests.jsonl`
 //! - `fake-backend --port 9000 constant --delay-ms 0`
 //! - `fake-backend --port 19011 soak --fault-rate 0.05`
+//! - `fake-backend --port 0 agent --script tasks.json`
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -10,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fake_backend::{constant, soak, Exhausted, FakeBackend, Options, Scripted};
+use fake_backend::{agent, constant, soak, Exhausted, FakeBackend, Options, Scripted};
 
 #[derive(Parser)]
 #[command(about = "The fake completion backend of asap-proxy's tests and benchmarks")]
@@ -44,6 +45,16 @@ enum Mode {
         /// Text of every completion [default: a thought and a `<bash>` action].
         #[arg(long)]
         text: Option<String>,
+    },
+    /// A fake model that works through the tasks of an agent script (see `agent`): base
+    /// (completions) and instruct (chat) alike.
+    Agent {
+        /// JSON agent script: `{"tasks": [{"match", "variants": [[{"marker", "text"?, "chat"?}]]}]}`.
+        #[arg(long)]
+        script: PathBuf,
+        /// JSONL file each POSTed request body is appended to.
+        #[arg(long)]
+        record: Option<PathBuf>,
     },
     /// Plausible agent steps with random faults (`GET /soak/faults`: what was injected).
     Soak(soak::SoakOptions),
@@ -92,6 +103,13 @@ fn main() -> Result<(), String> {
                     Duration::from_millis(delay_ms),
                 ),
             ),
+            Mode::Agent { script, record } => {
+                let text = std::fs::read_to_string(&script)
+                    .map_err(|e| format!("fake-backend: {}: {e}", script.display()))?;
+                let script = agent::AgentScript::from_json(&text)
+                    .map_err(|e| format!("fake-backend: {}: {e}", script.display()))?;
+                ("agent", agent::router(script, record))
+            }
             Mode::Soak(options) => ("soak", soak::router(options)),
         };
         announce(name, bound);

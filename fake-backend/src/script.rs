@@ -440,62 +440,13 @@ async fn complete(
         Some(Scripted::Sglang { text }) => ok(Shape::Sglang, &text, "stop", Some("\n## Thinking")),
         Some(Scripted::IgnoresStop { text }) => ok(Shape::Plain, &text, "length", None),
         Some(Scripted::Continuation {
-            mut text,
-            mut finish_reason,
-            mut stop_reason,
-        }) => {
-            if let Some((at, stop)) = first_stop(&text, &body["stop"]) {
-                text.truncate(at);
-                finish_reason = "stop".to_string();
-                stop_reason = Some(stop.to_string());
-            }
-            let names = Names {
-                model: body["model"].as_str().unwrap_or("fake-base").to_string(),
-                ..names.clone()
-            };
-            let usage = reply::word_usage(&prompt, &text);
-            if body["stream"] == json!(true) {
-                let with_usage = body["stream_options"]["include_usage"] == json!(true);
-                return reply::sse_response(reply::sse(
-                    &names,
-                    &text,
-                    text.len().div_ceil(4).max(1),
-                    &finish_reason,
-                    stop_reason.as_deref(),
-                    with_usage.then_some(usage),
-                ));
-            }
-            Json(reply::completion(
-                &names,
-                Shape::Vllm,
-                &text,
-                &finish_reason,
-                stop_reason.as_deref(),
-                usage,
-            ))
-            .into_response()
-        }
+            text,
+            finish_reason,
+            stop_reason,
+        }) => continuation(&body, text, finish_reason, stop_reason),
         Some(Scripted::Error { status, message }) => reply::error(status, &message),
         Some(Scripted::Chat { content, tool_call }) => {
-            let calls: Vec<Value> = tool_call
-                .iter()
-                .map(|(name, args)| json!({"id": "call_instruct_1", "type": "function", "function": {"name": name, "arguments": args}}))
-                .collect();
-            let finish = if calls.is_empty() {
-                "stop"
-            } else {
-                "tool_calls"
-            };
-            let mut message = json!({"role": "assistant", "content": content});
-            if !calls.is_empty() {
-                message["tool_calls"] = Value::Array(calls);
-            }
-            Json(json!({
-                "id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": "instruct-model",
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": reply::word_usage(&prompt, &content)
-            }))
-            .into_response()
+            chat(&prompt, &content, tool_call, "call_instruct_1")
         }
         Some(Scripted::RateLimited { retry_after }) => {
             reply::rate_limited("Rate limit reached, slow down", retry_after.as_deref())
@@ -523,6 +474,76 @@ async fn complete(
             ok(Shape::Vllm, &text, "stop", Some(OBSERVATION))
         }
     }
+}
+
+/// A continuation answer: `text` cut at the request's first stop string (then `finish_reason`
+/// "stop" and `stop_reason` that string), as JSON or, when the request asks, SSE.
+pub(crate) fn continuation(
+    body: &Value,
+    mut text: String,
+    mut finish_reason: String,
+    mut stop_reason: Option<String>,
+) -> Response {
+    if let Some((at, stop)) = first_stop(&text, &body["stop"]) {
+        text.truncate(at);
+        finish_reason = "stop".to_string();
+        stop_reason = Some(stop.to_string());
+    }
+    let prompt = body["prompt"].as_str().unwrap_or_default();
+    let names = Names {
+        model: body["model"].as_str().unwrap_or("fake-base").to_string(),
+        ..names()
+    };
+    let usage = reply::word_usage(prompt, &text);
+    if body["stream"] == json!(true) {
+        let with_usage = body["stream_options"]["include_usage"] == json!(true);
+        return reply::sse_response(reply::sse(
+            &names,
+            &text,
+            text.len().div_ceil(4).max(1),
+            &finish_reason,
+            stop_reason.as_deref(),
+            with_usage.then_some(usage),
+        ));
+    }
+    Json(reply::completion(
+        &names,
+        Shape::Vllm,
+        &text,
+        &finish_reason,
+        stop_reason.as_deref(),
+        usage,
+    ))
+    .into_response()
+}
+
+/// A chat model's answer (`/v1/chat/completions`): `content` and at most one tool call
+/// `(name, arguments JSON)` with the model's own call `id`.
+pub(crate) fn chat(
+    prompt: &str,
+    content: &str,
+    tool_call: Option<(String, String)>,
+    id: &str,
+) -> Response {
+    let calls: Vec<Value> = tool_call
+        .iter()
+        .map(|(name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+        .collect();
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    let mut message = json!({"role": "assistant", "content": content});
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls);
+    }
+    Json(json!({
+        "id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": "instruct-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": reply::word_usage(prompt, content)
+    }))
+    .into_response()
 }
 
 #[cfg(test)]
