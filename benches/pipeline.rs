@@ -73,6 +73,7 @@ impl Fixture {
             profile: ProfileChoice::Auto,
             format: Format::MarkdownXml,
             prefixes: Vec::new(),
+            tasks: Vec::new(),
             prefix_k: DEFAULT_PREFIX_K,
         };
         let trace_dir = tempfile::tempdir().unwrap();

@@ -57,6 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         profile: ProfileChoice::Auto,
         format: Format::MarkdownXml,
         prefixes: Vec::new(),
+        tasks: Vec::new(),
         prefix_k: asap_proxy::config::DEFAULT_PREFIX_K,
     };
     let prefixes = PrefixStore::load(&[], config.prefix_k)?;

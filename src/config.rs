@@ -128,10 +128,16 @@ settings! {
         #[arg(long, env = "ASAP_CONFIG")]
         #[serde(skip)]
         pub config: Option<PathBuf>,
-        /// Directory of reference prefixes (`*.json`, `*.jsonl`); repeatable
+        /// Directory of reference prefixes (`*.json`, `*.jsonl`), or one prefix file (a set written by `prefix build`); repeatable
         /// [default: ./prefixes when it exists].
         #[arg(long = "prefixes", env = "ASAP_PREFIXES", value_delimiter = ',')]
         pub prefixes: Vec<PathBuf>,
+        /// Task files (SWE-bench JSON/JSONL with `instance_id` and `problem_statement`, e.g. the
+        /// dataset a batch runs): a request that names no task is that task when its first
+        /// user message holds the problem statement, so its trace has the `instance_id` even
+        /// without a prefix of the task; repeatable.
+        #[arg(long = "tasks", env = "ASAP_TASKS", value_delimiter = ',')]
+        pub tasks: Vec<PathBuf>,
         /// Reference steps rendered before the live ones; 0 disables prefixes [default: 3].
         #[arg(long, env = "ASAP_PREFIX_K")]
         pub prefix_k: Option<usize>,
@@ -398,8 +404,10 @@ pub enum ProfileChoice {
 pub struct PromptConfig {
     pub profile: ProfileChoice,
     pub format: Format,
-    /// Directories of reference prefixes.
+    /// Directories (or files) of reference prefixes.
     pub prefixes: Vec<PathBuf>,
+    /// Task files that identify tasks by problem statement (`--tasks`).
+    pub tasks: Vec<PathBuf>,
     /// Steps of a prefix to render; 0 disables prefixes.
     pub prefix_k: usize,
 }
@@ -585,6 +593,7 @@ impl PromptConfig {
             profile,
             format: settings.format.unwrap_or_default(),
             prefixes,
+            tasks: settings.tasks.clone(),
             prefix_k: settings.prefix_k.unwrap_or(DEFAULT_PREFIX_K),
         }
     }
@@ -800,7 +809,7 @@ mod tests {
     #[test]
     fn file_keys_are_both_groups_without_the_flag_only_ones() {
         let keys = file_keys();
-        assert_eq!(keys.len(), 31);
+        assert_eq!(keys.len(), 32);
         for key in [
             "listen",
             "api_key",

@@ -646,7 +646,7 @@ proptest! {
         let renderer = Renderer::new().unwrap();
         let prefixes = PrefixStore::load(&[], 3).unwrap();
         for format in FORMATS {
-            let config = PromptConfig { profile: ProfileChoice::Auto, format, prefixes: Vec::new(), prefix_k: 3 };
+            let config = PromptConfig { profile: ProfileChoice::Auto, format, prefixes: Vec::new(), tasks: Vec::new(), prefix_k: 3 };
             let sessions = SessionIndex::new(16);
             let prepared = prepare(&request, &Default::default(), &profiles, &renderer, &config, &sessions, &prefixes);
             let prepared = prepared.map_err(|e| TestCaseError::fail(format!("{format:?}: {e}")))?;

@@ -19,6 +19,7 @@ pub fn prompt_config_for(format: Format) -> PromptConfig {
         profile: ProfileChoice::Auto,
         format,
         prefixes: Vec::new(),
+        tasks: Vec::new(),
         prefix_k: 0,
     }
 }

@@ -43,6 +43,7 @@ fn render(request: &ChatCompletionRequest, format: Format, profile: ProfileChoic
         profile,
         format,
         prefixes: Vec::new(),
+        tasks: Vec::new(),
         prefix_k: DEFAULT_PREFIX_K,
     };
     let sessions = SessionIndex::new(16);

@@ -199,6 +199,7 @@ mod tests {
             profile: ProfileChoice::Auto,
             format: Format::MarkdownXml,
             prefixes: Vec::new(),
+            tasks: Vec::new(),
             prefix_k: 0,
         };
         let prepared = super::super::prepare(

@@ -217,6 +217,9 @@ pub async fn run_turn(
     let started = Instant::now();
     let mut input = Arc::new(RequestInput::from_request(&request, &meta.headers));
     let prepared = scope.prepare(&request, meta)?;
+    if input.instance_id.is_none() && prepared.task.is_some() {
+        Arc::make_mut(&mut input).instance_id = prepared.task.clone();
+    }
     if scope.mode == Mode::Passthrough {
         return passthrough::run(scope, &request, meta, &input, prepared, started).await;
     }

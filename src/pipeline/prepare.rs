@@ -26,6 +26,9 @@ pub struct Prepared {
     base_prompt_key: IndexKey,
     /// The reference prefix rendered, if any.
     pub prefix: Option<PrefixInfo>,
+    /// The task the request names explicitly, else the one its first user message holds
+    /// (fingerprint over the prefixes' and `--tasks` task texts): the session's `instance_id`.
+    pub task: Option<String>,
     /// The session index scope of the request ([`crate::session::index_scope`]).
     index_scope: String,
 }
@@ -121,6 +124,11 @@ pub fn prepare(
         prompt,
         session,
         base_prompt_key,
+        task: explicit.as_ref().map(|(id, _)| id.clone()).or_else(|| {
+            prefixes
+                .identify(request.first_user_text())
+                .map(str::to_string)
+        }),
         prefix: selected.map(|s| PrefixInfo {
             id: s.id,
             matched_by: s.matched_by,

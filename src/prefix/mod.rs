@@ -188,6 +188,10 @@ pub struct PrefixStore {
     /// Task texts shorter than a window, matched by containment (few in practice).
     short: Vec<(String, String)>,
     defaults: HashMap<String, Prefix>,
+    /// Tasks known only by id and text (`serve --tasks`, a dataset): identified by fingerprint
+    /// like a prefix's task, so a session of a task without a prefix still gets its
+    /// `instance_id`.
+    tasks: HashMap<String, String>,
     k: usize,
 }
 
@@ -265,6 +269,60 @@ impl PrefixStore {
         Ok(store)
     }
 
+    /// Puts a task text in the fingerprint index under `id`.
+    fn index_text(&mut self, id: &str, task_text: &str) {
+        let text: Vec<char> = normalise(task_text).chars().collect();
+        if text.len() >= WINDOW {
+            let key: String = text[..WINDOW].iter().collect();
+            self.windows.entry(key).or_default().push(id.to_string());
+        } else if text.len() >= MIN_FINGERPRINT {
+            self.short.push((text.iter().collect(), id.to_string()));
+        }
+    }
+
+    /// Adds the tasks of a dataset file (`serve --tasks`): a JSON array or JSONL of objects
+    /// with `instance_id` and `problem_statement` (SWE-bench's fields; other keys ignored).
+    /// A task that has a prefix keeps the prefix's text. Returns the number of tasks added.
+    /// Errors: unreadable file, a line or element that is not such an object.
+    pub fn add_tasks(&mut self, path: &Path) -> Result<usize, PrefixError> {
+        #[derive(Deserialize)]
+        struct Task {
+            instance_id: String,
+            problem_statement: String,
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| PrefixError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let bad = |e: serde_json::Error| PrefixError::Parse {
+            path: path.display().to_string(),
+            message: format!(
+                "a task file holds objects with instance_id and problem_statement: {e}"
+            ),
+        };
+        let tasks: Vec<Task> = if text.trim_start().starts_with('[') {
+            serde_json::from_str(&text).map_err(bad)?
+        } else {
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(serde_json::from_str)
+                .collect::<Result<_, _>>()
+                .map_err(bad)?
+        };
+        let mut added = 0;
+        for task in tasks {
+            if self.by_id.contains_key(&task.instance_id)
+                || self.tasks.contains_key(&task.instance_id)
+            {
+                continue;
+            }
+            self.index_text(&task.instance_id, &task.problem_statement);
+            self.tasks.insert(task.instance_id, task.problem_statement);
+            added += 1;
+        }
+        Ok(added)
+    }
+
     /// The set's identity ([`PrefixSetId`]); K is recorded apart (`prefix_k`).
     pub fn id(&self) -> PrefixSetId {
         let mut text = String::new();
@@ -286,17 +344,7 @@ impl PrefixStore {
 
     /// Adds one prefix to the index (a later one with the same id replaces it).
     pub fn insert(&mut self, prefix: Prefix) {
-        let text: Vec<char> = normalise(&prefix.task_text).chars().collect();
-        if text.len() >= WINDOW {
-            let key: String = text[..WINDOW].iter().collect();
-            self.windows
-                .entry(key)
-                .or_default()
-                .push(prefix.instance_id.clone());
-        } else if text.len() >= MIN_FINGERPRINT {
-            self.short
-                .push((text.iter().collect(), prefix.instance_id.clone()));
-        }
+        self.index_text(&prefix.instance_id, &prefix.task_text);
         self.by_id.insert(prefix.instance_id.clone(), prefix);
     }
 
@@ -360,10 +408,23 @@ impl PrefixStore {
     }
 
     fn fingerprint(&self, first_user: &str) -> Option<&Prefix> {
+        self.identify(first_user).and_then(|id| self.by_id.get(id))
+    }
+
+    /// The task whose text the first user message holds, by fingerprint, among the prefixes'
+    /// tasks and the known tasks ([`Self::add_tasks`]): its `instance_id`. Several match: the
+    /// longest text. Works with K = 0 too (no prefix is rendered, the task is still known).
+    pub fn identify(&self, first_user: &str) -> Option<&str> {
         // Nothing to match (no task prefixes loaded): skip normalising a long task text.
         if self.windows.is_empty() && self.short.is_empty() {
             return None;
         }
+        let text_of = |id: &str| {
+            self.by_id
+                .get(id)
+                .map(|p| p.task_text.as_str())
+                .or_else(|| self.tasks.get(id).map(String::as_str))
+        };
         let text = normalise(first_user);
         let chars: Vec<(usize, char)> = text.char_indices().collect();
         if chars.len() >= WINDOW {
@@ -374,11 +435,10 @@ impl PrefixStore {
                     // Several tasks may share a start: the longest text that matches wins.
                     let hit = ids
                         .iter()
-                        .filter_map(|id| self.by_id.get(id))
-                        .map(|p| (normalise(&p.task_text), p))
+                        .filter_map(|id| text_of(id).map(|t| (normalise(t), id.as_str())))
                         .filter(|(t, _)| text[from..].starts_with(t.as_str()))
                         .max_by_key(|(t, _)| t.len())
-                        .map(|(_, p)| p);
+                        .map(|(_, id)| id);
                     if hit.is_some() {
                         return hit;
                     }
@@ -389,11 +449,16 @@ impl PrefixStore {
             .iter()
             .filter(|(t, _)| text.contains(t.as_str()))
             .max_by_key(|(t, _)| t.len())
-            .and_then(|(_, id)| self.by_id.get(id))
+            .map(|(_, id)| id.as_str())
     }
 }
 
+/// The prefix files of `dir`: itself when it is a file (a set written by `prefix build`), else
+/// its `*.json`/`*.jsonl` files but provenance files, sorted.
 fn prefix_files(dir: &Path) -> Result<Vec<PathBuf>, PrefixError> {
+    if dir.is_file() {
+        return Ok(vec![dir.to_path_buf()]);
+    }
     let read = |source| PrefixError::Read {
         path: dir.to_path_buf(),
         source,
@@ -416,6 +481,7 @@ fn prefix_files(dir: &Path) -> Result<Vec<PathBuf>, PrefixError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn prefix(id: &str, task: &str, n: usize) -> Prefix {
         Prefix {
@@ -439,6 +505,40 @@ mod tests {
             demo_task: None,
             example: None,
         }
+    }
+
+    #[test]
+    fn a_task_file_names_tasks_without_a_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("test.jsonl");
+        let a = "The   function `total()` ignores unit_price of each line,\nso totals are wrong for every order with a price other than one.";
+        let e = "Parsing a duration such as 5m returns 18000 seconds instead of 300 seconds.";
+        std::fs::write(
+            &file,
+            format!(
+                "{}\n{}\n",
+                json!({"instance_id": "a__a-1", "problem_statement": "other text of the same task"}),
+                json!({"instance_id": "e__e-5", "problem_statement": e, "repo": "e/e"})
+            ),
+        )
+        .unwrap();
+        let mut s = store(3);
+        let before = s.id();
+        assert_eq!(
+            s.add_tasks(&file).unwrap(),
+            1,
+            "a task with a prefix keeps its prefix"
+        );
+        assert_eq!(s.id(), before, "known tasks are not part of the prefix set");
+        let user = format!("<pr_description>\n{e}\n</pr_description>");
+        assert_eq!(s.identify(&user), Some("e__e-5"));
+        // Identified, but it has no prefix: the demonstration, as before.
+        let selected = s.select(None, &user, Some("shell-demo")).unwrap();
+        assert_eq!(selected.matched_by, MatchedBy::Default);
+        assert_eq!(s.identify(&format!("Fix this: {a}")), Some("a__a-1"));
+        assert_eq!(s.identify("an unrelated task text that nobody knows"), None);
+        std::fs::write(&file, "{\"id\": 1}\n").unwrap();
+        assert!(s.add_tasks(&file).is_err());
     }
 
     fn store(k: usize) -> PrefixStore {

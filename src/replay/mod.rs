@@ -275,6 +275,8 @@ impl Replayer {
                 }),
                 format,
                 prefixes: self.prefix_dirs.clone(),
+                // Replay re-renders prompts; task identification does not change them.
+                tasks: Vec::new(),
                 prefix_k: k,
             },
             store: self.store(k)?,

@@ -80,8 +80,14 @@ impl AppState {
         let metrics = Metrics::new();
         let renderer = Renderer::with_templates(config.templates.as_deref())
             .map_err(|e| ProxyError::invalid(e.to_string()))?;
-        let prefixes = PrefixStore::load(&config.prompt.prefixes, config.prompt.prefix_k)
+        let mut prefixes = PrefixStore::load(&config.prompt.prefixes, config.prompt.prefix_k)
             .map_err(|e| ProxyError::invalid(format!("loading prefixes: {e}")))?;
+        for file in &config.prompt.tasks {
+            let added = prefixes
+                .add_tasks(file)
+                .map_err(|e| ProxyError::invalid(format!("loading tasks: {e}")))?;
+            tracing::info!(file = %file.display(), tasks = added, "tasks known by problem statement");
+        }
         tracing::info!(
             task_prefixes = prefixes.len(),
             k = config.prompt.prefix_k,

@@ -89,7 +89,8 @@ impl RunSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
     /// `instance_id` of the task: the request's explicit id (`X-ASAP-Task`,
-    /// `metadata.instance_id`), else the id of the prefix matched by task-text fingerprint.
+    /// `metadata.instance_id`), else the id of the task whose text the first user message
+    /// holds (fingerprint over the prefixes' tasks and `serve --tasks`).
     #[serde(default)]
     pub instance_id: Option<String>,
     /// Task key used for grouping: `instance_id`, else `task-` and 12 hex digits of the
@@ -448,7 +449,8 @@ pub struct RequestInput {
     pub model: Option<String>,
     /// First user message.
     pub task_text: String,
-    /// Explicit task id (header or metadata).
+    /// Task id: explicit (header or metadata), else the task identified by its text
+    /// (`pipeline::Prepared::task`).
     pub instance_id: Option<String>,
     /// Run index given by the client (header or `metadata.run`).
     pub run: Option<usize>,

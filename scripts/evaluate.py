@@ -1,0 +1,779 @@
+#!/usr/bin/env python3
+"""evaluate.py: a checkpoint on SWE-bench through asap-proxy, from reference prefixes to the
+`report` tables (docs/evaluate.md).
+
+    # once per benchmark: reference runs of an instruct model, cut into a prefix set
+    scripts/evaluate.py prefixes --dataset verified --instruct http://gpu:8001/v1 \\
+        --out prefixes/verified.jsonl
+    # per checkpoint (several --checkpoint: a sweep into one results tree)
+    scripts/evaluate.py run --dataset verified --prefixes prefixes/verified.jsonl \\
+        --checkpoint stage2-end=http://gpu:8000/v1 --runs 8 --workers 16 --out results/
+    # the tables again, from the results tree
+    scripts/evaluate.py report --out results/
+
+Subcommands:
+  dataset   a local dataset in SWE-bench's format from task folders (examples/tasks): DIR/test.jsonl
+            (instance_id, repo, base_commit, problem_statement, patch, test_patch,
+            FAIL_TO_PASS, PASS_TO_PASS, ...) plus DIR/repos/<instance_id>.git
+  prefixes  record reference runs of an instruction-tuned chat model through
+            `asap-proxy serve --mode passthrough` with the scaffold's batch runner (or
+            --import existing trajectories), then `asap-proxy prefix build` against the
+            dataset's gold patches: one prefix file plus <file>.provenance.json
+  run       per checkpoint: start the proxy (--label, --prefixes), run the scaffold's own batch
+            runner --runs times with the run index sent as X-ASAP-Run, collect predictions,
+            judge them (--judge local: apply and run the tests here; harness: the official
+            SWE-bench Docker harness), then `report` over the whole results tree. Resumable:
+            finished instances, runs and judgements are kept; --stages picks stages.
+  judge     only the judge stage of `run`
+  report    only the report stage of `run`
+
+Datasets (--dataset): `verified`, `lite` or `full` (SWE-bench on Hugging Face, test split, needs
+network and Docker), any Hugging Face dataset name, a local dataset directory (test.jsonl and
+repos/, from `dataset`), or a folder of task folders (converted with `dataset` on the fly).
+Local datasets run in the scaffold's local environment (no container); named ones in Docker.
+
+Results tree (--out):
+  OUT/<label>/logs/                       proxy traces (docs/trace-format.md)
+  OUT/<label>/run-<i>/[shard-<s>/]        the scaffold's batch output (preds.json, trajectories)
+  OUT/<label>/predictions/run-<i>.jsonl   SWE-bench predictions (model_name_or_path = label)
+  OUT/<label>/judge/<label>.run<i>.json   the harness's report for run i (`report --results`)
+  OUT/report.md, OUT/report.json          `asap-proxy report` over every label
+Environment: ASAP_PROXY_BIN (default target/release/asap-proxy, else target/debug), ASAP_CACHE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("ASAP_CACHE") or Path.home() / ".cache" / "asap-proxy")
+NAMED = {
+    "verified": "princeton-nlp/SWE-bench_Verified",
+    "lite": "princeton-nlp/SWE-bench_Lite",
+    "full": "princeton-nlp/SWE-bench",
+}
+SCAFFOLDS = ("mini", "swe-agent")
+STAGES = ("agent", "judge", "report")
+# Fixed identity and dates: a dataset's base commits are the same on every machine.
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "asap-dataset", "GIT_AUTHOR_EMAIL": "dataset@example.invalid",
+    "GIT_COMMITTER_NAME": "asap-dataset", "GIT_COMMITTER_EMAIL": "dataset@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def die(msg: str) -> None:
+    raise SystemExit(f"evaluate: {msg}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def git(*args: str, cwd: Path | None = None, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, check=check, capture_output=True, text=True,
+                          env=os.environ | GIT_ENV, **kw)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    text = path.read_text()
+    if text.lstrip().startswith("["):
+        return json.loads(text)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Datasets
+
+
+def unittest_results(output: str) -> dict[str, str]:
+    """Test id -> `ok`/`FAIL`/`ERROR`/`skipped` from `python -m unittest -v` output. The id is
+    `module.Class.method` (Python 3.11+ prints it in parentheses; older ones print the class
+    path only, so the method is appended)."""
+    results = {}
+    pattern = re.compile(r"^(\w+) \(([\w.]+)\)(?:[^\n]*\n[^\n]*?)?[^\n]*?\.\.\. (ok|FAIL|ERROR|skipped)",
+                         re.MULTILINE)
+    for method, path, status in pattern.findall(output):
+        test_id = path if path.endswith("." + method) else f"{path}.{method}"
+        results[test_id] = status
+    return results
+
+
+def run_tests(repo: Path, command: str, timeout: int = 600) -> tuple[dict[str, str], str]:
+    try:
+        r = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True,
+                           timeout=timeout, env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"})
+        out = r.stdout + r.stderr
+    except subprocess.TimeoutExpired as e:
+        out = f"{e.stdout or ''}{e.stderr or ''}\n[timed out after {timeout} s]"
+    return unittest_results(out), out
+
+
+def build_dataset(tasks_root: Path, out: Path) -> Path:
+    """A SWE-bench-format dataset from task folders (docs/evaluate.md "Local datasets")."""
+    metas = sorted(tasks_root.glob("*/task.toml"))
+    if not metas:
+        die(f"no */task.toml under {tasks_root}")
+    (out / "repos").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for meta in metas:
+        task = tomllib.loads(meta.read_text())
+        iid = task.get("instance_id", meta.parent.name)
+        task_file = task.get("task_file", "TASK.md")
+        gold = task.get("gold_patch")
+        if not gold:
+            die(f"{meta}: no gold_patch (a SWE-bench instance needs its reference fix)")
+        hidden = {"task.toml", task_file}
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp) / iid
+            shutil.copytree(meta.parent, work, ignore=lambda d, names: [
+                n for n in names if (Path(d) == meta.parent and n in hidden) or n == "__pycache__"])
+            # Test runs leave bytecode behind; a patch with binary files would not apply.
+            (work / ".gitignore").write_text("__pycache__/\n*.pyc\n")
+            git("init", "-q", "-b", "main", cwd=work)
+            git("add", "-A", cwd=work)
+            git("commit", "-qm", f"{iid}: base", cwd=work)
+            base = git("rev-parse", "HEAD", cwd=work).stdout.strip()
+            command = task.get("test_command", "python3 -m unittest -q").replace(" -q", "") + " -v"
+            before, _ = run_tests(work, command)
+            git("apply", "-", cwd=work, input=gold)
+            after, log_after = run_tests(work, command)
+            git("checkout", "-q", "--", ".", cwd=work)
+            bare = out / "repos" / f"{iid}.git"
+            if bare.exists():
+                shutil.rmtree(bare)
+            git("clone", "-q", "--bare", str(work), str(bare))
+        fail_to_pass = sorted(t for t, s in after.items() if s == "ok" and before.get(t) != "ok")
+        pass_to_pass = sorted(t for t, s in after.items() if s == "ok" and before.get(t) == "ok")
+        if not fail_to_pass:
+            die(f"{iid}: the gold patch makes no failing test pass:\n{log_after[-2000:]}")
+        rows.append({
+            "instance_id": iid,
+            "repo": f"local/{iid}",
+            "base_commit": base,
+            "problem_statement": (meta.parent / task_file).read_text(),
+            "patch": gold,
+            "test_patch": "",
+            "FAIL_TO_PASS": json.dumps(fail_to_pass),
+            "PASS_TO_PASS": json.dumps(pass_to_pass),
+            "version": "local",
+            "environment_setup_commit": base,
+            "created_at": "2026-01-01T00:00:00Z",
+            "hints_text": "",
+            # Not in SWE-bench: where the repository is and how its tests run (local judge).
+            "repo_path": str((out / "repos" / f"{iid}.git").resolve()),
+            "test_command": command,
+            "test_files": json.dumps(task.get("test_files", [])),
+        })
+        log(f"dataset: {iid}: base {base[:12]}, FAIL_TO_PASS {len(fail_to_pass)}, PASS_TO_PASS {len(pass_to_pass)}")
+    write_jsonl(out / "test.jsonl", rows)
+    log(f"dataset: {len(rows)} instances in {out / 'test.jsonl'}")
+    return out
+
+
+class Dataset:
+    """The instances of --dataset, and what the scaffold and the judge need to find them."""
+
+    def __init__(self, spec: str, split: str, python: str, work: Path):
+        self.spec, self.split = spec, split
+        path = Path(spec)
+        if path.is_dir() and any(path.glob("*/task.toml")):
+            path = build_dataset(path, work / "dataset")
+        if path.is_dir():
+            file = path / f"{split}.jsonl"
+            if not file.is_file():
+                die(f"{path}: no {split}.jsonl (build one with `evaluate.py dataset`)")
+            self.local, self.scaffold_subset, self.file = True, str(path.resolve()), file
+        elif path.is_file():
+            # mini loads a directory's <split>.jsonl; a file is copied into one.
+            copy = work / "dataset" / f"{split}.jsonl"
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            write_jsonl(copy, read_jsonl(path))
+            self.local, self.scaffold_subset, self.file = True, str(copy.parent.resolve()), copy
+        else:
+            name = NAMED.get(spec, spec)
+            self.local, self.scaffold_subset = False, name
+            self.file = CACHE / "datasets" / f"{name.replace('/', '__')}.{split}.jsonl"
+            if not self.file.is_file():
+                log(f"dataset: downloading {name} ({split}) with `datasets`")
+                self.file.parent.mkdir(parents=True, exist_ok=True)
+                code = ("import json,sys; from datasets import load_dataset\n"
+                        "rows = load_dataset(sys.argv[1], split=sys.argv[2])\n"
+                        "open(sys.argv[3], 'w').writelines(json.dumps(dict(r)) + '\\n' for r in rows)")
+                subprocess.run([python, "-c", code, name, split, str(self.file)], check=True)
+        self.instances = read_jsonl(self.file)
+        if not self.local:
+            self.scaffold_subset = NAMED.get(spec, spec)
+        self.by_id = {i["instance_id"]: i for i in self.instances}
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+
+
+def proxy_bin() -> str:
+    if os.environ.get("ASAP_PROXY_BIN"):
+        return os.environ["ASAP_PROXY_BIN"]
+    for profile in ("release", "debug"):
+        exe = REPO / "target" / profile / "asap-proxy"
+        if exe.is_file():
+            return str(exe)
+    log("evaluate: building the proxy (cargo build --release)")
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "asap-proxy"], cwd=REPO, check=True)
+    return str(REPO / "target" / "release" / "asap-proxy")
+
+
+def scaffold_python(given: str | None) -> str:
+    """A Python that can run mini-swe-agent: --python, this one, else scripts/venv.sh --mini."""
+    if given:
+        return given
+    probe = subprocess.run([sys.executable, "-c", "import minisweagent, datasets"], capture_output=True)
+    if probe.returncode == 0:
+        return sys.executable
+    log("evaluate: no mini-swe-agent here; using scripts/venv.sh --mini (first run: a minute or more)")
+    return subprocess.run([str(REPO / "scripts" / "venv.sh"), "--mini"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+class Proxy:
+    """`asap-proxy serve` on a free loopback port, stopped by process id."""
+
+    def __init__(self, args: list[str], log_file: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        self.log_file = log_file
+        self.proc = subprocess.Popen([proxy_bin(), "serve", "--listen", f"127.0.0.1:{self.port}", *args],
+                                     stdout=log_file.open("ab"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                die(f"the proxy exited ({self.proc.returncode}); its log:\n{log_file.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        die(f"the proxy did not answer /health within 60 s; its log: {log_file}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> "Proxy":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaffold batch runs
+
+
+def mini_config(proxy_url: str, label: str, run: int, local: bool, cwd: Path | None,
+                step_limit: int | None) -> dict:
+    """mini-swe-agent's settings on top of its swebench.yaml (docs/evaluate.md "mini")."""
+    config = {
+        "model": {
+            "model_name": f"openai/{label}",
+            "cost_tracking": "ignore_errors",
+            "model_kwargs": {
+                "api_base": proxy_url,
+                "api_key": "asap",
+                "extra_headers": {"X-ASAP-Run": str(run)},
+            },
+        },
+    }
+    if step_limit:
+        config["agent"] = {"step_limit": step_limit}
+    if local:
+        config["environment"] = {
+            "environment_class": "local",
+            "cwd": str(cwd),
+            # swebench.yaml sources the image's ~/.bashrc; here that would be the user's own.
+            "env": {"BASH_ENV": ""},
+        }
+        config["run"] = {
+            "env_startup_command": (
+                "find . -mindepth 1 -delete && git clone -q {{ repo_path }} . "
+                "&& git checkout -q {{ base_commit }}"),
+        }
+    return config
+
+
+def id_filter(ids: list[str]) -> str:
+    return "^(" + "|".join(re.escape(i) for i in ids) + ")$"
+
+
+def preds_in(run_dir: Path) -> dict[str, dict]:
+    preds = {}
+    for f in sorted(run_dir.glob("**/preds.json")):
+        try:
+            preds.update(json.loads(f.read_text()))
+        except (OSError, json.JSONDecodeError):
+            pass
+    return preds
+
+
+class Progress:
+    """Instances done over every (label, run) of this invocation, and the time left."""
+
+    def __init__(self, total: int):
+        self.total, self.done_before, self.start = total, 0, time.time()
+        self.current: Path | None = None
+        self.title = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def line(self) -> str:
+        done = self.done_before + (len(preds_in(self.current)) if self.current else 0)
+        elapsed = time.time() - self.start
+        rate = elapsed / max(done - self.resumed, 1) if done > self.resumed else None
+        left = f"{(self.total - done) * rate / 60:.1f} min left" if rate else "time left unknown"
+        return f"progress: {self.title}: {done}/{self.total} instance runs, {elapsed / 60:.1f} min, {left}"
+
+    resumed = 0
+
+    def _loop(self) -> None:
+        while not self._stop.wait(15):
+            log(self.line())
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def run_mini(python: str, dataset: Dataset, proxy_url: str, label: str, run: int, run_dir: Path,
+             workers: int, step_limit: int | None, instances: list[str]) -> None:
+    """mini-swe-agent's SWE-bench batch runner for one run. Docker: one process with
+    --workers; local: one process per shard (one working copy each)."""
+    env = os.environ | {
+        "MSWEA_CONFIGURED": "true",
+        "MSWEA_COST_TRACKING": "ignore_errors",
+        "MSWEA_GLOBAL_CONFIG_DIR": str(run_dir / ".mswea"),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "OPENAI_API_KEY": "asap",
+    }
+    shards = [instances] if not dataset.local else [instances[s::workers] for s in range(workers)]
+    procs = []
+    for s, ids in enumerate(shards):
+        if not ids:
+            continue
+        out = run_dir if not dataset.local else run_dir / f"shard-{s}"
+        cwd = (out / "testbed").resolve() if dataset.local else None
+        if cwd:
+            cwd.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        config = out / "asap-mini.yaml"  # JSON is YAML; mini wants the .yaml suffix
+        config.write_text(json.dumps(mini_config(proxy_url, label, run, dataset.local, cwd, step_limit), indent=2))
+        command = [python, "-m", "minisweagent.run.benchmarks.swebench",
+                   "--subset", dataset.scaffold_subset, "--split", dataset.split,
+                   "--filter", id_filter(ids), "-o", str(out),
+                   "-w", str(1 if dataset.local else workers),
+                   "-c", "swebench.yaml", "-c", str(config)]
+        procs.append((subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                       stdout=(out / "batch.log").open("ab"), stderr=subprocess.STDOUT,
+                                       start_new_session=True), out))
+    for proc, out in procs:
+        if proc.wait() != 0:
+            die(f"mini-swe-agent's batch runner failed ({proc.returncode}); see {out / 'batch.log'}")
+
+
+def swe_agent_command(dataset: Dataset, proxy_url: str, label: str, run: int, run_dir: Path,
+                      workers: int, step_limit: int | None) -> list[str]:
+    """SWE-agent's `run-batch` for one run (docs/evaluate.md "SWE-agent"; not run in CI: SWE-agent
+    is not on PyPI)."""
+    config = {
+        "agent": {
+            "model": {
+                "name": f"openai/{label}",
+                "api_base": proxy_url,
+                "api_key": "asap",
+                "per_instance_cost_limit": 0,
+                "total_cost_limit": 0,
+                "max_input_tokens": 0,
+                "completion_kwargs": {"extra_headers": {"X-ASAP-Run": str(run)}},
+                **({"per_instance_call_limit": step_limit} if step_limit else {}),
+            },
+        },
+    }
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "asap-swe-agent.yaml").write_text(json.dumps(config, indent=2))
+    subset = {v: k for k, v in NAMED.items()}.get(dataset.scaffold_subset, dataset.scaffold_subset)
+    return ["sweagent", "run-batch", "--config", "config/default.yaml",
+            "--config", str(run_dir / "asap-swe-agent.yaml"),
+            "--instances.type", "swe_bench", "--instances.subset", subset,
+            "--instances.split", dataset.split, "--num_workers", str(workers),
+            "--output_dir", str(run_dir)]
+
+
+def session_of(trace: Path) -> dict:
+    try:
+        with trace.open() as f:
+            first = json.loads(f.readline())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return first.get("data", {}) if first.get("type") == "session" else {}
+
+
+def instance_of(session: dict, dataset: Dataset) -> str | None:
+    """The instance a trace ran: its recorded id, else the instance whose problem statement its
+    task text holds (traces of tasks the prefix set lacks carry no id)."""
+    if session.get("instance_id") in dataset.by_id:
+        return session["instance_id"]
+    text = session.get("task_text", "")
+    hits = [i for i, inst in dataset.by_id.items() if inst["problem_statement"].strip() and inst["problem_statement"].strip() in text]
+    return max(hits, key=lambda i: len(dataset.by_id[i]["problem_statement"])) if hits else None
+
+
+def drop_unfinished_traces(logs: Path, run: int, finished: set[str], dataset: Dataset) -> None:
+    """Before a run is resumed: traces of its instances without a prediction (interrupted) go,
+    so that each (task, run) has one trajectory."""
+    for trace in sorted(logs.glob("*.jsonl")):
+        session = session_of(trace)
+        if session.get("run") == run and instance_of(session, dataset) not in finished:
+            log(f"resume: removing the interrupted trajectory {trace.name} (run {run})")
+            trace.unlink()
+
+
+def agent_stage(args, dataset: Dataset, label: str, backend: str, out: Path, progress: Progress) -> None:
+    logs = out / label / "logs"
+    ids = [i["instance_id"] for i in dataset.instances]
+    # --tasks: a trace knows its instance even where the prefix set has no prefix of it.
+    serve = ["--backend", backend, "--label", label, "--log-dir", str(logs),
+             "--tasks", str(dataset.file.resolve())]
+    if args.prefixes:
+        serve += ["--prefixes", str(Path(args.prefixes).resolve())]
+    if args.backend_model:
+        serve += ["--backend-model", args.backend_model]
+    serve += args.serve_arg or []
+    todo = []
+    for run in range(args.runs):
+        finished = set(preds_in(out / label / f"run-{run}"))
+        todo.append([i for i in ids if i not in finished])
+        progress.done_before += len(set(ids) & finished)
+    progress.resumed = progress.done_before
+    if not any(todo):
+        log(f"{label}: all {args.runs} runs of {len(ids)} instances already done")
+        return
+    with Proxy(serve, out / label / "proxy.log") as proxy:
+        for run in range(args.runs):
+            run_dir = out / label / f"run-{run}"
+            if not todo[run]:
+                continue
+            drop_unfinished_traces(logs, run, set(ids) - set(todo[run]), dataset)
+            progress.current, progress.title = run_dir, f"{label} run {run + 1}/{args.runs}"
+            log(f"{label}: run {run + 1}/{args.runs}: {len(todo[run])} instances")
+            if args.scaffold == "mini":
+                run_mini(args.python, dataset, proxy.url, label, run, run_dir, args.workers,
+                         args.step_limit, todo[run])
+            else:
+                command = swe_agent_command(dataset, proxy.url, label, run, run_dir, args.workers, args.step_limit)
+                if subprocess.run(command).returncode != 0:
+                    die(f"SWE-agent's run-batch failed: {' '.join(command)}")
+            progress.current = None
+            progress.done_before += len(preds_in(run_dir)) - (len(ids) - len(todo[run]))
+            write_predictions(out, label, run)
+
+
+def write_predictions(out: Path, label: str, run: int) -> Path:
+    preds = preds_in(out / label / f"run-{run}")
+    rows = [{"instance_id": i, "model_name_or_path": label, "model_patch": p.get("model_patch") or ""}
+            for i, p in sorted(preds.items())]
+    path = out / label / "predictions" / f"run-{run}.jsonl"
+    write_jsonl(path, rows)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Judges
+
+
+def judge_local(dataset: Dataset, predictions: list[dict], logs: Path) -> dict:
+    """SWE-bench's resolution rule, here: in a fresh clone at base_commit apply the prediction,
+    restore the test files, apply test_patch, run the tests; resolved when every FAIL_TO_PASS
+    and PASS_TO_PASS test passes. The report has the harness's keys."""
+    report = {k: [] for k in ("submitted_ids", "completed_ids", "resolved_ids", "unresolved_ids",
+                              "empty_patch_ids", "error_ids", "incomplete_ids")}
+    predicted = {p["instance_id"]: p for p in predictions}
+    for iid, inst in sorted(dataset.by_id.items()):
+        pred = predicted.get(iid)
+        if pred is None:
+            report["incomplete_ids"].append(iid)
+            continue
+        report["submitted_ids"].append(iid)
+        patch = pred.get("model_patch") or ""
+        if not patch.strip():
+            report["empty_patch_ids"].append(iid)
+            continue
+        case = logs / iid
+        case.mkdir(parents=True, exist_ok=True)
+        (case / "patch.diff").write_text(patch)
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = Path(tmp) / "repo"
+            git("clone", "-q", inst["repo_path"], str(repo))
+            git("checkout", "-q", inst["base_commit"], cwd=repo)
+            applied = git("apply", "-v", "-", cwd=repo, input=patch if patch.endswith("\n") else patch + "\n", check=False)
+            if applied.returncode != 0:
+                (case / "report.txt").write_text(f"patch did not apply:\n{applied.stderr}")
+                report["error_ids"].append(iid)
+                continue
+            test_files = json.loads(inst.get("test_files") or "[]")
+            if test_files:
+                git("checkout", "-q", inst["base_commit"], "--", *test_files, cwd=repo)
+            if inst.get("test_patch", "").strip():
+                git("apply", "-", cwd=repo, input=inst["test_patch"])
+            results, output = run_tests(repo, inst["test_command"])
+        (case / "test_output.txt").write_text(output)
+        wanted = json.loads(inst["FAIL_TO_PASS"]) + json.loads(inst["PASS_TO_PASS"])
+        failing = [t for t in wanted if results.get(t) != "ok"]
+        (case / "report.txt").write_text("resolved\n" if not failing else "failing: " + ", ".join(failing) + "\n")
+        report["completed_ids"].append(iid)
+        report["resolved_ids" if not failing else "unresolved_ids"].append(iid)
+    report.update({
+        "total_instances": len(dataset.by_id),
+        "submitted_instances": len(report["submitted_ids"]),
+        "completed_instances": len(report["completed_ids"]),
+        "resolved_instances": len(report["resolved_ids"]),
+        "unresolved_instances": len(report["unresolved_ids"]),
+        "empty_patch_instances": len(report["empty_patch_ids"]),
+        "error_instances": len(report["error_ids"]),
+        "judge": "asap local judge (scripts/evaluate.py)",
+    })
+    return report
+
+
+def judge_stage(args, dataset: Dataset, label: str, out: Path) -> None:
+    judge = args.judge or ("local" if dataset.local else "harness")
+    for run in range(args.runs):
+        target = out / label / "judge" / f"{label}.run{run}.json"
+        preds_file = write_predictions(out, label, run)
+        predictions = read_jsonl(preds_file)
+        if not predictions:
+            log(f"{label}: run {run}: no predictions yet; not judged")
+            continue
+        if target.is_file() and json.loads(target.read_text()).get("submitted_instances") == len(predictions):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        log(f"{label}: judging run {run} ({judge}, {len(predictions)} predictions)")
+        if judge == "local":
+            if not dataset.local:
+                die("--judge local needs a local dataset (repo_path, test_command); use --judge harness")
+            report = judge_local(dataset, predictions, out / label / "judge" / "logs" / f"run{run}")
+        else:
+            run_id = f"run{run}"
+            command = [args.python, "-m", "swebench.harness.run_evaluation",
+                       "--dataset_name", dataset.scaffold_subset, "--split", dataset.split,
+                       "--predictions_path", str(preds_file.resolve()),
+                       "--max_workers", str(args.workers), "--run_id", run_id]
+            subprocess.run(command, cwd=target.parent, check=True)
+            produced = target.parent / f"{label.replace('/', '__')}.{run_id}.json"
+            report = json.loads(produced.read_text())
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, indent=2))
+        tmp.replace(target)
+        log(f"{label}: run {run}: {len(report['resolved_ids'])}/{len(dataset.by_id)} resolved")
+
+
+def report_stage(out: Path, runs: int | None) -> int:
+    labels = sorted(p.parent.name for p in out.glob("*/logs") if any(p.glob("*.jsonl")))
+    if not labels:
+        die(f"no traces under {out}/*/logs")
+    results = sorted(str(f) for f in out.glob("*/judge/*.run*.json"))
+    base = [proxy_bin(), "report", *[str(out / l / "logs") for l in labels]]
+    if results:
+        base += ["--results", *results]
+    n = runs or max(len(list((out / l).glob("run-*"))) for l in labels)
+    ks = sorted({1, n} if n > 1 else {1})
+    base += ["--k", ",".join(map(str, ks))]
+    status = 0
+    for fmt, name in (("md", "report.md"), ("json", "report.json")):
+        r = subprocess.run(base + ["--format", fmt], capture_output=True, text=True)
+        if r.returncode not in (0,):
+            log(r.stderr)
+            status = r.returncode
+        (out / name).write_text(r.stdout)
+        if fmt == "md":
+            sys.stdout.write(r.stdout)
+            if r.stderr.strip():
+                log(r.stderr.strip())
+    log(f"report: {out / 'report.md'}, {out / 'report.json'} ({len(labels)} labels, {len(results)} judged runs)")
+    return status
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference prefixes
+
+
+def prefixes_command(args) -> int:
+    out = Path(args.out)
+    work = Path(args.work) if args.work else out.parent / (out.stem + ".work")
+    dataset = Dataset(args.dataset, args.split, args.python, work)
+    sources = [str(p) for p in args.import_ or []]
+    if not sources:
+        if not args.instruct:
+            die("give --instruct URL (an instruction-tuned model's chat API) or --import FILES")
+        serve = ["--mode", "passthrough", "--backend", args.instruct, "--label", args.label,
+                 "--log-dir", str(work / "logs"), "--tasks", str(dataset.file.resolve())]
+        if args.instruct_model:
+            serve += ["--backend-model", args.instruct_model]
+        run_dir = work / "run-0"
+        finished = set(preds_in(run_dir))
+        todo = [i for i in dataset.by_id if i not in finished]
+        if todo:
+            drop_unfinished_traces(work / "logs", 0, finished, dataset)
+            log(f"prefixes: reference runs of {len(todo)} instances with {args.instruct}")
+            with Proxy(serve, work / "proxy.log") as proxy:
+                run_mini(args.python, dataset, proxy.url, args.label, 0, run_dir, args.workers,
+                         args.step_limit, todo)
+        sources = sorted(str(p) for p in run_dir.glob("**/*.traj.json"))
+        if not sources:
+            die(f"the reference runs left no trajectories under {run_dir}")
+    gold = work / "gold.jsonl"
+    write_jsonl(gold, [{"instance_id": i["instance_id"], "patch": i["patch"]} for i in dataset.instances])
+    command = [proxy_bin(), "prefix", "build", "--k", str(args.k), "--gold", str(gold), "--out", str(out),
+               "--from", *sources]
+    return subprocess.run(command).returncode
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def checkpoints(values: list[str]) -> list[tuple[str, str]]:
+    pairs = []
+    for v in values:
+        label, sep, url = v.partition("=")
+        if not sep or not label or not url.startswith(("http://", "https://", "replay:")):
+            die(f"--checkpoint wants LABEL=URL (a completions API base URL), got {v!r}")
+        pairs.append((label, url))
+    if len({l for l, _ in pairs}) != len(pairs):
+        die("two --checkpoint values share a label")
+    return pairs
+
+
+def run_command(args) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stages = args.stages.split(",") if args.stages != "all" else list(STAGES)
+    if unknown := set(stages) - set(STAGES):
+        die(f"unknown stages {sorted(unknown)} (known: {', '.join(STAGES)}, all)")
+    dataset = Dataset(args.dataset, args.split, args.python, out / "_work")
+    pairs = checkpoints(args.checkpoint or [])
+    if ("agent" in stages or "judge" in stages) and not pairs:
+        die("give at least one --checkpoint LABEL=URL")
+    if "agent" in stages and not args.prefixes:
+        log("evaluate: warning: no --prefixes: every task gets the built-in demonstration, not a "
+            "same-task prefix (the paper's protocol uses one prefix set for every checkpoint)")
+    started = time.time()
+    if "agent" in stages:
+        progress = Progress(len(pairs) * args.runs * len(dataset.instances))
+        try:
+            for label, url in pairs:
+                agent_stage(args, dataset, label, url, out, progress)
+        finally:
+            progress.close()
+        log(progress.line())
+    if "judge" in stages:
+        for label, _ in pairs:
+            judge_stage(args, dataset, label, out)
+    status = report_stage(out, args.runs) if "report" in stages else 0
+    log(f"evaluate: done in {(time.time() - started) / 60:.1f} min; results in {out}")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p, runs=True):
+        p.add_argument("--dataset", required=True, help="verified, lite, full, a HF name, a local dataset dir or a task folder")
+        p.add_argument("--split", default="test")
+        p.add_argument("--workers", type=int, default=1, help="instances at once (default 1)")
+        p.add_argument("--python", help="a Python with mini-swe-agent (default: this one, else scripts/venv.sh --mini)")
+        p.add_argument("--step-limit", type=int, help="scaffold steps per instance (default: the scaffold's)")
+        p.add_argument("--scaffold", choices=SCAFFOLDS, default="mini")
+
+    d = sub.add_parser("dataset", help="a local SWE-bench-format dataset from task folders")
+    d.add_argument("--tasks", default=str(REPO / "examples" / "tasks"))
+    d.add_argument("--out", required=True)
+
+    p = sub.add_parser("prefixes", help="reference runs of an instruct model, cut into a prefix set")
+    common(p)
+    p.add_argument("--instruct", help="the instruct model's OpenAI chat API base URL (with /v1)")
+    p.add_argument("--instruct-model", help="model name sent to it (default: its first /v1/models)")
+    p.add_argument("--label", default="reference")
+    p.add_argument("--import", dest="import_", nargs="+", help="existing trajectories instead of new runs")
+    p.add_argument("--k", type=int, default=3)
+    p.add_argument("--out", required=True, help="the prefix file to write (JSONL)")
+    p.add_argument("--work", help="reference runs' folder (default: <out stem>.work next to --out)")
+
+    for name in ("run", "judge", "report"):
+        r = sub.add_parser(name, help={"run": "evaluate checkpoints: agent runs, judge, report",
+                                       "judge": "only judge the predictions", "report": "only the report"}[name])
+        r.add_argument("--out", required=True, help="the results tree")
+        r.add_argument("--runs", type=int, default=1 if name != "report" else None, help="runs per instance (paper: 8)")
+        if name == "report":
+            continue
+        common(r)
+        r.add_argument("--checkpoint", action="append", metavar="LABEL=URL",
+                       help="a label and its completions backend; repeat for a sweep")
+        r.add_argument("--prefixes", help="the prefix set (a file from `prefixes`)")
+        r.add_argument("--backend-model", help="model name sent to every backend")
+        r.add_argument("--judge", choices=("local", "harness"), help="default: local for local datasets, else harness")
+        r.add_argument("--serve-arg", action="append", help="one more `serve` argument (repeatable)")
+        r.add_argument("--stages", default="all" if name == "run" else "judge,report")
+
+    args = parser.parse_args(argv)
+    if args.command == "dataset":
+        build_dataset(Path(args.tasks), Path(args.out))
+        return 0
+    if args.command == "report":
+        return report_stage(Path(args.out), args.runs)
+    args.python = scaffold_python(args.python) if args.scaffold == "mini" or args.command != "run" else (args.python or sys.executable)
+    if args.workers < 1 or (getattr(args, "runs", 1) or 1) < 1:
+        die("--workers and --runs must be at least 1")
+    if args.command == "prefixes":
+        return prefixes_command(args)
+    if args.command == "judge":
+        args.stages = "judge"
+    return run_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
