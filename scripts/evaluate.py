@@ -44,6 +44,7 @@ Environment: ASAP_PROXY_BIN (default target/release/asap-proxy, else target/debu
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -136,9 +137,9 @@ def run_tests(repo: Path, command: str, timeout: int = 600) -> tuple[dict[str, s
     return unittest_results(out), out
 
 
-def build_dataset(tasks_root: Path, out: Path) -> Path:
+def build_dataset(tasks_root: Path, out: Path, only: list[str] | None = None) -> Path:
     """A SWE-bench-format dataset from task folders (docs/evaluate.md "Local datasets")."""
-    metas = sorted(tasks_root.glob("*/task.toml"))
+    metas = sorted(m for m in tasks_root.glob("*/task.toml") if not only or m.parent.name in only)
     if not metas:
         die(f"no */task.toml under {tasks_root}")
     (out / "repos").mkdir(parents=True, exist_ok=True)
@@ -587,7 +588,9 @@ def judge_stage(args, dataset: Dataset, label: str, out: Path) -> None:
         if not predictions:
             log(f"{label}: run {run}: no predictions yet; not judged")
             continue
-        if target.is_file() and json.loads(target.read_text()).get("submitted_instances") == len(predictions):
+        # Judged already, on these very predictions (a resumed run may have changed them).
+        digest = hashlib.sha256(preds_file.read_bytes()).hexdigest()
+        if target.is_file() and json.loads(target.read_text()).get("predictions_sha256") == digest:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         log(f"{label}: judging run {run} ({judge}, {len(predictions)} predictions)")
@@ -604,6 +607,7 @@ def judge_stage(args, dataset: Dataset, label: str, out: Path) -> None:
             subprocess.run(command, cwd=target.parent, check=True)
             produced = target.parent / f"{label.replace('/', '__')}.{run_id}.json"
             report = json.loads(produced.read_text())
+        report["predictions_sha256"] = digest
         tmp = target.with_suffix(".tmp")
         tmp.write_text(json.dumps(report, indent=2))
         tmp.replace(target)
@@ -716,6 +720,57 @@ def run_command(args) -> int:
     return status
 
 
+def fake_backend_bin() -> str:
+    if os.environ.get("ASAP_FAKE_BACKEND_BIN"):
+        return os.environ["ASAP_FAKE_BACKEND_BIN"]
+    for profile in ("release", "debug"):
+        exe = REPO / "target" / profile / "fake-backend"
+        if exe.is_file():
+            return str(exe)
+    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "fake-backend"], cwd=REPO, check=True)
+    return str(REPO / "target" / "release" / "fake-backend")
+
+
+DEMO_TASKS = ["slugify", "paginate", "tempconv"]
+
+
+def demo(out: Path, python: str) -> int:
+    """The documented commands on three bundled tasks, with the fake models of
+    examples/evaluate/ (an instruct model for the reference runs, two base checkpoints): the
+    workflow end to end without a GPU, Docker or network. Prints each command it runs."""
+    fakes = []
+    try:
+        urls = {}
+        for name in ("instruct", "stage1", "stage2"):
+            proc = subprocess.Popen([fake_backend_bin(), "--port", "0", "agent", "--script",
+                                     str(REPO / "examples" / "evaluate" / f"{name}.json")],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+            fakes.append(proc)
+            line = proc.stdout.readline().decode()
+            if not line.startswith("PORT "):
+                die(f"the fake {name} model did not start")
+            urls[name] = f"http://127.0.0.1:{int(line.split()[1])}/v1"
+        me = [sys.executable, str(Path(__file__).resolve())]
+        steps = [
+            ["dataset", "--instances", ",".join(DEMO_TASKS), "--out", str(out / "dataset")],
+            ["prefixes", "--dataset", str(out / "dataset"), "--instruct", urls["instruct"],
+             "--out", str(out / "prefixes" / "demo.jsonl"), "--python", python],
+            ["run", "--dataset", str(out / "dataset"), "--prefixes", str(out / "prefixes" / "demo.jsonl"),
+             "--checkpoint", f"stage1={urls['stage1']}", "--checkpoint", f"stage2={urls['stage2']}",
+             "--runs", "2", "--workers", "2", "--out", str(out / "results"), "--python", python],
+        ]
+        for step in steps:
+            log("demo: $ scripts/evaluate.py " + " ".join(step))
+            status = subprocess.run(me + step).returncode
+            if status != 0:
+                return status
+        return 0
+    finally:
+        for proc in fakes:
+            proc.terminate()
+            proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -732,6 +787,11 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("dataset", help="a local SWE-bench-format dataset from task folders")
     d.add_argument("--tasks", default=str(REPO / "examples" / "tasks"))
     d.add_argument("--out", required=True)
+    d.add_argument("--instances", help="comma-separated task folder names (default: all)")
+
+    m = sub.add_parser("demo", help="the whole workflow here, with fake instruct and base models")
+    m.add_argument("--out", required=True)
+    m.add_argument("--python", help="a Python with mini-swe-agent (default: this one, else scripts/venv.sh --mini)")
 
     p = sub.add_parser("prefixes", help="reference runs of an instruct model, cut into a prefix set")
     common(p)
@@ -761,8 +821,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "dataset":
-        build_dataset(Path(args.tasks), Path(args.out))
+        build_dataset(Path(args.tasks), Path(args.out), args.instances.split(",") if args.instances else None)
         return 0
+    if args.command == "demo":
+        return demo(Path(args.out), scaffold_python(args.python))
     if args.command == "report":
         return report_stage(Path(args.out), args.runs)
     args.python = scaffold_python(args.python) if args.scaffold == "mini" or args.command != "run" else (args.python or sys.executable)
