@@ -202,7 +202,7 @@ def build_dataset(tasks_root: Path, out: Path, only: list[str] | None = None) ->
 class Dataset:
     """The instances of --dataset, and what the scaffold and the judge need to find them."""
 
-    def __init__(self, spec: str, split: str, python: str, work: Path):
+    def __init__(self, spec: str, split: str, python: str, work: Path, only: str | None = None):
         self.spec, self.split = spec, split
         path = Path(spec)
         if path.is_dir() and any(path.glob("*/task.toml")):
@@ -230,6 +230,11 @@ class Dataset:
                         "open(sys.argv[3], 'w').writelines(json.dumps(dict(r)) + '\\n' for r in rows)")
                 subprocess.run([python, "-c", code, name, split, str(self.file)], check=True)
         self.instances = read_jsonl(self.file)
+        if only:
+            # A shard (--instances): the judge and the report see only these.
+            self.instances = [i for i in self.instances if re.search(only, i["instance_id"])]
+            if not self.instances:
+                die(f"--instances {only!r} matches no instance of {spec}")
         if not self.local:
             self.scaffold_subset = NAMED.get(spec, spec)
         self.by_id = {i["instance_id"]: i for i in self.instances}
@@ -352,11 +357,15 @@ def preds_in(run_dir: Path) -> dict[str, dict]:
 
 
 class Progress:
-    """Instances done over every (label, run) of this invocation, and the time left."""
+    """Instance runs done over every (label, run) of this invocation, and the time left
+    (elapsed time per instance run done in this invocation, times the runs left), printed
+    every 15 s while the scaffold runs."""
 
     def __init__(self, total: int):
-        self.total, self.done_before, self.start = total, 0, time.time()
-        self.current: Path | None = None
+        self.total, self.start = total, time.time()
+        self.done_before = 0  # finished before the current batch run (this invocation or earlier)
+        self.resumed = 0  # finished before this invocation
+        self.current: Path | None = None  # the batch run going on: its output folder
         self.title = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -365,11 +374,10 @@ class Progress:
     def line(self) -> str:
         done = self.done_before + (len(preds_in(self.current)) if self.current else 0)
         elapsed = time.time() - self.start
-        rate = elapsed / max(done - self.resumed, 1) if done > self.resumed else None
-        left = f"{(self.total - done) * rate / 60:.1f} min left" if rate else "time left unknown"
+        fresh = done - self.resumed
+        left = (f"{(self.total - done) * elapsed / fresh / 60:.1f} min left" if fresh > 0
+                else "time left unknown")
         return f"progress: {self.title}: {done}/{self.total} instance runs, {elapsed / 60:.1f} min, {left}"
-
-    resumed = 0
 
     def _loop(self) -> None:
         while not self._stop.wait(15):
@@ -380,7 +388,7 @@ class Progress:
 
 
 def run_mini(python: str, dataset: Dataset, proxy_url: str, label: str, run: int, run_dir: Path,
-             workers: int, step_limit: int | None, instances: list[str]) -> None:
+             workers: int, step_limit: int | None, instances: list[str], extra: list[str]) -> None:
     """mini-swe-agent's SWE-bench batch runner for one run. Docker: one process with
     --workers; local: one process per shard (one working copy each)."""
     env = os.environ | {
@@ -406,7 +414,7 @@ def run_mini(python: str, dataset: Dataset, proxy_url: str, label: str, run: int
                    "--subset", dataset.scaffold_subset, "--split", dataset.split,
                    "--filter", id_filter(ids), "-o", str(out),
                    "-w", str(1 if dataset.local else workers),
-                   "-c", "swebench.yaml", "-c", str(config)]
+                   "-c", "swebench.yaml", "-c", str(config), *extra]
         procs.append((subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
                                        stdout=(out / "batch.log").open("ab"), stderr=subprocess.STDOUT,
                                        start_new_session=True), out))
@@ -488,7 +496,7 @@ def agent_stage(args, dataset: Dataset, label: str, backend: str, out: Path, pro
         finished = set(preds_in(out / label / f"run-{run}"))
         todo.append([i for i in ids if i not in finished])
         progress.done_before += len(set(ids) & finished)
-    progress.resumed = progress.done_before
+        progress.resumed += len(set(ids) & finished)
     if not any(todo):
         log(f"{label}: all {args.runs} runs of {len(ids)} instances already done")
         return
@@ -502,7 +510,7 @@ def agent_stage(args, dataset: Dataset, label: str, backend: str, out: Path, pro
             log(f"{label}: run {run + 1}/{args.runs}: {len(todo[run])} instances")
             if args.scaffold == "mini":
                 run_mini(args.python, dataset, proxy.url, label, run, run_dir, args.workers,
-                         args.step_limit, todo[run])
+                         args.step_limit, todo[run], args.scaffold_arg or [])
             else:
                 command = swe_agent_command(dataset, proxy.url, label, run, run_dir, args.workers, args.step_limit)
                 if subprocess.run(command).returncode != 0:
@@ -599,6 +607,9 @@ def judge_stage(args, dataset: Dataset, label: str, out: Path) -> None:
                 die("--judge local needs a local dataset (repo_path, test_command); use --judge harness")
             report = judge_local(dataset, predictions, out / label / "judge" / "logs" / f"run{run}")
         else:
+            if subprocess.run([args.python, "-c", "import swebench"], capture_output=True).returncode:
+                die(f"the SWE-bench harness is not installed for {args.python}: "
+                    f"`{args.python} -m pip install swebench` (it needs Docker), or give --python")
             run_id = f"run{run}"
             command = [args.python, "-m", "swebench.harness.run_evaluation",
                        "--dataset_name", dataset.scaffold_subset, "--split", dataset.split,
@@ -614,15 +625,19 @@ def judge_stage(args, dataset: Dataset, label: str, out: Path) -> None:
         log(f"{label}: run {run}: {len(report['resolved_ids'])}/{len(dataset.by_id)} resolved")
 
 
-def report_stage(out: Path, runs: int | None) -> int:
-    labels = sorted(p.parent.name for p in out.glob("*/logs") if any(p.glob("*.jsonl")))
-    if not labels:
-        die(f"no traces under {out}/*/logs")
-    results = sorted(str(f) for f in out.glob("*/judge/*.run*.json"))
-    base = [proxy_bin(), "report", *[str(out / l / "logs") for l in labels]]
+def report_stage(trees: list[Path], runs: int | None) -> int:
+    """`asap-proxy report` over every label's traces and judged runs of the results trees (one
+    tree, or the shards of one evaluation), as OUT/report.md and OUT/report.json of the first."""
+    out = trees[0]
+    logs = sorted({p for t in trees for p in t.glob("*/logs") if any(p.glob("*.jsonl"))})
+    if not logs:
+        die(f"no traces under {', '.join(f'{t}/*/logs' for t in trees)}")
+    labels = sorted({p.parent.name for p in logs})
+    results = sorted({str(f) for t in trees for f in t.glob("*/judge/*.run*.json")})
+    base = [proxy_bin(), "report", *map(str, logs)]
     if results:
         base += ["--results", *results]
-    n = runs or max(len(list((out / l).glob("run-*"))) for l in labels)
+    n = runs or max(len(list(p.parent.glob("run-*"))) for p in logs)
     ks = sorted({1, n} if n > 1 else {1})
     base += ["--k", ",".join(map(str, ks))]
     status = 0
@@ -647,7 +662,7 @@ def report_stage(out: Path, runs: int | None) -> int:
 def prefixes_command(args) -> int:
     out = Path(args.out)
     work = Path(args.work) if args.work else out.parent / (out.stem + ".work")
-    dataset = Dataset(args.dataset, args.split, args.python, work)
+    dataset = Dataset(args.dataset, args.split, args.python, work, args.instances)
     sources = [str(p) for p in args.import_ or []]
     if not sources:
         if not args.instruct:
@@ -664,7 +679,7 @@ def prefixes_command(args) -> int:
             log(f"prefixes: reference runs of {len(todo)} instances with {args.instruct}")
             with Proxy(serve, work / "proxy.log") as proxy:
                 run_mini(args.python, dataset, proxy.url, args.label, 0, run_dir, args.workers,
-                         args.step_limit, todo)
+                         args.step_limit, todo, args.scaffold_arg or [])
         sources = sorted(str(p) for p in run_dir.glob("**/*.traj.json"))
         if not sources:
             die(f"the reference runs left no trajectories under {run_dir}")
@@ -696,7 +711,7 @@ def run_command(args) -> int:
     stages = args.stages.split(",") if args.stages != "all" else list(STAGES)
     if unknown := set(stages) - set(STAGES):
         die(f"unknown stages {sorted(unknown)} (known: {', '.join(STAGES)}, all)")
-    dataset = Dataset(args.dataset, args.split, args.python, out / "_work")
+    dataset = Dataset(args.dataset, args.split, args.python, out / "_work", args.instances)
     pairs = checkpoints(args.checkpoint or [])
     if ("agent" in stages or "judge" in stages) and not pairs:
         die("give at least one --checkpoint LABEL=URL")
@@ -715,7 +730,7 @@ def run_command(args) -> int:
     if "judge" in stages:
         for label, _ in pairs:
             judge_stage(args, dataset, label, out)
-    status = report_stage(out, args.runs) if "report" in stages else 0
+    status = report_stage([out], args.runs) if "report" in stages else 0
     log(f"evaluate: done in {(time.time() - started) / 60:.1f} min; results in {out}")
     return status
 
@@ -783,6 +798,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--python", help="a Python with mini-swe-agent (default: this one, else scripts/venv.sh --mini)")
         p.add_argument("--step-limit", type=int, help="scaffold steps per instance (default: the scaffold's)")
         p.add_argument("--scaffold", choices=SCAFFOLDS, default="mini")
+        p.add_argument("--instances", metavar="REGEX", help="only instances whose id matches (a shard)")
+        p.add_argument("--scaffold-arg", action="append", metavar="ARG",
+                       help="one more argument for the scaffold's batch runner (repeatable; "
+                            "write --scaffold-arg=-c for a value starting with -)")
 
     d = sub.add_parser("dataset", help="a local SWE-bench-format dataset from task folders")
     d.add_argument("--tasks", default=str(REPO / "examples" / "tasks"))
@@ -806,7 +825,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("run", "judge", "report"):
         r = sub.add_parser(name, help={"run": "evaluate checkpoints: agent runs, judge, report",
                                        "judge": "only judge the predictions", "report": "only the report"}[name])
-        r.add_argument("--out", required=True, help="the results tree")
+        if name == "report":
+            r.add_argument("--out", required=True, action="append",
+                           help="a results tree (repeatable: the shards of one evaluation)")
+        else:
+            r.add_argument("--out", required=True, help="the results tree")
         r.add_argument("--runs", type=int, default=1 if name != "report" else None, help="runs per instance (paper: 8)")
         if name == "report":
             continue
@@ -826,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         return demo(Path(args.out), scaffold_python(args.python))
     if args.command == "report":
-        return report_stage(Path(args.out), args.runs)
+        return report_stage([Path(o) for o in args.out], args.runs)
     args.python = scaffold_python(args.python) if args.scaffold == "mini" or args.command != "run" else (args.python or sys.executable)
     if args.workers < 1 or (getattr(args, "runs", 1) or 1) < 1:
         die("--workers and --runs must be at least 1")
