@@ -38,7 +38,8 @@ Results tree (--out):
   OUT/<label>/predictions/run-<i>.jsonl   SWE-bench predictions (model_name_or_path = label)
   OUT/<label>/judge/<label>.run<i>.json   the harness's report for run i (`report --results`)
   OUT/report.md, OUT/report.json          `asap-proxy report` over every label
-Environment: ASAP_PROXY_BIN (default target/release/asap-proxy, else target/debug), ASAP_CACHE.
+Environment: ASAP_PROXY_BIN, ASAP_FAKE_BACKEND_BIN (default: this checkout's release builds, made
+up to date with cargo), ASAP_CACHE (default ~/.cache/asap-proxy).
 """
 
 from __future__ import annotations
@@ -244,16 +245,29 @@ class Dataset:
 # Processes
 
 
+_BUILT: dict[str, str] = {}
+
+
+def built(binary: str, env: str) -> str:
+    """`env`'s path when set; else this checkout's release build of `binary`, brought up to
+    date with cargo once per process (seconds when nothing changed; a stale binary would run
+    another version than the one checked out); else `binary` on PATH."""
+    if os.environ.get(env):
+        return os.environ[env]
+    if binary not in _BUILT:
+        if shutil.which("cargo") and (REPO / "Cargo.toml").is_file():
+            log(f"evaluate: cargo build --release --bin {binary} (first time: minutes)")
+            subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", binary], cwd=REPO, check=True)
+            _BUILT[binary] = str(REPO / "target" / "release" / binary)
+        elif shutil.which(binary):
+            _BUILT[binary] = shutil.which(binary)
+        else:
+            die(f"no {binary}: set {env} or install cargo")
+    return _BUILT[binary]
+
+
 def proxy_bin() -> str:
-    if os.environ.get("ASAP_PROXY_BIN"):
-        return os.environ["ASAP_PROXY_BIN"]
-    for profile in ("release", "debug"):
-        exe = REPO / "target" / profile / "asap-proxy"
-        if exe.is_file():
-            return str(exe)
-    log("evaluate: building the proxy (cargo build --release)")
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "asap-proxy"], cwd=REPO, check=True)
-    return str(REPO / "target" / "release" / "asap-proxy")
+    return built("asap-proxy", "ASAP_PROXY_BIN")
 
 
 def scaffold_python(given: str | None) -> str:
@@ -736,14 +750,7 @@ def run_command(args) -> int:
 
 
 def fake_backend_bin() -> str:
-    if os.environ.get("ASAP_FAKE_BACKEND_BIN"):
-        return os.environ["ASAP_FAKE_BACKEND_BIN"]
-    for profile in ("release", "debug"):
-        exe = REPO / "target" / profile / "fake-backend"
-        if exe.is_file():
-            return str(exe)
-    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "fake-backend"], cwd=REPO, check=True)
-    return str(REPO / "target" / "release" / "fake-backend")
+    return built("fake-backend", "ASAP_FAKE_BACKEND_BIN")
 
 
 DEMO_TASKS = ["slugify", "paginate", "tempconv"]
@@ -753,6 +760,8 @@ def demo(out: Path, python: str) -> int:
     """The documented commands on three bundled tasks, with the fake models of
     examples/evaluate/ (an instruct model for the reference runs, two base checkpoints): the
     workflow end to end without a GPU, Docker or network. Prints each command it runs."""
+    # Build once here; the steps below run as child processes and reuse the binaries.
+    os.environ["ASAP_PROXY_BIN"], os.environ["ASAP_FAKE_BACKEND_BIN"] = proxy_bin(), fake_backend_bin()
     fakes = []
     try:
         urls = {}
