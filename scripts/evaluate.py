@@ -514,6 +514,7 @@ def agent_stage(args, dataset: Dataset, label: str, backend: str, out: Path, pro
     if not any(todo):
         log(f"{label}: all {args.runs} runs of {len(ids)} instances already done")
         return
+    progress.title = f"{label}: building and starting the proxy"
     with Proxy(serve, out / label / "proxy.log") as proxy:
         for run in range(args.runs):
             run_dir = out / label / f"run-{run}"
