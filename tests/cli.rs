@@ -71,6 +71,19 @@ fn config_errors_exit_2_with_the_reason() {
     let out = run(&[&"serve", &"--profile", &"nope", &"--listen", &"127.0.0.1:0"]);
     assert_eq!(out.code, Some(2));
     assert!(out.stderr.contains("unknown profile"));
+    let missing = dir.path().join("missing.jsonl");
+    let out = run(&[&"serve", &"--tasks", &missing, &"--listen", &"127.0.0.1:0"]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("loading tasks") && out.stderr.contains("missing.jsonl"),
+        "{}",
+        out.stderr
+    );
+    let wrong = dir.path().join("wrong.jsonl");
+    std::fs::write(&wrong, "{\"id\": \"x\"}\n").unwrap();
+    let out = run(&[&"serve", &"--tasks", &wrong, &"--listen", &"127.0.0.1:0"]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("instance_id"), "{}", out.stderr);
 }
 
 #[test]

@@ -209,3 +209,49 @@ async fn a_prefix_shell_step_reads_as_bash_under_a_generic_cmd_shell() {
     );
     assert!(!prompt.contains("<command>"), "{prompt}");
 }
+
+#[tokio::test]
+async fn a_task_file_names_the_instance_of_a_task_without_a_prefix() {
+    // A batch runner sends no task header; the dataset names the task by its problem statement.
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("test.jsonl");
+    let statement =
+        "The function `add` in /workspace/project/calc.py returns the difference of its arguments.";
+    std::fs::write(
+        &tasks,
+        format!(
+            "{}\n{}\n",
+            json!({"instance_id": "calc__calc-1", "problem_statement": statement, "repo": "calc/calc"}),
+            json!({"instance_id": "other__other-2", "problem_statement": "A different task whose text appears in no request at all."})
+        ),
+    )
+    .unwrap();
+    for k in [3, 0] {
+        let backend = FakeBackend::start(vec![Scripted::text("a")]).await;
+        let proxy = Proxy::start_with(&backend.url(), |a| {
+            a.prompt.prefixes = vec![fixture_path("prefixes")];
+            a.prompt.prefix_k = Some(k);
+            a.prompt.tasks = vec![tasks.clone()];
+        })
+        .await;
+        proxy.post(&request("openhands-sdk-1")).await;
+        assert_eq!(
+            session_field(&proxy, "instance_id"),
+            "calc__calc-1",
+            "K={k}"
+        );
+        assert_eq!(session_field(&proxy, "task"), "calc__calc-1");
+        // Known, but without a prefix: the demonstration as before (none with K=0).
+        let expected = if k == 3 { "demonstration" } else { "none" };
+        assert_eq!(session_field(&proxy, "prefix_source"), expected);
+    }
+    // Without the task file the session has no id, only a task key from its text.
+    let backend = FakeBackend::start(vec![Scripted::text("a")]).await;
+    let proxy = proxy_with(3, &backend).await;
+    proxy.post(&request("openhands-sdk-1")).await;
+    assert_eq!(session_field(&proxy, "instance_id"), Value::Null);
+    assert!(session_field(&proxy, "task")
+        .as_str()
+        .unwrap()
+        .starts_with("task-"));
+}
