@@ -325,12 +325,12 @@ class Proxy:
 # Scaffold batch runs
 
 
-def mini_config(proxy_url: str, label: str, run: int, local: bool, cwd: Path | None,
+def mini_config(proxy_url: str, model: str, run: int, local: bool, cwd: Path | None,
                 step_limit: int | None) -> dict:
     """mini-swe-agent's settings on top of its swebench.yaml (docs/evaluate.md "mini")."""
     config = {
         "model": {
-            "model_name": f"openai/{label}",
+            "model_name": f"openai/{model}",
             "cost_tracking": "ignore_errors",
             "model_kwargs": {
                 "api_base": proxy_url,
@@ -401,7 +401,7 @@ class Progress:
         self._stop.set()
 
 
-def run_mini(python: str, dataset: Dataset, proxy_url: str, label: str, run: int, run_dir: Path,
+def run_mini(python: str, dataset: Dataset, proxy_url: str, model: str, run: int, run_dir: Path,
              workers: int, step_limit: int | None, instances: list[str], extra: list[str]) -> None:
     """mini-swe-agent's SWE-bench batch runner for one run. Docker: one process with
     --workers; local: one process per shard (one working copy each)."""
@@ -423,7 +423,7 @@ def run_mini(python: str, dataset: Dataset, proxy_url: str, label: str, run: int
             cwd.mkdir(parents=True, exist_ok=True)
         out.mkdir(parents=True, exist_ok=True)
         config = out / "asap-mini.yaml"  # JSON is YAML; mini wants the .yaml suffix
-        config.write_text(json.dumps(mini_config(proxy_url, label, run, dataset.local, cwd, step_limit), indent=2))
+        config.write_text(json.dumps(mini_config(proxy_url, model, run, dataset.local, cwd, step_limit), indent=2))
         command = [python, "-m", "minisweagent.run.benchmarks.swebench",
                    "--subset", dataset.scaffold_subset, "--split", dataset.split,
                    "--filter", id_filter(ids), "-o", str(out),
@@ -684,8 +684,10 @@ def prefixes_command(args) -> int:
             die("give --instruct URL (an instruction-tuned model's chat API) or --import FILES")
         serve = ["--mode", "passthrough", "--backend", args.instruct, "--label", args.label,
                  "--log-dir", str(work / "logs"), "--tasks", str(dataset.file.resolve())]
-        if args.instruct_model:
-            serve += ["--backend-model", args.instruct_model]
+        # The scaffold names the instruct model, so its trajectories (and the provenance of
+        # the prefixes cut from them) say which model the reference runs came from.
+        model = args.instruct_model or first_model(args.instruct) or "instruct-model"
+        serve += ["--backend-model", model]
         run_dir = work / "run-0"
         finished = set(preds_in(run_dir))
         todo = [i for i in dataset.by_id if i not in finished]
@@ -693,7 +695,7 @@ def prefixes_command(args) -> int:
             drop_unfinished_traces(work / "logs", 0, finished, dataset)
             log(f"prefixes: reference runs of {len(todo)} instances with {args.instruct}")
             with Proxy(serve, work / "proxy.log") as proxy:
-                run_mini(args.python, dataset, proxy.url, args.label, 0, run_dir, args.workers,
+                run_mini(args.python, dataset, proxy.url, model, 0, run_dir, args.workers,
                          args.step_limit, todo, args.scaffold_arg or [])
         sources = sorted(str(p) for p in run_dir.glob("**/*.traj.json"))
         if not sources:
@@ -706,6 +708,15 @@ def prefixes_command(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def first_model(base_url: str) -> str | None:
+    """The first model id of `GET {base_url}/models`, if the backend answers."""
+    try:
+        with urllib.request.urlopen(f"{base_url.rstrip('/')}/models", timeout=10) as r:
+            return json.load(r)["data"][0]["id"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
 
 
 def checkpoints(values: list[str]) -> list[tuple[str, str]]:

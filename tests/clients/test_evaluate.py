@@ -86,6 +86,9 @@ def test_from_reference_prefixes_to_the_report_then_resumed(tmp_path, agent):
     assert "total: 3 prefixes, 2 kept, 1 rejected, 1 with leaks" in demo.stdout, demo.stdout
     provenance = json.loads(set_file.with_name("demo.jsonl.provenance.json").read_text())
     assert provenance["k"] == 3
+    # The reference model by its own name (the instruct backend's /v1/models), not a label.
+    assert provenance["sources"] == [{"model": "openai/fake-agent", "scaffold": "mini-swe-agent", "prefixes": 2}]
+    assert provenance["leak_check"]["rejected"] == 1
     reference = sessions(out / "prefixes" / "demo.work" / "logs")
     assert sorted(s["instance_id"] for s in reference) == sorted(TASKS)
     assert {s["mode"] for s in reference} == {"passthrough"}
