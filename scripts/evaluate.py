@@ -31,6 +31,10 @@ Datasets (--dataset): `verified`, `lite` or `full` (SWE-bench on Hugging Face, t
 network and Docker), any Hugging Face dataset name, a local dataset directory (test.jsonl and
 repos/, from `dataset`), or a folder of task folders (converted with `dataset` on the fly).
 Local datasets run in the scaffold's local environment (no container); named ones in Docker.
+SWE-agent (--scaffold swe-agent, --python: a venv with SWE-agent installed from its repository by
+`pip install -e`): named datasets as its `swe_bench` instances in Docker; local ones in SWE-ReX's
+`local` deployment, one instance at a time, which writes /root/tools and /root/{state.json,
+model.patch,.swe-agent-env} on this machine as in SWE-agent's containers (needs a writable /root).
 
 Results tree (--out):
   OUT/<label>/logs/                       proxy traces (docs/trace-format.md)
@@ -49,6 +53,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -361,11 +366,20 @@ def id_filter(ids: list[str]) -> str:
 
 
 def preds_in(run_dir: Path) -> dict[str, dict]:
+    """instance_id -> prediction: preds.json (mini-swe-agent; SWE-agent at the end of a batch,
+    over that batch's instances only) and SWE-agent's per-instance <id>/<id>.pred files (written
+    as each instance ends; model_patch null when it submitted nothing)."""
     preds = {}
     for f in sorted(run_dir.glob("**/preds.json")):
         try:
             preds.update(json.loads(f.read_text()))
         except (OSError, json.JSONDecodeError):
+            pass
+    for f in sorted(run_dir.glob("*/*.pred")):
+        try:
+            pred = json.loads(f.read_text())
+            preds[pred["instance_id"]] = pred | {"model_patch": pred.get("model_patch") or ""}
+        except (OSError, json.JSONDecodeError, KeyError, TypeError):
             pass
     return preds
 
@@ -437,32 +451,142 @@ def run_mini(python: str, dataset: Dataset, proxy_url: str, model: str, run: int
             die(f"mini-swe-agent's batch runner failed ({proc.returncode}); see {out / 'batch.log'}")
 
 
-def swe_agent_command(dataset: Dataset, proxy_url: str, label: str, run: int, run_dir: Path,
-                      workers: int, step_limit: int | None) -> list[str]:
-    """SWE-agent's `run-batch` for one run (docs/evaluate.md "SWE-agent"; not run in CI: SWE-agent
-    is not on PyPI)."""
-    config = {
-        "agent": {
-            "model": {
-                "name": f"openai/{label}",
-                "api_base": proxy_url,
-                "api_key": "asap",
-                "per_instance_cost_limit": 0,
-                "total_cost_limit": 0,
-                "max_input_tokens": 0,
-                "completion_kwargs": {"extra_headers": {"X-ASAP-Run": str(run)}},
-                **({"per_instance_call_limit": step_limit} if step_limit else {}),
-            },
-        },
+# SWE-agent's bundles (config/default.yaml) plus diff_state in local runs: diff_state keeps
+# /root/model.patch at the repository's diff after every step, which is what SWE-agent falls back
+# on when a run ends without `submit` (call limit) and it has no repository of its own to diff.
+SWE_AGENT_BUNDLES = ["tools/registry", "tools/edit_anthropic", "tools/review_on_submit_m"]
+
+
+def swe_agent_home(python: str) -> Path:
+    """SWE-agent's checkout (its config/ and tools/), from the package the Python imports. Only an
+    editable install (`pip install -e`) has them: SWE-agent finds its tool bundles there."""
+    probe = subprocess.run([python, "-c", "import sweagent; print(sweagent.REPO_ROOT)"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        die(f"{python} cannot import sweagent (SWE-agent is not on PyPI: clone "
+            "github.com/SWE-agent/SWE-agent and `pip install -e` it into a venv, then pass that "
+            f"venv's python as --python):\n{probe.stderr.strip()[-600:]}")
+    home = Path(probe.stdout.strip().splitlines()[-1])  # importing sweagent logs a banner first
+    if not (home / "config" / "default.yaml").is_file() or not (home / "tools").is_dir():
+        die(f"SWE-agent at {home} has no config/default.yaml or tools/ (install it with pip install -e)")
+    return home
+
+
+def swe_agent_config(dataset: Dataset, proxy_url: str, label: str, run: int, run_dir: Path,
+                     workers: int, step_limit: int | None, instances: list[str]) -> dict:
+    """SWE-agent's run-batch settings on top of its config/default.yaml (docs/recipes.md
+    "SWE-agent"). Named datasets: `swe_bench` instances in Docker (SWE-bench's images, the repo at
+    /testbed), as SWE-agent runs them. Local datasets: one `expert_file` instance each in SWE-ReX's
+    `local` deployment (no container): no repo object (SWE-agent would copy it to /<name>), a
+    startup command clones repo_path at base_commit into run_dir/testbed and cds there."""
+    registry = run_dir / "asap-litellm-registry.json"
+    registry.write_text(json.dumps({f"openai/{label}": {
+        "litellm_provider": "openai", "mode": "chat",
+        "max_input_tokens": 32768, "max_output_tokens": 4096,
+        "input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
+        "supports_function_calling": True,
+    }}, indent=2))
+    model = {
+        "name": f"openai/{label}",
+        "api_base": proxy_url,
+        "api_key": "asap",
+        "per_instance_cost_limit": 0,
+        "total_cost_limit": 0,
+        "max_input_tokens": 0,  # no client-side check: the proxy fits the backend's window
+        "litellm_model_registry": str(registry.resolve()),
+        "completion_kwargs": {"extra_headers": {"X-ASAP-Run": str(run)}},
+        **({"per_instance_call_limit": step_limit} if step_limit else {}),
     }
+    config: dict = {
+        "agent": {"model": model},
+        "output_dir": str(run_dir.resolve()),
+        "num_workers": workers,
+        "progress_bar": False,
+    }
+    if not dataset.local:
+        named = {v: k for k, v in NAMED.items()}
+        source = {"type": "swe_bench", "split": dataset.split, "filter": id_filter(instances)}
+        if dataset.scaffold_subset in named:
+            source["subset"] = named[dataset.scaffold_subset]
+        else:
+            source["path_override"] = dataset.scaffold_subset
+        config["instances"] = source
+        return config
+    testbed = (run_dir / "testbed").resolve()
+    rows = []
+    for iid in instances:
+        inst = dataset.by_id[iid]
+        q = shlex.quote
+        setup = (f"rm -f /root/model.patch && rm -rf {q(str(testbed))} && "
+                 f"git clone -q {q(inst['repo_path'])} {q(str(testbed))} && cd {q(str(testbed))} && "
+                 f"git checkout -q {q(inst['base_commit'])} && export ROOT=$(pwd -P)")
+        rows.append({
+            "env": {"deployment": {"type": "local"}, "repo": None, "post_startup_commands": [setup]},
+            "problem_statement": {"type": "text", "id": iid, "text": inst["problem_statement"]},
+        })
+    instances_file = run_dir / "asap-instances.json"
+    instances_file.write_text(json.dumps(rows, indent=2))
+    config["instances"] = {"type": "expert_file", "path": str(instances_file.resolve())}
+    # One working copy and SWE-ReX's local runtime writes /root/tools, /root/state.json and
+    # /root/model.patch of this machine: one instance at a time.
+    config["num_workers"] = 1
+    config["agent"]["tools"] = {"bundles": [{"path": b} for b in SWE_AGENT_BUNDLES + ["tools/diff_state"]]}
+    return config
+
+
+# SWE-ReX's LocalRuntime.upload copies a folder with shutil.copytree, which refuses a target that
+# exists: the second instance of a local run-batch would fail to install SWE-agent's tool bundles
+# into /root/tools again. This starter lets the copy overwrite, then runs SWE-agent's own CLI.
+SWE_AGENT_LOCAL_MAIN = """
+import shutil, sys
+from pathlib import Path
+from swerex.runtime.abstract import UploadResponse
+from swerex.runtime.local import LocalRuntime
+
+async def upload(self, request):
+    if Path(request.source_path).is_dir():
+        shutil.copytree(request.source_path, request.target_path, dirs_exist_ok=True)
+    else:
+        shutil.copy(request.source_path, request.target_path)
+    return UploadResponse()
+
+LocalRuntime.upload = upload
+from sweagent.run.run import main
+sys.argv[0] = "sweagent"
+sys.exit(main())
+"""
+
+
+def run_swe_agent(python: str, dataset: Dataset, proxy_url: str, label: str, run: int, run_dir: Path,
+                  workers: int, step_limit: int | None, instances: list[str]) -> None:
+    """SWE-agent's `run-batch` for one run (one process; its output, preds.json and the
+    per-instance <id>/<id>.pred files, in run_dir)."""
+    home = swe_agent_home(python)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "asap-swe-agent.yaml").write_text(json.dumps(config, indent=2))
-    subset = {v: k for k, v in NAMED.items()}.get(dataset.scaffold_subset, dataset.scaffold_subset)
-    return ["sweagent", "run-batch", "--config", "config/default.yaml",
-            "--config", str(run_dir / "asap-swe-agent.yaml"),
-            "--instances.type", "swe_bench", "--instances.subset", subset,
-            "--instances.split", dataset.split, "--num_workers", str(workers),
-            "--output_dir", str(run_dir)]
+    if dataset.local and workers > 1:
+        log("evaluate: SWE-agent on a local dataset runs one instance at a time (--workers ignored)")
+    config = swe_agent_config(dataset, proxy_url, label, run, run_dir, workers, step_limit, instances)
+    config_file = run_dir / "asap-swe-agent.yaml"  # JSON is YAML
+    config_file.write_text(json.dumps(config, indent=2))
+    args = ["run-batch", "--config", str(home / "config" / "default.yaml"), "--config", str(config_file)]
+    command = ([python, "-c", SWE_AGENT_LOCAL_MAIN, *args] if dataset.local
+               else [python, "-m", "sweagent.run.run", *args])
+    env = os.environ | {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        # The local runtime's shell inherits this PATH: the tools' `pip install` (edit_anthropic's
+        # install.sh) and `python3` are the venv's, not the system's.
+        "PATH": str(Path(python).parent) + os.pathsep + os.environ.get("PATH", ""),
+    }
+    batch_log = run_dir / "batch.log"
+    with batch_log.open("ab") as out:
+        proc = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                              stderr=subprocess.STDOUT, cwd=home, start_new_session=True)
+    if proc.returncode != 0:
+        die(f"SWE-agent's run-batch failed ({proc.returncode}); see {batch_log}")
+    missing = sorted(set(instances) - set(preds_in(run_dir)))
+    if missing:
+        log(f"evaluate: SWE-agent left no prediction for {', '.join(missing)} (see {batch_log} and "
+            f"{run_dir / 'run_batch_exit_statuses.yaml'})")
 
 
 def session_of(trace: Path) -> dict:
@@ -527,9 +651,8 @@ def agent_stage(args, dataset: Dataset, label: str, backend: str, out: Path, pro
                 run_mini(args.python, dataset, proxy.url, label, run, run_dir, args.workers,
                          args.step_limit, todo[run], args.scaffold_arg or [])
             else:
-                command = swe_agent_command(dataset, proxy.url, label, run, run_dir, args.workers, args.step_limit)
-                if subprocess.run(command).returncode != 0:
-                    die(f"SWE-agent's run-batch failed: {' '.join(command)}")
+                run_swe_agent(args.python, dataset, proxy.url, label, run, run_dir, args.workers,
+                              args.step_limit, todo[run])
             progress.current = None
             progress.done_before += len(preds_in(run_dir)) - (len(ids) - len(todo[run]))
             write_predictions(out, label, run)
@@ -816,7 +939,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--dataset", required=True, help="verified, lite, full, a HF name, a local dataset dir or a task folder")
         p.add_argument("--split", default="test")
         p.add_argument("--workers", type=int, default=1, help="instances at once (default 1)")
-        p.add_argument("--python", help="a Python with mini-swe-agent (default: this one, else scripts/venv.sh --mini)")
+        p.add_argument("--python", help="a Python with mini-swe-agent (default: this one, else scripts/venv.sh --mini); "
+                       "--scaffold swe-agent: one with SWE-agent installed by pip install -e (default: this one)")
         p.add_argument("--step-limit", type=int, help="scaffold steps per instance (default: the scaffold's)")
         p.add_argument("--scaffold", choices=SCAFFOLDS, default="mini")
         p.add_argument("--instances", metavar="REGEX", help="only instances whose id matches (a shard)")
