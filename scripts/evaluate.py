@@ -331,7 +331,7 @@ class Proxy:
 
 
 def mini_config(proxy_url: str, model: str, run: int, local: bool, cwd: Path | None,
-                step_limit: int | None) -> dict:
+                step_limit: int | None, temperature: float | None = None) -> dict:
     """mini-swe-agent's settings on top of its swebench.yaml (docs/evaluate.md "mini")."""
     config = {
         "model": {
@@ -344,6 +344,8 @@ def mini_config(proxy_url: str, model: str, run: int, local: bool, cwd: Path | N
             },
         },
     }
+    if temperature is not None:
+        config["model"]["model_kwargs"]["temperature"] = temperature
     if step_limit:
         config["agent"] = {"step_limit": step_limit}
     if local:
@@ -416,7 +418,8 @@ class Progress:
 
 
 def run_mini(python: str, dataset: Dataset, proxy_url: str, model: str, run: int, run_dir: Path,
-             workers: int, step_limit: int | None, instances: list[str], extra: list[str]) -> None:
+             workers: int, step_limit: int | None, instances: list[str], extra: list[str],
+             temperature: float | None = None) -> None:
     """mini-swe-agent's SWE-bench batch runner for one run. Docker: one process with
     --workers; local: one process per shard (one working copy each)."""
     env = os.environ | {
@@ -437,7 +440,7 @@ def run_mini(python: str, dataset: Dataset, proxy_url: str, model: str, run: int
             cwd.mkdir(parents=True, exist_ok=True)
         out.mkdir(parents=True, exist_ok=True)
         config = out / "asap-mini.yaml"  # JSON is YAML; mini wants the .yaml suffix
-        config.write_text(json.dumps(mini_config(proxy_url, model, run, dataset.local, cwd, step_limit), indent=2))
+        config.write_text(json.dumps(mini_config(proxy_url, model, run, dataset.local, cwd, step_limit, temperature), indent=2))
         command = [python, "-m", "minisweagent.run.benchmarks.swebench",
                    "--subset", dataset.scaffold_subset, "--split", dataset.split,
                    "--filter", id_filter(ids), "-o", str(out),
@@ -558,7 +561,8 @@ sys.exit(main())
 
 
 def run_swe_agent(python: str, dataset: Dataset, proxy_url: str, label: str, run: int, run_dir: Path,
-                  workers: int, step_limit: int | None, instances: list[str]) -> None:
+                  workers: int, step_limit: int | None, instances: list[str], extra: list[str],
+                  temperature: float | None = None) -> None:
     """SWE-agent's `run-batch` for one run (one process; its output, preds.json and the
     per-instance <id>/<id>.pred files, in run_dir)."""
     home = swe_agent_home(python)
@@ -566,9 +570,11 @@ def run_swe_agent(python: str, dataset: Dataset, proxy_url: str, label: str, run
     if dataset.local and workers > 1:
         log("evaluate: SWE-agent on a local dataset runs one instance at a time (--workers ignored)")
     config = swe_agent_config(dataset, proxy_url, label, run, run_dir, workers, step_limit, instances)
+    if temperature is not None:
+        config["agent"]["model"]["temperature"] = temperature
     config_file = run_dir / "asap-swe-agent.yaml"  # JSON is YAML
     config_file.write_text(json.dumps(config, indent=2))
-    args = ["run-batch", "--config", str(home / "config" / "default.yaml"), "--config", str(config_file)]
+    args = ["run-batch", "--config", str(home / "config" / "default.yaml"), "--config", str(config_file), *extra]
     command = ([python, "-c", SWE_AGENT_LOCAL_MAIN, *args] if dataset.local
                else [python, "-m", "sweagent.run.run", *args])
     env = os.environ | {
@@ -647,15 +653,21 @@ def agent_stage(args, dataset: Dataset, label: str, backend: str, out: Path, pro
             drop_unfinished_traces(logs, run, set(ids) - set(todo[run]), dataset)
             progress.current, progress.title = run_dir, f"{label} run {run + 1}/{args.runs}"
             log(f"{label}: run {run + 1}/{args.runs}: {len(todo[run])} instances")
-            if args.scaffold == "mini":
-                run_mini(args.python, dataset, proxy.url, label, run, run_dir, args.workers,
-                         args.step_limit, todo[run], args.scaffold_arg or [])
-            else:
-                run_swe_agent(args.python, dataset, proxy.url, label, run, run_dir, args.workers,
-                              args.step_limit, todo[run])
+            run_scaffold(args, dataset, proxy.url, label, run, run_dir, todo[run])
             progress.current = None
             progress.done_before += len(preds_in(run_dir)) - (len(ids) - len(todo[run]))
             write_predictions(out, label, run)
+
+
+def run_scaffold(args, dataset: Dataset, proxy_url: str, model: str, run: int, run_dir: Path,
+                 instances: list[str]) -> None:
+    """One batch run of --scaffold over `instances`, with the model named `openai/<model>`."""
+    if args.scaffold == "mini":
+        run_mini(args.python, dataset, proxy_url, model, run, run_dir, args.workers,
+                 args.step_limit, instances, args.scaffold_arg or [], args.temperature)
+    else:
+        run_swe_agent(args.python, dataset, proxy_url, model, run, run_dir, args.workers,
+                      args.step_limit, instances, args.scaffold_arg or [], args.temperature)
 
 
 def write_predictions(out: Path, label: str, run: int) -> Path:
@@ -818,9 +830,10 @@ def prefixes_command(args) -> int:
             drop_unfinished_traces(work / "logs", 0, finished, dataset)
             log(f"prefixes: reference runs of {len(todo)} instances with {args.instruct}")
             with Proxy(serve, work / "proxy.log") as proxy:
-                run_mini(args.python, dataset, proxy.url, model, 0, run_dir, args.workers,
-                         args.step_limit, todo, args.scaffold_arg or [])
-        sources = sorted(str(p) for p in run_dir.glob("**/*.traj.json"))
+                run_scaffold(args, dataset, proxy.url, model, 0, run_dir, todo)
+        # The scaffold's own trajectories: they carry the instance id (prefix build reads both).
+        pattern = "**/*.traj.json" if args.scaffold == "mini" else "*/*.traj"
+        sources = sorted(str(p) for p in run_dir.glob(pattern))
         if not sources:
             die(f"the reference runs left no trajectories under {run_dir}")
     gold = work / "gold.jsonl"
@@ -864,6 +877,9 @@ def run_command(args) -> int:
     pairs = checkpoints(args.checkpoint or [])
     if ("agent" in stages or "judge" in stages) and not pairs:
         die("give at least one --checkpoint LABEL=URL")
+    if "agent" in stages and args.scaffold == "swe-agent" and args.runs > 1 and args.temperature is None:
+        log("evaluate: warning: SWE-agent samples at temperature 0 unless told otherwise, so the "
+            f"{args.runs} runs of a deterministic backend will be identical; give --temperature")
     if "agent" in stages and not args.prefixes:
         log("evaluate: warning: no --prefixes: every task gets the built-in demonstration, not a "
             "same-task prefix (the paper's protocol uses one prefix set for every checkpoint)")
@@ -943,6 +959,9 @@ def main(argv: list[str] | None = None) -> int:
                        "--scaffold swe-agent: one with SWE-agent installed by pip install -e (default: this one)")
         p.add_argument("--step-limit", type=int, help="scaffold steps per instance (default: the scaffold's)")
         p.add_argument("--scaffold", choices=SCAFFOLDS, default="mini")
+        p.add_argument("--temperature", type=float,
+                       help="sampling temperature the scaffold sends (default: the scaffold's own; "
+                            "SWE-agent's is 0, which makes repeated runs identical)")
         p.add_argument("--instances", metavar="REGEX", help="only instances whose id matches (a shard)")
         p.add_argument("--scaffold-arg", action="append", metavar="ARG",
                        help="one more argument for the scaffold's batch runner (repeatable; "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,18 @@ def evaluate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return result
 
 
-def test_swe_agent_batch_runs_on_a_local_dataset(tmp_path):
+@pytest.fixture
+def root_state():
+    """Removes what SWE-ReX's local runtime leaves under /root, unless it was there before."""
+    left = [Path("/root") / n for n in ("tools", "state.json", "model.patch", ".swe-agent-env")]
+    before = {p for p in left if p.exists()}
+    yield
+    for p in left:
+        if p not in before and p.exists():
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def test_swe_agent_batch_runs_on_a_local_dataset(tmp_path, root_state):
     dataset = tmp_path / "dataset"
     evaluate("dataset", "--instances", "slugify,paginate", "--out", str(dataset), cwd=tmp_path)
 
