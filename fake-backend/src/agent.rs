@@ -27,7 +27,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::script::{chat, continuation};
+use crate::script::{append_record, chat, continuation};
 
 /// An agent script (JSON): `{"tasks": [{"match", "variants": [[step, ...], ...]}]}`.
 #[derive(Debug, Clone, Deserialize)]
@@ -169,15 +169,7 @@ fn step_for(inner: &Shared, body: &Value, seen: &str) -> Option<(Step, usize)> {
     let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
     guard.calls += 1;
     if let Some(path) = &guard.record {
-        use std::io::Write;
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut f| writeln!(f, "{body}"));
-        if let Err(e) = written {
-            eprintln!("fake-backend: cannot record to {}: {e}", path.display());
-        }
+        append_record(path, body);
     }
     let Inner {
         script, started, ..

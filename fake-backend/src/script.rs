@@ -221,17 +221,23 @@ impl Inner {
 
     /// Appends a request body to the record file, when there is one.
     fn record(&self, body: &Value) {
-        use std::io::Write;
         if let Some(path) = &self.options.record {
-            let appended = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .and_then(|mut f| writeln!(f, "{body}"));
-            if let Err(e) = appended {
-                eprintln!("fake-backend: cannot record to {}: {e}", path.display());
-            }
+            append_record(path, body);
         }
+    }
+}
+
+/// Appends `body` as one JSON line to `path` (the record file other processes read); a failure
+/// is reported on stderr, never to the client.
+pub(crate) fn append_record(path: &std::path::Path, body: &Value) {
+    use std::io::Write;
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| writeln!(f, "{body}"));
+    if let Err(e) = appended {
+        eprintln!("fake-backend: cannot record to {}: {e}", path.display());
     }
 }
 
