@@ -63,6 +63,7 @@ import tempfile
 import threading
 import time
 import tomllib
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -89,6 +90,41 @@ def log(msg: str) -> None:
 
 def die(msg: str) -> None:
     raise SystemExit(f"evaluate: {msg}")
+
+
+# Processes started in their own session (scaffold batch runners): stopped by process group
+# when this script is interrupted, so none is left running.
+CHILDREN: list[subprocess.Popen] = []
+
+
+def stop_children() -> None:
+    for proc in CHILDREN:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+    for proc in CHILDREN:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_child(command: list[str], **kw) -> int:
+    """Runs a child in the foreground; interrupted, it gets SIGTERM (time to stop what it
+    started) instead of subprocess.run's SIGKILL."""
+    proc = subprocess.Popen(command, **kw)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
 
 
 def free_port() -> int:
@@ -225,6 +261,9 @@ class Dataset:
             write_jsonl(copy, read_jsonl(path))
             self.local, self.scaffold_subset, self.file = True, str(copy.parent.resolve()), copy
         else:
+            if spec not in NAMED and (spec.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+/[\w.-]+", spec)):
+                die(f"--dataset {spec}: no such file or folder, and not a dataset name (verified, lite, "
+                    "full, or ORG/NAME on Hugging Face)")
             name = NAMED.get(spec, spec)
             self.local, self.scaffold_subset = False, name
             self.file = CACHE / "datasets" / f"{name.replace('/', '__')}.{split}.jsonl"
@@ -234,7 +273,10 @@ class Dataset:
                 code = ("import json,sys; from datasets import load_dataset\n"
                         "rows = load_dataset(sys.argv[1], split=sys.argv[2])\n"
                         "open(sys.argv[3], 'w').writelines(json.dumps(dict(r)) + '\\n' for r in rows)")
-                subprocess.run([python, "-c", code, name, split, str(self.file)], check=True)
+                if subprocess.run([python, "-c", code, name, split, str(self.file)]).returncode:
+                    self.file.unlink(missing_ok=True)
+                    die(f"could not load {name} ({split}) from Hugging Face with {python} (network? "
+                        "the `datasets` package?); the error is above")
         self.instances = read_jsonl(self.file)
         if only:
             # A shard (--instances): the judge and the report see only these.
@@ -261,8 +303,12 @@ def built(binary: str, env: str) -> str:
         return os.environ[env]
     if binary not in _BUILT:
         if shutil.which("cargo") and (REPO / "Cargo.toml").is_file():
-            log(f"evaluate: cargo build --release --bin {binary} (first time: minutes)")
+            started = time.time()
+            if not (REPO / "target" / "release" / binary).is_file():
+                log(f"evaluate: building {binary} (cargo build --release: minutes the first time)")
             subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", binary], cwd=REPO, check=True)
+            if time.time() - started > 5:
+                log(f"evaluate: built {binary} (cargo build --release) in {time.time() - started:.0f} s")
             _BUILT[binary] = str(REPO / "target" / "release" / binary)
         elif shutil.which(binary):
             _BUILT[binary] = shutil.which(binary)
@@ -298,6 +344,7 @@ class Proxy:
         self.proc = subprocess.Popen([proxy_bin(), "serve", "--listen", f"127.0.0.1:{self.port}", *args],
                                      stdout=log_file.open("ab"), stderr=subprocess.STDOUT,
                                      start_new_session=True)
+        CHILDREN.append(self.proc)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -446,9 +493,11 @@ def run_mini(python: str, dataset: Dataset, proxy_url: str, model: str, run: int
                    "--filter", id_filter(ids), "-o", str(out),
                    "-w", str(1 if dataset.local else workers),
                    "-c", "swebench.yaml", "-c", str(config), *extra]
-        procs.append((subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
-                                       stdout=(out / "batch.log").open("ab"), stderr=subprocess.STDOUT,
-                                       start_new_session=True), out))
+        proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                stdout=(out / "batch.log").open("ab"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        CHILDREN.append(proc)
+        procs.append((proc, out))
     for proc, out in procs:
         if proc.wait() != 0:
             die(f"mini-swe-agent's batch runner failed ({proc.returncode}); see {out / 'batch.log'}")
@@ -595,6 +644,36 @@ def run_swe_agent(python: str, dataset: Dataset, proxy_url: str, label: str, run
             f"{run_dir / 'run_batch_exit_statuses.yaml'})")
 
 
+# How mini-swe-agent's runs end when the agent, not the infrastructure, ended them: its
+# submission and its step or cost limit. Any other exit status is the name of an exception (a
+# backend or proxy error LiteLLM gave up on, a sandbox that did not start, ...).
+MINI_ENDINGS = {"Submitted", "LimitsExceeded"}
+
+
+def failed_instance_runs(run_dir: Path, instances: list[str]) -> dict[str, str]:
+    """instance_id -> exit status of this batch run's instances that ended in an error
+    (mini-swe-agent; SWE-agent's runs are not classified). Their predictions are removed, so
+    that the next invocation runs them again, as an interrupted instance."""
+    failed = {}
+    for traj in sorted(run_dir.glob("**/*.traj.json")):
+        try:
+            doc = json.loads(traj.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        iid = doc.get("instance_id") or traj.parent.name
+        status = (doc.get("info") or {}).get("exit_status")
+        if iid in instances and status not in MINI_ENDINGS:
+            failed[iid] = str(status)
+    for preds in run_dir.glob("**/preds.json"):
+        try:
+            data = json.loads(preds.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if any(i in data for i in failed):
+            preds.write_text(json.dumps({k: v for k, v in data.items() if k not in failed}, indent=2))
+    return failed
+
+
 def session_of(trace: Path) -> dict:
     try:
         with trace.open() as f:
@@ -614,6 +693,40 @@ def instance_of(session: dict, dataset: Dataset) -> str | None:
     return max(hits, key=lambda i: len(dataset.by_id[i]["problem_statement"])) if hits else None
 
 
+def has_turns(trace: Path) -> bool:
+    """Whether a trace holds a model completion (a turn); a client's retried first request that
+    the backend failed leaves a session with none."""
+    try:
+        with trace.open() as f:
+            for line in f:
+                record = json.loads(line)
+                if record.get("type") == "step" and (record.get("data") or {}).get("completion"):
+                    return True
+    except (OSError, json.JSONDecodeError):
+        return True  # unreadable: keep it, the report says what is wrong with it
+    return False
+
+
+def drop_retried_first_requests(logs: Path, run: int, dataset: Dataset) -> None:
+    """After a batch run: where an (instance, run) has several traces, those without a single
+    turn go. A client that retries its first request after a backend error opens a new session
+    each time (nothing ties the retry to the failed one), which `report` would count as more runs
+    of the task; the trajectory is the session that got answers."""
+    by_instance: dict[str, list[Path]] = {}
+    for trace in sorted(logs.glob("*.jsonl")):
+        session = session_of(trace)
+        if session.get("run") == run:
+            by_instance.setdefault(instance_of(session, dataset) or "", []).append(trace)
+    for iid, traces in sorted(by_instance.items()):
+        empty = [t for t in traces if not has_turns(t)]
+        if len(traces) > 1 and len(empty) < len(traces):
+            for t in empty:
+                t.unlink()
+            if empty:
+                log(f"run {run}: {iid}: removed {len(empty)} session(s) without a turn (retried first "
+                    "requests after backend errors)")
+
+
 def drop_unfinished_traces(logs: Path, run: int, finished: set[str], dataset: Dataset) -> None:
     """Before a run is resumed: traces of its instances without a prediction (interrupted) go,
     so that each (task, run) has one trajectory."""
@@ -624,7 +737,23 @@ def drop_unfinished_traces(logs: Path, run: int, finished: set[str], dataset: Da
             trace.unlink()
 
 
-def agent_stage(args, dataset: Dataset, label: str, backend: str, out: Path, progress: Progress) -> None:
+def check_backend(url: str, what: str) -> None:
+    """Fails fast when `url` is not an OpenAI-style API root that answers `GET /models`: a
+    batch run against it would end every instance in an error, after the client's retries."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/models", timeout=15) as r:
+            json.load(r)
+    except urllib.error.HTTPError as e:
+        die(f"{what}: GET {url.rstrip('/')}/models answered HTTP {e.code}: give the API root, "
+            "e.g. http://host:8000/v1")
+    except (OSError, ValueError) as e:
+        die(f"{what}: {url} does not answer GET /models ({e}): is the server running, and is this "
+            "its API root (with /v1)?")
+
+
+def agent_stage(args, dataset: Dataset, label: str, backend: str, out: Path, progress: Progress) -> dict:
+    """The batch runs of one checkpoint; returns (run, instance_id) -> exit status of the
+    instance runs that ended in an error (to run again)."""
     logs = out / label / "logs"
     ids = [i["instance_id"] for i in dataset.instances]
     # --tasks: a trace knows its instance even where the prefix set has no prefix of it.
@@ -643,20 +772,26 @@ def agent_stage(args, dataset: Dataset, label: str, backend: str, out: Path, pro
         progress.resumed += len(set(ids) & finished)
     if not any(todo):
         log(f"{label}: all {args.runs} runs of {len(ids)} instances already done")
-        return
+        return {}
+    check_backend(backend, f"checkpoint {label}")
     progress.title = f"{label}: building and starting the proxy"
+    failed = {}
     with Proxy(serve, out / label / "proxy.log") as proxy:
         for run in range(args.runs):
             run_dir = out / label / f"run-{run}"
             if not todo[run]:
                 continue
             drop_unfinished_traces(logs, run, set(ids) - set(todo[run]), dataset)
-            progress.current, progress.title = run_dir, f"{label} run {run + 1}/{args.runs}"
-            log(f"{label}: run {run + 1}/{args.runs}: {len(todo[run])} instances")
+            progress.current, progress.title = run_dir, f"{label} run {run} ({run + 1} of {args.runs})"
+            log(f"{label}: run {run} ({run + 1} of {args.runs}): {len(todo[run])} instances")
             run_scaffold(args, dataset, proxy.url, label, run, run_dir, todo[run])
+            if args.scaffold == "mini":
+                failed.update({(run, i): st for i, st in failed_instance_runs(run_dir, todo[run]).items()})
+            drop_retried_first_requests(logs, run, dataset)
             progress.current = None
             progress.done_before += len(preds_in(run_dir)) - (len(ids) - len(todo[run]))
             write_predictions(out, label, run)
+    return failed
 
 
 def run_scaffold(args, dataset: Dataset, proxy_url: str, model: str, run: int, run_dir: Path,
@@ -737,9 +872,19 @@ def judge_local(dataset: Dataset, predictions: list[dict], logs: Path) -> dict:
     return report
 
 
+def judged_labels(out: Path) -> list[str]:
+    """The labels of a results tree: folders with batch runs."""
+    labels = sorted(p.name for p in out.iterdir() if p.is_dir() and any(p.glob("run-*")))
+    if not labels:
+        die(f"no label folders with runs (LABEL/run-<i>/) under {out}")
+    return labels
+
+
 def judge_stage(args, dataset: Dataset, label: str, out: Path) -> None:
     judge = args.judge or ("local" if dataset.local else "harness")
-    for run in range(args.runs):
+    runs = (range(args.runs) if args.runs else
+            sorted(int(p.name.split("-")[1]) for p in (out / label).glob("run-*") if p.name.split("-")[1].isdigit()))
+    for run in runs:
         target = out / label / "judge" / f"{label}.run{run}.json"
         preds_file = write_predictions(out, label, run)
         predictions = read_jsonl(preds_file)
@@ -801,7 +946,8 @@ def report_stage(trees: list[Path], runs: int | None) -> int:
             sys.stdout.write(r.stdout)
             if r.stderr.strip():
                 log(r.stderr.strip())
-    log(f"report: {out / 'report.md'}, {out / 'report.json'} ({len(labels)} labels, {len(results)} judged runs)")
+    log(f"report: {out / 'report.md'}, {out / 'report.json'} ({len(labels)} label{'s' * (len(labels) != 1)}, "
+        f"{len(results)} judged run{'s' * (len(results) != 1)})")
     return status
 
 
@@ -827,6 +973,7 @@ def prefixes_command(args) -> int:
         finished = set(preds_in(run_dir))
         todo = [i for i in dataset.by_id if i not in finished]
         if todo:
+            check_backend(args.instruct, "--instruct")
             drop_unfinished_traces(work / "logs", 0, finished, dataset)
             log(f"prefixes: reference runs of {len(todo)} instances with {args.instruct}")
             with Proxy(serve, work / "proxy.log") as proxy:
@@ -836,6 +983,10 @@ def prefixes_command(args) -> int:
         sources = sorted(str(p) for p in run_dir.glob(pattern))
         if not sources:
             die(f"the reference runs left no trajectories under {run_dir}")
+        failed = failed_instance_runs(run_dir, list(dataset.by_id)) if args.scaffold == "mini" else {}
+        if failed:
+            die(f"reference runs ended in an error for {', '.join(sorted(failed))} "
+                f"({', '.join(sorted(set(failed.values())))}): run the same command again")
     gold = work / "gold.jsonl"
     write_jsonl(gold, [{"instance_id": i["instance_id"], "patch": i["patch"]} for i in dataset.instances])
     command = [proxy_bin(), "prefix", "build", "--k", str(args.k), "--gold", str(gold), "--out", str(out),
@@ -861,6 +1012,10 @@ def checkpoints(values: list[str]) -> list[tuple[str, str]]:
         label, sep, url = v.partition("=")
         if not sep or not label or not url.startswith(("http://", "https://", "replay:")):
             die(f"--checkpoint wants LABEL=URL (a completions API base URL), got {v!r}")
+        # The label names folders and harness report files (<label>.run<i>.json).
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+-]*", label):
+            die(f"label {label!r}: use letters, digits and . _ @ + - (it names folders and files), "
+                "e.g. stage2-end or qwen-7b@mini")
         pairs.append((label, url))
     if len({l for l, _ in pairs}) != len(pairs):
         die("two --checkpoint values share a label")
@@ -873,10 +1028,10 @@ def run_command(args) -> int:
     stages = args.stages.split(",") if args.stages != "all" else list(STAGES)
     if unknown := set(stages) - set(STAGES):
         die(f"unknown stages {sorted(unknown)} (known: {', '.join(STAGES)}, all)")
-    dataset = Dataset(args.dataset, args.split, args.python, out / "_work", args.instances)
     pairs = checkpoints(args.checkpoint or [])
-    if ("agent" in stages or "judge" in stages) and not pairs:
+    if "agent" in stages and not pairs:
         die("give at least one --checkpoint LABEL=URL")
+    dataset = Dataset(args.dataset, args.split, args.python, out / "_work", args.instances)
     if "agent" in stages and args.scaffold == "swe-agent" and args.runs > 1 and args.temperature is None:
         log("evaluate: warning: SWE-agent samples at temperature 0 unless told otherwise, so the "
             f"{args.runs} runs of a deterministic backend will be identical; give --temperature")
@@ -886,14 +1041,24 @@ def run_command(args) -> int:
     started = time.time()
     if "agent" in stages:
         progress = Progress(len(pairs) * args.runs * len(dataset.instances))
+        failed = {}
         try:
             for label, url in pairs:
-                agent_stage(args, dataset, label, url, out, progress)
+                failed.update({(label, *k): v for k, v in agent_stage(args, dataset, label, url, out, progress).items()})
         finally:
             progress.close()
-        log(progress.line())
+        if progress.done_before > progress.resumed:
+            log(progress.line())
+        if failed:
+            for (label, run, iid), status in sorted(failed.items()):
+                log(f"{label}: run {run}: {iid} ended in an error ({status}); see OUT/{label}/run-{run}/**/{iid}")
+            die(f"{len(failed)} instance runs ended in an error (exit status not one of "
+                f"{', '.join(sorted(MINI_ENDINGS))}): nothing was judged. Fix the cause and run the "
+                "same command again: those instance runs run again, the others are kept (exclude an "
+                "instance that always fails with --instances).")
     if "judge" in stages:
-        for label, _ in pairs:
+        labels = [label for label, _ in pairs] or judged_labels(out)
+        for label in labels:
             judge_stage(args, dataset, label, out)
     status = report_stage([out], args.runs) if "report" in stages else 0
     log(f"evaluate: done in {(time.time() - started) / 60:.1f} min; results in {out}")
@@ -934,11 +1099,13 @@ def demo(out: Path, python: str) -> int:
              "--checkpoint", f"stage1={urls['stage1']}", "--checkpoint", f"stage2={urls['stage2']}",
              "--runs", "2", "--workers", "2", "--out", str(out / "results"), "--python", python],
         ]
+        started = time.time()
         for step in steps:
             log("demo: $ scripts/evaluate.py " + " ".join(step))
-            status = subprocess.run(me + step).returncode
+            status = wait_child(me + step)
             if status != 0:
                 return status
+        log(f"demo: the three commands took {(time.time() - started) / 60:.1f} min; results in {out / 'results'}")
         return 0
     finally:
         for proc in fakes:
@@ -986,27 +1153,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="the prefix file to write (JSONL)")
     p.add_argument("--work", help="reference runs' folder (default: <out stem>.work next to --out)")
 
-    for name in ("run", "judge", "report"):
-        r = sub.add_parser(name, help={"run": "evaluate checkpoints: agent runs, judge, report",
-                                       "judge": "only judge the predictions", "report": "only the report"}[name])
-        if name == "report":
-            r.add_argument("--out", required=True, action="append",
-                           help="a results tree (repeatable: the shards of one evaluation)")
-        else:
-            r.add_argument("--out", required=True, help="the results tree")
-        r.add_argument("--runs", type=int, default=1 if name != "report" else None, help="runs per instance (paper: 8)")
-        if name == "report":
-            continue
-        common(r)
-        r.add_argument("--checkpoint", action="append", metavar="LABEL=URL",
-                       help="a label and its completions backend; repeat for a sweep")
-        r.add_argument("--prefixes", help="the prefix set (a file from `prefixes`)")
-        r.add_argument("--backend-model", help="model name sent to every backend")
-        r.add_argument("--judge", choices=("local", "harness"), help="default: local for local datasets, else harness")
-        r.add_argument("--serve-arg", action="append", help="one more `serve` argument (repeatable)")
-        r.add_argument("--stages", default="all" if name == "run" else "judge,report")
+    r = sub.add_parser("run", help="evaluate checkpoints: agent runs, judge, report")
+    r.add_argument("--out", required=True, help="the results tree")
+    r.add_argument("--runs", type=int, default=1, help="runs per instance (default 1; the paper: 8)")
+    common(r)
+    r.add_argument("--checkpoint", action="append", metavar="LABEL=URL",
+                   help="a label and its completions backend; repeat for a sweep")
+    r.add_argument("--prefixes", help="the prefix set (a file from `prefixes`)")
+    r.add_argument("--backend-model", help="model name sent to every backend")
+    r.add_argument("--judge", choices=("local", "harness"), help="default: local for local datasets, else harness")
+    r.add_argument("--serve-arg", action="append", help="one more `serve` argument (repeatable)")
+    r.add_argument("--stages", default="all", help="comma-separated: agent, judge, report (default all)")
+
+    j = sub.add_parser("judge", help="only judge the predictions of a results tree")
+    j.add_argument("--out", required=True, help="the results tree")
+    j.add_argument("--dataset", required=True, help="the dataset the runs used")
+    j.add_argument("--split", default="test")
+    j.add_argument("--instances", metavar="REGEX", help="only instances whose id matches (a shard)")
+    j.add_argument("--label", action="append", dest="checkpoint", metavar="LABEL",
+                   help="only this label (repeatable; default: every label of the tree)")
+    j.add_argument("--runs", type=int, help="runs 0..N-1 (default: every run-<i> folder)")
+    j.add_argument("--judge", choices=("local", "harness"), help="default: local for local datasets, else harness")
+    j.add_argument("--workers", type=int, default=1, help="harness workers (default 1)")
+    j.add_argument("--python", help="the Python with the SWE-bench harness (default: this one)")
+
+    o = sub.add_parser("report", help="only the report of one or more results trees")
+    o.add_argument("--out", required=True, action="append",
+                   help="a results tree (repeatable: the shards of one evaluation)")
+    o.add_argument("--runs", type=int, help="runs per instance: Pass@k for k = 1 and this (default: the most run-<i> folders of a label)")
 
     args = parser.parse_args(argv)
+    if getattr(args, "runs", None) is not None and args.runs < 1:
+        die("--runs must be at least 1")
+    if getattr(args, "workers", 1) < 1:
+        die("--workers must be at least 1")
     if args.command == "dataset":
         build_dataset(Path(args.tasks), Path(args.out), args.instances.split(",") if args.instances else None)
         return 0
@@ -1014,15 +1194,29 @@ def main(argv: list[str] | None = None) -> int:
         return demo(Path(args.out), scaffold_python(args.python))
     if args.command == "report":
         return report_stage([Path(o) for o in args.out], args.runs)
-    args.python = scaffold_python(args.python) if args.scaffold == "mini" or args.command != "run" else (args.python or sys.executable)
-    if args.workers < 1 or (getattr(args, "runs", 1) or 1) < 1:
-        die("--workers and --runs must be at least 1")
+    if args.command == "judge":
+        args.python = args.python or sys.executable
+        dataset = Dataset(args.dataset, args.split, args.python, Path(args.out) / "_work", args.instances)
+        for label in args.checkpoint or judged_labels(Path(args.out)):
+            judge_stage(args, dataset, label, Path(args.out))
+        return 0
+    args.python = scaffold_python(args.python) if args.scaffold == "mini" else (args.python or sys.executable)
     if args.command == "prefixes":
         return prefixes_command(args)
-    if args.command == "judge":
-        args.stages = "judge"
     return run_command(args)
 
 
+def interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    # SIGTERM (a job scheduler, `timeout`) stops like Ctrl-C: the proxy and the batch runners
+    # this started are stopped too, and the same command resumes.
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        stop_children()
+        log("evaluate: interrupted; what finished is kept: run the same command again to resume")
+        sys.exit(130)

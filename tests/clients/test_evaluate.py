@@ -149,7 +149,7 @@ def test_from_reference_prefixes_to_the_report_then_resumed(tmp_path, agent):
                      "--runs", "2", "--workers", "2", "--out", str(results), cwd=tmp_path)
     assert "stage1: all 2 runs of 3 instances already done" in again.stderr, again.stderr
     assert "removing the interrupted trajectory" in again.stderr, again.stderr
-    assert "stage2: run 2/2: 1 instances" in again.stderr, again.stderr
+    assert "stage2: run 1 (2 of 2): 1 instances" in again.stderr, again.stderr
     assert [l for l in again.stderr.splitlines() if "judging" in l] == [
         "stage2: judging run 1 (local, 3 predictions)"], again.stderr
     new = [f.name for f in (results / "stage2" / "logs").glob("*.jsonl")]
@@ -161,3 +161,60 @@ def test_from_reference_prefixes_to_the_report_then_resumed(tmp_path, agent):
     assert resumed["stage1"]["pass_at_k"] == by_label["stage1"]["pass_at_k"]
     assert resumed["stage2"]["pass_at_k"]["1"] == pytest.approx(1)
     assert resumed["stage2"]["intersection"]["solved"] == 3
+
+
+def evaluate_fails(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, str(EVALUATE), *args], cwd=cwd, capture_output=True, text=True,
+                            timeout=600, env=dict(os.environ, ASAP_PROXY_BIN=str(proxy_bin()), HF_HOME=str(cwd / "hf"),
+                                                  HF_DATASETS_OFFLINE="1", **(env or {})))
+    assert result.returncode != 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def test_mistakes_fail_fast_and_backend_errors_run_again(tmp_path, agent):
+    dataset = tmp_path / "dataset"
+    subprocess.run([sys.executable, str(EVALUATE), "dataset", "--instances", "slugify,paginate", "--out", str(dataset)],
+                   check=True, capture_output=True)
+    out = str(tmp_path / "results")
+    common = ("run", "--dataset", str(dataset), "--out", out, "--python", sys.executable)
+    stage2 = agent("stage2")
+
+    # Mistakes a user makes, each refused before anything runs, with what to do.
+    assert "--runs must be at least 1" in evaluate_fails(*common, "--checkpoint", f"a={stage2}", "--runs", "0", cwd=tmp_path).stderr
+    assert "label 'org/stage2'" in evaluate_fails(*common, "--checkpoint", f"org/stage2={stage2}", cwd=tmp_path).stderr
+    assert "no such file or folder" in evaluate_fails("run", "--dataset", str(tmp_path / "nope"), "--out", out,
+                                                       "--python", sys.executable, "--checkpoint", f"a={stage2}",
+                                                       cwd=tmp_path).stderr
+    refused = evaluate_fails(*common, "--checkpoint", "a=http://127.0.0.1:9/v1", cwd=tmp_path)
+    assert "does not answer GET /models" in refused.stderr, refused.stderr
+    no_v1 = evaluate_fails(*common, "--checkpoint", f"a={stage2.removesuffix('/v1')}", cwd=tmp_path)
+    assert "answered HTTP 404" in no_v1.stderr and "/v1" in no_v1.stderr, no_v1.stderr
+    assert not list((tmp_path / "results").glob("*/logs/*.jsonl")), "nothing ran"
+
+    # A backend that fails for one task (no script for paginate: HTTP 500): that instance run
+    # ends in an error; nothing is judged; the next invocation runs only it, and its failed
+    # session is gone, so the report sees one trajectory per (instance, run).
+    partial = tmp_path / "partial.json"
+    script = json.loads((REPO / "examples" / "evaluate" / "stage2.json").read_text())
+    script["tasks"] = [t for t in script["tasks"] if t["match"] != "partly filled page"]
+    partial.write_text(json.dumps(script))
+    err = tmp_path / "partial.err"
+    proc = subprocess.Popen([str(fake_backend_bin()), "--port", "0", "agent", "--script", str(partial)],
+                            stdout=subprocess.PIPE, stderr=err.open("wb"), stdin=subprocess.DEVNULL)
+    try:
+        broken = f"http://127.0.0.1:{int(proc.stdout.readline().decode().split()[1])}/v1"
+        quick = {"MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1"}
+        first = evaluate_fails(*common, "--checkpoint", f"s={broken}", "--serve-arg=--backend-retries",
+                               "--serve-arg=0", cwd=tmp_path, env=quick)
+    finally:
+        stop_process(proc)
+    assert "s: run 0: paginate ended in an error" in first.stderr, first.stderr
+    assert "nothing was judged" in first.stderr, first.stderr
+    assert not (tmp_path / "results" / "s" / "judge").exists()
+    second = evaluate(*common[:-2], "--checkpoint", f"s={stage2}", cwd=tmp_path)
+    assert "s: run 0 (1 of 1): 1 instances" in second.stderr, second.stderr
+    recorded = sessions(tmp_path / "results" / "s" / "logs")
+    assert sorted((s["instance_id"], s["run"]) for s in recorded) == [("paginate", 0), ("slugify", 0)], recorded
+    judged = json.loads((tmp_path / "results" / "s" / "judge" / "s.run0.json").read_text())
+    assert sorted(judged["resolved_ids"]) == ["paginate", "slugify"], judged
