@@ -282,9 +282,11 @@ impl PrefixStore {
 
     /// Adds the tasks of a dataset file (`serve --tasks`): a JSON array or JSONL of objects
     /// with `instance_id` and `problem_statement` (SWE-bench's fields; other keys ignored).
-    /// A task that has a prefix keeps the prefix's text. Returns the number of tasks added.
+    /// A task that has a prefix keeps the prefix's text. Returns the tasks added and, of those,
+    /// the ids whose statement is shorter than [`MIN_FINGERPRINT`] normalised characters (never
+    /// identified: such a text could be a scaffold's own template).
     /// Errors: unreadable file, a line or element that is not such an object.
-    pub fn add_tasks(&mut self, path: &Path) -> Result<usize, PrefixError> {
+    pub fn add_tasks(&mut self, path: &Path) -> Result<(usize, Vec<String>), PrefixError> {
         #[derive(Deserialize)]
         struct Task {
             instance_id: String,
@@ -309,18 +311,21 @@ impl PrefixStore {
                 .collect::<Result<_, _>>()
                 .map_err(bad)?
         };
-        let mut added = 0;
+        let (mut added, mut short) = (0, Vec::new());
         for task in tasks {
             if self.by_id.contains_key(&task.instance_id)
                 || self.tasks.contains_key(&task.instance_id)
             {
                 continue;
             }
+            if normalise(&task.problem_statement).chars().count() < MIN_FINGERPRINT {
+                short.push(task.instance_id.clone());
+            }
             self.index_text(&task.instance_id, &task.problem_statement);
             self.tasks.insert(task.instance_id, task.problem_statement);
             added += 1;
         }
-        Ok(added)
+        Ok((added, short))
     }
 
     /// The set's identity ([`PrefixSetId`]); K is recorded apart (`prefix_k`).
@@ -526,7 +531,7 @@ mod tests {
         let before = s.id();
         assert_eq!(
             s.add_tasks(&file).unwrap(),
-            1,
+            (1, vec![]),
             "a task with a prefix keeps its prefix"
         );
         assert_eq!(s.id(), before, "known tasks are not part of the prefix set");
@@ -537,6 +542,17 @@ mod tests {
         assert_eq!(selected.matched_by, MatchedBy::Default);
         assert_eq!(s.identify(&format!("Fix this: {a}")), Some("a__a-1"));
         assert_eq!(s.identify("an unrelated task text that nobody knows"), None);
+        std::fs::write(
+            &file,
+            "{\"instance_id\": \"s-1\", \"problem_statement\": \"Fix it.\"}\n",
+        )
+        .unwrap();
+        assert_eq!(s.add_tasks(&file).unwrap(), (1, vec!["s-1".to_string()]));
+        assert_eq!(
+            s.identify("Fix it."),
+            None,
+            "too short to be told from a template"
+        );
         std::fs::write(&file, "{\"id\": 1}\n").unwrap();
         assert!(s.add_tasks(&file).is_err());
     }

@@ -83,10 +83,18 @@ impl AppState {
         let mut prefixes = PrefixStore::load(&config.prompt.prefixes, config.prompt.prefix_k)
             .map_err(|e| ProxyError::invalid(format!("loading prefixes: {e}")))?;
         for file in &config.prompt.tasks {
-            let added = prefixes
+            let (added, short) = prefixes
                 .add_tasks(file)
                 .map_err(|e| ProxyError::invalid(format!("loading tasks: {e}")))?;
             tracing::info!(file = %file.display(), tasks = added, "tasks known by problem statement");
+            if !short.is_empty() {
+                tracing::warn!(
+                    file = %file.display(),
+                    ids = ?short,
+                    min_chars = crate::prefix::MIN_FINGERPRINT,
+                    "problem statements too short to be recognised: send X-ASAP-Task for these tasks"
+                );
+            }
         }
         tracing::info!(
             task_prefixes = prefixes.len(),
