@@ -26,11 +26,14 @@ Subcommands:
             finished instances, runs and judgements are kept; --stages picks stages.
   judge     only the judge stage of `run`
   report    only the report stage of `run`
+  demo      the three commands here on three bundled tasks with fake models (no GPU, Docker, network)
 
 Datasets (--dataset): `verified`, `lite` or `full` (SWE-bench on Hugging Face, test split, needs
 network and Docker), any Hugging Face dataset name, a local dataset directory (test.jsonl and
 repos/, from `dataset`), or a folder of task folders (converted with `dataset` on the fly).
-Local datasets run in the scaffold's local environment (no container); named ones in Docker.
+Local datasets (instances with repo_path, from `dataset`) run in the scaffold's local environment
+(no container) and the local judge; SWE-bench's own (by name, or its instances in a file) in Docker
+and the official harness.
 SWE-agent (--scaffold swe-agent, --python: a venv with SWE-agent installed from its repository by
 `pip install -e`): named datasets as its `swe_bench` instances in Docker; local ones in SWE-ReX's
 `local` deployment, one instance at a time, which writes /root/tools and /root/{state.json,
@@ -253,19 +256,21 @@ class Dataset:
             file = path / f"{split}.jsonl"
             if not file.is_file():
                 die(f"{path}: no {split}.jsonl (build one with `evaluate.py dataset`)")
-            self.local, self.scaffold_subset, self.file = True, str(path.resolve()), file
+            self.scaffold_subset, self.file = str(path.resolve()), file
+            self.harness_dataset = str(file.resolve())
         elif path.is_file():
             # mini loads a directory's <split>.jsonl; a file is copied into one.
             copy = work / "dataset" / f"{split}.jsonl"
             copy.parent.mkdir(parents=True, exist_ok=True)
             write_jsonl(copy, read_jsonl(path))
-            self.local, self.scaffold_subset, self.file = True, str(copy.parent.resolve()), copy
+            self.scaffold_subset, self.file = str(copy.parent.resolve()), copy
+            self.harness_dataset = str(path.resolve())
         else:
             if spec not in NAMED and (spec.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+/[\w.-]+", spec)):
                 die(f"--dataset {spec}: no such file or folder, and not a dataset name (verified, lite, "
                     "full, or ORG/NAME on Hugging Face)")
             name = NAMED.get(spec, spec)
-            self.local, self.scaffold_subset = False, name
+            self.scaffold_subset = self.harness_dataset = name
             self.file = CACHE / "datasets" / f"{name.replace('/', '__')}.{split}.jsonl"
             if not self.file.is_file():
                 log(f"dataset: downloading {name} ({split}) with `datasets`")
@@ -278,13 +283,15 @@ class Dataset:
                     die(f"could not load {name} ({split}) from Hugging Face with {python} (network? "
                         "the `datasets` package?); the error is above")
         self.instances = read_jsonl(self.file)
+        # Local: instances carry their repository (from `dataset`), so they run without a
+        # container and the local judge can run their tests. Others (SWE-bench by name, or
+        # its instances in a file) run in the scaffold's Docker sandbox, judged by the harness.
+        self.local = bool(self.instances) and all("repo_path" in i for i in self.instances)
         if only:
             # A shard (--instances): the judge and the report see only these.
             self.instances = [i for i in self.instances if re.search(only, i["instance_id"])]
             if not self.instances:
                 die(f"--instances {only!r} matches no instance of {spec}")
-        if not self.local:
-            self.scaffold_subset = NAMED.get(spec, spec)
         self.by_id = {i["instance_id"]: i for i in self.instances}
 
 
@@ -907,7 +914,7 @@ def judge_stage(args, dataset: Dataset, label: str, out: Path) -> None:
                     f"`{args.python} -m pip install swebench` (it needs Docker), or give --python")
             run_id = f"run{run}"
             command = [args.python, "-m", "swebench.harness.run_evaluation",
-                       "--dataset_name", dataset.scaffold_subset, "--split", dataset.split,
+                       "--dataset_name", dataset.harness_dataset, "--split", dataset.split,
                        "--predictions_path", str(preds_file.resolve()),
                        "--max_workers", str(args.workers), "--run_id", run_id]
             subprocess.run(command, cwd=target.parent, check=True)
