@@ -946,9 +946,11 @@ async fn mini_completion_command_counts_as_an_explicit_submission() {
         "<returncode>0</returncode>\n<output>\n</output>",
     );
     let resp = step(&proxy.url(), &body, "mini", "0").await;
+    // The command alone goes out as the proxy's submit: with the patch after it, which mini
+    // submits (it would submit nothing otherwise).
     assert_eq!(
         crate::util::arguments(&resp)["command"],
-        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+        crate::util::MINI_SUBMIT_WITH_PATCH
     );
 
     let file = &proxy.trace_files()[0];
@@ -957,6 +959,24 @@ async fn mini_completion_command_counts_as_an_explicit_submission() {
     let b = Behaviour::of(&trajectory, None);
     assert!(b.autonomous_edit && b.explicit_submission, "{b:?}");
     assert!(!b.abnormal);
+
+    // The model's own submission after the sentinel (mini's prompt: `&& cat patch.txt`) goes
+    // out as written.
+    let own = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt";
+    let (_backend, proxy) = serve(vec![
+        Scripted::text("Fix.\n<bash>sed -i 's/--/-/' /repo/textutil/slug.py</bash>\n"),
+        Scripted::text(&format!("Done.\n<bash>{own}</bash>\n")),
+    ])
+    .await;
+    let mut body = request("mini-swe-agent-1");
+    let resp = step(&proxy.url(), &body, "mini", "0").await;
+    continue_with(
+        &mut body,
+        &resp,
+        "<returncode>0</returncode>\n<output>\n</output>",
+    );
+    let resp = step(&proxy.url(), &body, "mini", "0").await;
+    assert_eq!(crate::util::arguments(&resp)["command"], own);
 }
 
 #[test]

@@ -312,7 +312,7 @@ async fn mini_swe_agent_submits_with_its_sentinel_command() {
     // line (its SWE-bench batch mode takes it as the prediction).
     assert_eq!(
         arguments(&r),
-        json!({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && { git add -A && git diff --cached; } 2>/dev/null || true"})
+        json!({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && { git add -A && git diff --cached --binary; } 2>/dev/null || true"})
     );
 }
 

@@ -91,9 +91,14 @@ pub fn prepare(
     let tools = tools_for(request, profiles, config)?;
     let mut base = Conversation::from_messages(&request.messages, &tools);
     let explicit = request.explicit_task(headers);
-    let selected = prefixes.select(
+    // The task named by its text, when the request names none (one scan of the task text).
+    let identified = match explicit {
+        Some(_) => None,
+        None => prefixes.identify(request.first_user_text()),
+    };
+    let selected = prefixes.select_identified(
         explicit.as_ref().map(|(id, how)| (id.as_str(), *how)),
-        request.first_user_text(),
+        identified,
         tools.default_prefix.as_deref(),
     );
     if let Some(selected) = &selected {
@@ -124,11 +129,10 @@ pub fn prepare(
         prompt,
         session,
         base_prompt_key,
-        task: explicit.as_ref().map(|(id, _)| id.clone()).or_else(|| {
-            prefixes
-                .identify(request.first_user_text())
-                .map(str::to_string)
-        }),
+        task: explicit
+            .as_ref()
+            .map(|(id, _)| id.clone())
+            .or_else(|| identified.map(str::to_string)),
         prefix: selected.map(|s| PrefixInfo {
             id: s.id,
             matched_by: s.matched_by,

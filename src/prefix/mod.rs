@@ -179,19 +179,31 @@ pub enum PrefixError {
     },
 }
 
+/// What [`PrefixStore::add_tasks`] took from a task file.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct TasksAdded {
+    /// Tasks read (each id once).
+    pub tasks: usize,
+    /// Ids whose statement is under [`MIN_FINGERPRINT`] normalised chars: never identified
+    /// (such a text could be a scaffold's own template).
+    pub too_short: Vec<String>,
+    /// Ids seen again later in the file: the later statements are ignored.
+    pub duplicates: Vec<String>,
+}
+
 /// All prefixes, indexed.
 #[derive(Debug, Default)]
 pub struct PrefixStore {
     by_id: HashMap<String, Prefix>,
-    /// Hash of the first [`WINDOW`] normalised chars of a task text → instance ids.
-    windows: HashMap<String, Vec<String>>,
-    /// Task texts shorter than a window, matched by containment (few in practice).
-    short: Vec<(String, String)>,
+    /// Every task text that identifies a task, normalised once, with the task's id: the
+    /// prefixes' `task_text`s and the problem statements of `serve --tasks` (so a session of a
+    /// task without a prefix still gets its `instance_id`; a task may have both).
+    texts: Vec<(String, String)>,
+    /// The first [`WINDOW`] normalised chars of a text → its indices in `texts`.
+    windows: HashMap<String, Vec<usize>>,
+    /// Texts shorter than a window, matched by containment (few in practice): indices.
+    short: Vec<usize>,
     defaults: HashMap<String, Prefix>,
-    /// Tasks known only by id and text (`serve --tasks`, a dataset): identified by fingerprint
-    /// like a prefix's task, so a session of a task without a prefix still gets its
-    /// `instance_id`.
-    tasks: HashMap<String, String>,
     k: usize,
 }
 
@@ -269,24 +281,29 @@ impl PrefixStore {
         Ok(store)
     }
 
-    /// Puts a task text in the fingerprint index under `id`.
-    fn index_text(&mut self, id: &str, task_text: &str) {
-        let text: Vec<char> = normalise(task_text).chars().collect();
-        if text.len() >= WINDOW {
-            let key: String = text[..WINDOW].iter().collect();
-            self.windows.entry(key).or_default().push(id.to_string());
-        } else if text.len() >= MIN_FINGERPRINT {
-            self.short.push((text.iter().collect(), id.to_string()));
+    /// Puts a task text in the fingerprint index under `id`; `false` when it is too short to
+    /// be matched (under [`MIN_FINGERPRINT`] normalised chars).
+    fn index_text(&mut self, id: &str, task_text: &str) -> bool {
+        let text = normalise(task_text);
+        let n = text.chars().count();
+        let at = self.texts.len();
+        if n >= WINDOW {
+            let key: String = text.chars().take(WINDOW).collect();
+            self.windows.entry(key).or_default().push(at);
+        } else if n >= MIN_FINGERPRINT {
+            self.short.push(at);
+        } else {
+            return false;
         }
+        self.texts.push((text, id.to_string()));
+        true
     }
 
     /// Adds the tasks of a dataset file (`serve --tasks`): a JSON array or JSONL of objects
-    /// with `instance_id` and `problem_statement` (SWE-bench's fields; other keys ignored).
-    /// A task that has a prefix keeps the prefix's text. Returns the tasks added and, of those,
-    /// the ids whose statement is shorter than [`MIN_FINGERPRINT`] normalised characters (never
-    /// identified: such a text could be a scaffold's own template).
-    /// Errors: unreadable file, a line or element that is not such an object.
-    pub fn add_tasks(&mut self, path: &Path) -> Result<(usize, Vec<String>), PrefixError> {
+    /// with `instance_id` and `problem_statement` (SWE-bench's fields; other keys ignored; a
+    /// UTF-8 byte-order mark is skipped). A task that also has a prefix is identified by either
+    /// text. Errors: unreadable file, a line or element that is not such an object.
+    pub fn add_tasks(&mut self, path: &Path) -> Result<TasksAdded, PrefixError> {
         #[derive(Deserialize)]
         struct Task {
             instance_id: String,
@@ -302,8 +319,9 @@ impl PrefixStore {
                 "a task file holds objects with instance_id and problem_statement: {e}"
             ),
         };
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
         let tasks: Vec<Task> = if text.trim_start().starts_with('[') {
-            serde_json::from_str(&text).map_err(bad)?
+            serde_json::from_str(text).map_err(bad)?
         } else {
             text.lines()
                 .filter(|l| !l.trim().is_empty())
@@ -311,21 +329,19 @@ impl PrefixStore {
                 .collect::<Result<_, _>>()
                 .map_err(bad)?
         };
-        let (mut added, mut short) = (0, Vec::new());
+        let mut added = TasksAdded::default();
+        let mut seen = std::collections::HashSet::new();
         for task in tasks {
-            if self.by_id.contains_key(&task.instance_id)
-                || self.tasks.contains_key(&task.instance_id)
-            {
+            if !seen.insert(task.instance_id.clone()) {
+                added.duplicates.push(task.instance_id);
                 continue;
             }
-            if normalise(&task.problem_statement).chars().count() < MIN_FINGERPRINT {
-                short.push(task.instance_id.clone());
+            added.tasks += 1;
+            if !self.index_text(&task.instance_id, &task.problem_statement) {
+                added.too_short.push(task.instance_id);
             }
-            self.index_text(&task.instance_id, &task.problem_statement);
-            self.tasks.insert(task.instance_id, task.problem_statement);
-            added += 1;
         }
-        Ok((added, short))
+        Ok(added)
     }
 
     /// The set's identity ([`PrefixSetId`]); K is recorded apart (`prefix_k`).
@@ -371,13 +387,29 @@ impl PrefixStore {
         first_user: &str,
         default: Option<&str>,
     ) -> Option<Selected> {
+        let identified = match explicit {
+            Some(_) => None,
+            None => self.identify(first_user),
+        };
+        self.select_identified(explicit, identified, default)
+    }
+
+    /// [`Self::select`] with the fingerprint already taken ([`Self::identify`] of the first
+    /// user message), so a request normalises and scans its task text once.
+    pub fn select_identified(
+        &self,
+        explicit: Option<(&str, TaskSource)>,
+        identified: Option<&str>,
+        default: Option<&str>,
+    ) -> Option<Selected> {
         if self.k == 0 {
             return None;
         }
         let (prefix, matched_by) = explicit
             .and_then(|(id, how)| self.by_id.get(id).map(|p| (p, MatchedBy::from(how))))
             .or_else(|| {
-                self.fingerprint(first_user)
+                identified
+                    .and_then(|id| self.by_id.get(id))
                     .map(|p| (p, MatchedBy::Fingerprint))
             })
             .or_else(|| {
@@ -412,10 +444,6 @@ impl PrefixStore {
         }
     }
 
-    fn fingerprint(&self, first_user: &str) -> Option<&Prefix> {
-        self.identify(first_user).and_then(|id| self.by_id.get(id))
-    }
-
     /// The task whose text the first user message holds, by fingerprint, among the prefixes'
     /// tasks and the known tasks ([`Self::add_tasks`]): its `instance_id`. Several match: the
     /// longest text. Works with K = 0 too (no prefix is rendered, the task is still known).
@@ -424,26 +452,20 @@ impl PrefixStore {
         if self.windows.is_empty() && self.short.is_empty() {
             return None;
         }
-        let text_of = |id: &str| {
-            self.by_id
-                .get(id)
-                .map(|p| p.task_text.as_str())
-                .or_else(|| self.tasks.get(id).map(String::as_str))
-        };
         let text = normalise(first_user);
         let chars: Vec<(usize, char)> = text.char_indices().collect();
         if chars.len() >= WINDOW {
             for start in 0..=chars.len() - WINDOW {
                 let from = chars[start].0;
                 let to = chars.get(start + WINDOW).map_or(text.len(), |c| c.0);
-                if let Some(ids) = self.windows.get(&text[from..to]) {
+                if let Some(at) = self.windows.get(&text[from..to]) {
                     // Several tasks may share a start: the longest text that matches wins.
-                    let hit = ids
+                    let hit = at
                         .iter()
-                        .filter_map(|id| text_of(id).map(|t| (normalise(t), id.as_str())))
+                        .map(|&i| &self.texts[i])
                         .filter(|(t, _)| text[from..].starts_with(t.as_str()))
                         .max_by_key(|(t, _)| t.len())
-                        .map(|(_, id)| id);
+                        .map(|(_, id)| id.as_str());
                     if hit.is_some() {
                         return hit;
                     }
@@ -452,6 +474,7 @@ impl PrefixStore {
         }
         self.short
             .iter()
+            .map(|&i| &self.texts[i])
             .filter(|(t, _)| text.contains(t.as_str()))
             .max_by_key(|(t, _)| t.len())
             .map(|(_, id)| id.as_str())
@@ -518,21 +541,28 @@ mod tests {
         let file = dir.path().join("test.jsonl");
         let a = "The   function `total()` ignores unit_price of each line,\nso totals are wrong for every order with a price other than one.";
         let e = "Parsing a duration such as 5m returns 18000 seconds instead of 300 seconds.";
+        let a_statement =
+            "Consider this: the order totals are computed without the unit price of the lines.";
         std::fs::write(
             &file,
             format!(
-                "{}\n{}\n",
-                json!({"instance_id": "a__a-1", "problem_statement": "other text of the same task"}),
-                json!({"instance_id": "e__e-5", "problem_statement": e, "repo": "e/e"})
+                "\u{feff}{}\n{}\n{}\n",
+                json!({"instance_id": "a__a-1", "problem_statement": a_statement}),
+                json!({"instance_id": "e__e-5", "problem_statement": e, "repo": "e/e"}),
+                json!({"instance_id": "e__e-5", "problem_statement": "A second statement of the same id, ignored."})
             ),
         )
         .unwrap();
         let mut s = store(3);
         let before = s.id();
+        let added = s.add_tasks(&file).unwrap();
         assert_eq!(
-            s.add_tasks(&file).unwrap(),
-            (1, vec![]),
-            "a task with a prefix keeps its prefix"
+            added,
+            TasksAdded {
+                tasks: 2,
+                too_short: vec![],
+                duplicates: vec!["e__e-5".to_string()]
+            }
         );
         assert_eq!(s.id(), before, "known tasks are not part of the prefix set");
         let user = format!("<pr_description>\n{e}\n</pr_description>");
@@ -540,19 +570,37 @@ mod tests {
         // Identified, but it has no prefix: the demonstration, as before.
         let selected = s.select(None, &user, Some("shell-demo")).unwrap();
         assert_eq!(selected.matched_by, MatchedBy::Default);
+        // A task with a prefix is identified by the prefix's text and by the file's statement,
+        // and either way gets its prefix.
         assert_eq!(s.identify(&format!("Fix this: {a}")), Some("a__a-1"));
+        let by_statement = format!("<pr_description>\n{a_statement}\n</pr_description>");
+        assert_eq!(s.identify(&by_statement), Some("a__a-1"));
+        let selected = s.select(None, &by_statement, Some("shell-demo")).unwrap();
+        assert_eq!(
+            (selected.id.as_str(), selected.matched_by),
+            ("a__a-1", MatchedBy::Fingerprint)
+        );
+        assert_eq!(
+            s.identify("A second statement of the same id, ignored."),
+            None
+        );
         assert_eq!(s.identify("an unrelated task text that nobody knows"), None);
         std::fs::write(
             &file,
             "{\"instance_id\": \"s-1\", \"problem_statement\": \"Fix it.\"}\n",
         )
         .unwrap();
-        assert_eq!(s.add_tasks(&file).unwrap(), (1, vec!["s-1".to_string()]));
+        assert_eq!(
+            s.add_tasks(&file).unwrap().too_short,
+            vec!["s-1".to_string()]
+        );
         assert_eq!(
             s.identify("Fix it."),
             None,
             "too short to be told from a template"
         );
+        std::fs::write(&file, "").unwrap();
+        assert_eq!(s.add_tasks(&file).unwrap(), TasksAdded::default());
         std::fs::write(&file, "{\"id\": 1}\n").unwrap();
         assert!(s.add_tasks(&file).is_err());
     }

@@ -44,7 +44,8 @@ pub const MINI_SUBMIT: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
 /// staged diff). Outside a git repository it prints nothing, and the status is always 0 so
 /// mini accepts the submission. Must match the `[submit] command` of
 /// `profiles/mini-swe-agent.toml`'s `command_suffix` (a unit test checks it).
-pub const MINI_SUBMIT_PATCH: &str = " && { git add -A && git diff --cached; } 2>/dev/null || true";
+pub const MINI_SUBMIT_PATCH: &str =
+    " && { git add -A && git diff --cached --binary; } 2>/dev/null || true";
 
 /// Completion commands mini-swe-agent has used: read back as `<submit/>` whatever the
 /// prompt names.
@@ -206,7 +207,13 @@ impl Dialect {
             (Self::MiniText, Some(a)) => {
                 let cmd = match a {
                     Action::Submit { .. } => format!("{}{MINI_SUBMIT_PATCH}", tools.mini.submit),
-                    other => command(other).unwrap_or_default(),
+                    // The completion command alone is the submit (see `to_scaffold`).
+                    other => match command(other).unwrap_or_default() {
+                        c if c.trim() == tools.mini.submit => {
+                            format!("{}{MINI_SUBMIT_PATCH}", tools.mini.submit)
+                        }
+                        c => c,
+                    },
                 };
                 let block = match &tools.mini.block {
                     MiniBlock::Fence(lang) => {

@@ -584,7 +584,22 @@ impl ResolvedProfile {
                     .get(tag)
                     .and_then(|s| s.scaffold_name.clone())
                     .unwrap_or_else(|| tag.clone());
-                self.call(&name, arguments.clone())
+                let mut arguments = arguments.clone();
+                // The sentinel alone, as the scaffold's own prompt tells the model to write it,
+                // is the submit: it goes out as `<submit/>` would (mini-swe-agent: with the patch
+                // after it, else the submission is empty). More after it is the model's own.
+                if let (
+                    SubmitTarget::Command { sentinel, send },
+                    Some(ToolRole::Shell { command_parameter }),
+                ) = (&self.submit, self.get(tag).map(|t| &t.role))
+                {
+                    if let Some(Value::String(command)) = arguments.get_mut(command_parameter) {
+                        if command.trim() == sentinel.as_str() {
+                            *command = send.clone();
+                        }
+                    }
+                }
+                self.call(&name, arguments)
             }
         }
     }

@@ -83,16 +83,26 @@ impl AppState {
         let mut prefixes = PrefixStore::load(&config.prompt.prefixes, config.prompt.prefix_k)
             .map_err(|e| ProxyError::invalid(format!("loading prefixes: {e}")))?;
         for file in &config.prompt.tasks {
-            let (added, short) = prefixes
+            let added = prefixes
                 .add_tasks(file)
                 .map_err(|e| ProxyError::invalid(format!("loading tasks: {e}")))?;
-            tracing::info!(file = %file.display(), tasks = added, "tasks known by problem statement");
-            if !short.is_empty() {
+            tracing::info!(file = %file.display(), tasks = added.tasks, "tasks known by problem statement");
+            if added.tasks == 0 {
+                tracing::warn!(file = %file.display(), "the task file holds no task");
+            }
+            if !added.too_short.is_empty() {
                 tracing::warn!(
                     file = %file.display(),
-                    ids = ?short,
+                    ids = ?added.too_short,
                     min_chars = crate::prefix::MIN_FINGERPRINT,
                     "problem statements too short to be recognised: send X-ASAP-Task for these tasks"
+                );
+            }
+            if !added.duplicates.is_empty() {
+                tracing::warn!(
+                    file = %file.display(),
+                    ids = ?added.duplicates,
+                    "instance ids given more than once: only their first problem statement is used"
                 );
             }
         }

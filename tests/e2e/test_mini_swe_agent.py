@@ -24,7 +24,7 @@ MINI_END_STATUSES = {"Submitted", "LimitsExceeded", "RepeatedFormatError", "Time
 SENTINEL = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 # What the proxy sends for <submit/>: the sentinel, then the repository's patch (mini submits the
 # output after the sentinel's line; profiles/mini-swe-agent.toml).
-SUBMIT_COMMAND = SENTINEL + " && { git add -A && git diff --cached; } 2>/dev/null || true"
+SUBMIT_COMMAND = SENTINEL + " && { git add -A && git diff --cached --binary; } 2>/dev/null || true"
 
 
 def run_mini(base_url, task_repo, output):

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 /// What the proxy sends mini-swe-agent for `<submit/>`: the sentinel, then the patch.
 pub const MINI_SUBMIT_WITH_PATCH: &str =
-    "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && { git add -A && git diff --cached; } 2>/dev/null || true";
+    "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && { git add -A && git diff --cached --binary; } 2>/dev/null || true";
 
 /// `tests/fixtures/<rel>`.
 pub fn fixture_path(rel: &str) -> PathBuf {
