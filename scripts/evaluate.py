@@ -825,8 +825,24 @@ def write_predictions(out: Path, label: str, run: int) -> Path:
 # Judges
 
 
+def apply_patch(repo: Path, patch: str) -> tuple[bool, str]:
+    """Applies a prediction as the SWE-bench harness does: `git apply`, else `patch --fuzz=5`
+    on the clean tree. Returns whether it applied and the tools' output."""
+    first = git("apply", "-v", "-", cwd=repo, input=patch, check=False)
+    if first.returncode == 0:
+        return True, first.stderr
+    git("checkout", "-q", "--", ".", cwd=repo)
+    git("clean", "-qfd", cwd=repo)
+    if not shutil.which("patch"):
+        return False, first.stderr
+    second = subprocess.run(["patch", "--batch", "--fuzz=5", "-p1"], cwd=repo, input=patch,
+                            capture_output=True, text=True)
+    return second.returncode == 0, f"git apply:\n{first.stderr}\npatch --fuzz=5:\n{second.stdout}{second.stderr}"
+
+
 def judge_local(dataset: Dataset, predictions: list[dict], logs: Path) -> dict:
-    """SWE-bench's resolution rule, here: in a fresh clone at base_commit apply the prediction,
+    """SWE-bench's resolution rule, here: in a fresh clone at base_commit apply the prediction
+    (`apply_patch`),
     restore the test files, apply test_patch, run the tests; resolved when every FAIL_TO_PASS
     and PASS_TO_PASS test passes. The report has the harness's keys."""
     report = {k: [] for k in ("submitted_ids", "completed_ids", "resolved_ids", "unresolved_ids",
@@ -849,9 +865,9 @@ def judge_local(dataset: Dataset, predictions: list[dict], logs: Path) -> dict:
             repo = Path(tmp) / "repo"
             git("clone", "-q", inst["repo_path"], str(repo))
             git("checkout", "-q", inst["base_commit"], cwd=repo)
-            applied = git("apply", "-v", "-", cwd=repo, input=patch if patch.endswith("\n") else patch + "\n", check=False)
-            if applied.returncode != 0:
-                (case / "report.txt").write_text(f"patch did not apply:\n{applied.stderr}")
+            applied, how = apply_patch(repo, patch if patch.endswith("\n") else patch + "\n")
+            if not applied:
+                (case / "report.txt").write_text(f"patch did not apply:\n{how}")
                 report["error_ids"].append(iid)
                 continue
             test_files = json.loads(inst.get("test_files") or "[]")

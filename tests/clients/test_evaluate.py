@@ -218,3 +218,29 @@ def test_mistakes_fail_fast_and_backend_errors_run_again(tmp_path, agent):
     assert sorted((s["instance_id"], s["run"]) for s in recorded) == [("paginate", 0), ("slugify", 0)], recorded
     judged = json.loads((tmp_path / "results" / "s" / "judge" / "s.run0.json").read_text())
     assert sorted(judged["resolved_ids"]) == ["paginate", "slugify"], judged
+
+
+def test_the_local_judge_applies_patches_as_the_harness_does(tmp_path):
+    """`git apply` first; a patch whose context drifted still applies with `patch --fuzz`, as in
+    the SWE-bench harness; one that matches nothing is not applied."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("evaluate", EVALUATE)
+    ev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ev)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("one = 1\ntwo = 2\nthree = 3\nfour = 4\nfive = 5\n")
+    ev.git("init", "-q", cwd=repo)
+    ev.git("add", "-A", cwd=repo)
+    ev.git("commit", "-qm", "base", cwd=repo)
+    exact = "--- a/a.py\n+++ b/a.py\n@@ -2,3 +2,3 @@\n two = 2\n-three = 3\n+three = 33\n four = 4\n"
+    assert ev.apply_patch(repo, exact)[0] and "three = 33" in (repo / "a.py").read_text()
+    ev.git("checkout", "-q", "--", ".", cwd=repo)
+    drifted = "--- a/a.py\n+++ b/a.py\n@@ -2,3 +2,3 @@\n two = 22\n-three = 3\n+three = 33\n four = 4\n"
+    applied, how = ev.apply_patch(repo, drifted)
+    assert applied and "three = 33" in (repo / "a.py").read_text(), how
+    ev.git("checkout", "-q", "--", ".", cwd=repo)
+    wrong = "--- a/a.py\n+++ b/a.py\n@@ -2,3 +2,3 @@\n nothing\n-like = 0\n+this = 1\n here\n"
+    applied, how = ev.apply_patch(repo, wrong)
+    assert not applied and "patch --fuzz=5" in how
+    assert (repo / "a.py").read_text() == "one = 1\ntwo = 2\nthree = 3\nfour = 4\nfive = 5\n"
