@@ -56,6 +56,7 @@ fn options(ks: &[usize], tasks: Option<&[&str]>) -> Options {
         ks: ks.to_vec(),
         tasks: tasks.map(|t| t.iter().map(|s| s.to_string()).collect()),
         step_limit: None,
+        order: Vec::new(),
     }
 }
 

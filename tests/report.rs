@@ -824,6 +824,14 @@ async fn report_subcommand_on_recorded_traces() {
     );
     let out = run(&[&"report", &logs, &"--pair", &"ckpt-a", &"nope"]);
     assert_eq!(out.code, Some(2));
+    // So is a label in --order that no trajectory has (a misspelt stage would move silently).
+    let out = run(&[&"report", &logs, &"--order", &"ckpt-a,ckpt-z"]);
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr.contains("--order names \"ckpt-z\"") && out.stderr.contains("ckpt-a"),
+        "{}",
+        out.stderr
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1064,4 +1072,60 @@ async fn report_warns_about_a_run_index_given_twice() {
     );
     let report = out.json();
     assert_eq!(report["labels"][0]["runs"], 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Label order (sweeps)
+
+#[test]
+fn labels_are_in_natural_order_unless_an_order_is_given() {
+    use asap_proxy::report::summary::{natural_cmp, Options};
+    use std::cmp::Ordering::*;
+    assert_eq!(natural_cmp("stage2-end", "stage10-mid"), Less);
+    assert_eq!(natural_cmp("stage10-mid", "stage3-end"), Greater);
+    assert_eq!(natural_cmp("ckpt-900", "ckpt-1000"), Less);
+    assert_eq!(natural_cmp("a", "a1"), Less);
+    assert_eq!(
+        natural_cmp("v01", "v1"),
+        Less,
+        "equal numbers: the text decides"
+    );
+    assert_eq!(natural_cmp("B", "a"), Less, "text as text (byte order)");
+
+    let trajs: Vec<Trajectory> = ["stage10-mid", "stage2-end", "stage3-mid"]
+        .iter()
+        .enumerate()
+        .map(|(i, l)| traj(l, "t", Some(0), i as u64, vec![edit()]))
+        .collect();
+    let names = |r: &Report| r.labels.iter().map(|l| l.label.clone()).collect::<Vec<_>>();
+    let rows = |r: &Report| {
+        r.trajectories
+            .iter()
+            .map(|t| t.label.clone())
+            .collect::<Vec<_>>()
+    };
+    let natural = Report::build(&trajs, None, &[1]);
+    assert_eq!(names(&natural), ["stage2-end", "stage3-mid", "stage10-mid"]);
+    assert_eq!(
+        rows(&natural),
+        names(&natural),
+        "rows follow the labels' order"
+    );
+    let ordered = Report::build_with(
+        &trajs,
+        None,
+        &Options {
+            ks: vec![1],
+            order: vec!["stage10-mid".into(), "stage2-end".into()],
+            ..Options::default()
+        },
+    );
+    assert_eq!(names(&ordered), ["stage10-mid", "stage2-end", "stage3-mid"]);
+    assert_eq!(rows(&ordered), names(&ordered));
+    let md = render(&ordered, ReportFormat::Md);
+    let at = |l: &str| md.find(&format!("| {l} |")).unwrap();
+    assert!(
+        at("stage10-mid") < at("stage2-end") && at("stage2-end") < at("stage3-mid"),
+        "{md}"
+    );
 }

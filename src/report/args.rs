@@ -87,4 +87,10 @@ pub struct ReportArgs {
     /// comparison is an error (exit 2).
     #[arg(long)]
     pub allow_protocol_mismatch: bool,
+    /// The order of the labels in every table, plot and file (a sweep's stages, oldest
+    /// first); labels not named follow in natural order. Default: natural order, numbers
+    /// compared as numbers (`stage2-end` before `stage10-mid`). A name no trajectory has is an
+    /// error (exit 2).
+    #[arg(long, value_delimiter = ',', value_name = "LABEL,...")]
+    pub order: Vec<String>,
 }

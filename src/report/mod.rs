@@ -173,16 +173,24 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     let results = if result_files.is_empty() {
         None
     } else {
-        let mut labels: Vec<String> = trajectories.iter().map(|t| t.label.clone()).collect();
-        labels.sort();
-        labels.dedup();
-        Some(results::load(&result_files, &labels).map_err(CliError::input)?)
+        Some(results::load(&result_files, &labels_of(&trajectories)).map_err(CliError::input)?)
     };
     let tasks = args.tasks.as_deref().map(read_task_set).transpose()?;
+    if let Some(unknown) = args
+        .order
+        .iter()
+        .find(|l| !trajectories.iter().any(|t| &t.label == *l))
+    {
+        return Err(CliError::Usage(format!(
+            "--order names {unknown:?}, which no trajectory has (labels: {})",
+            labels_of(&trajectories).join(", ")
+        )));
+    }
     let options = summary::Options {
         ks: args.k.clone(),
         tasks,
         step_limit: args.step_limit,
+        order: args.order.clone(),
     };
     let mut report = Report::build_with(&trajectories, results.as_ref(), &options);
     if let Some(pair) = &args.pair {
@@ -356,4 +364,12 @@ fn load_all(files: &[PathBuf]) -> Result<Loaded, CliError> {
         }
     }
     Ok((trajectories, skipped))
+}
+
+/// The labels of the trajectories, sorted, once each.
+fn labels_of(trajectories: &[Trajectory]) -> Vec<String> {
+    let mut labels: Vec<String> = trajectories.iter().map(|t| t.label.clone()).collect();
+    labels.sort();
+    labels.dedup();
+    labels
 }

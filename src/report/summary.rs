@@ -110,6 +110,48 @@ pub struct Options {
     pub tasks: Option<Vec<String>>,
     /// The scaffold's own step limit (`--step-limit`), for the `step_cap` ending.
     pub step_limit: Option<usize>,
+    /// Labels in this order first (`--order`), the rest after them in natural order.
+    pub order: Vec<String>,
+}
+
+/// Compares labels as people number checkpoints: runs of digits as numbers (`stage2-end` <
+/// `stage10-mid`), the rest as text; equal keys (`v01` and `v1`) fall back to the text.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let bytes = s.as_bytes();
+        for i in 1..=bytes.len() {
+            if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit() {
+                out.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                start = i;
+            }
+        }
+        out
+    }
+    let (x, y) = (chunks(a), chunks(b));
+    for (p, q) in x.iter().zip(&y) {
+        let ord = match (p, q) {
+            ((true, m), (true, n)) => {
+                let (m, n) = (m.trim_start_matches('0'), n.trim_start_matches('0'));
+                m.len().cmp(&n.len()).then_with(|| m.cmp(n))
+            }
+            ((_, m), (_, n)) => m.cmp(n),
+        };
+        if ord.is_ne() {
+            return ord;
+        }
+    }
+    x.len().cmp(&y.len()).then_with(|| a.cmp(b))
+}
+
+/// Sorts `labels` by `order` (named first, in that order), then naturally ([`natural_cmp`]).
+pub fn order_labels<T>(labels: &mut [T], name: impl Fn(&T) -> &str, order: &[String]) {
+    let rank = |l: &str| order.iter().position(|o| o == l).unwrap_or(order.len());
+    labels.sort_by(|a, b| {
+        let (a, b) = (name(a), name(b));
+        rank(a).cmp(&rank(b)).then_with(|| natural_cmp(a, b))
+    });
 }
 
 /// The whole report: what every output format prints.
@@ -126,9 +168,9 @@ pub struct Report {
     pub task_set_source: &'static str,
     /// The scaffold step limit given (`--step-limit`).
     pub step_limit: Option<usize>,
-    /// Sorted by label.
+    /// In `--order`, then natural order ([`order_labels`]).
     pub labels: Vec<LabelSummary>,
-    /// Sorted by (label, instance id, run).
+    /// Sorted by (label in the order of `labels`, instance id, run).
     pub trajectories: Vec<TrajectoryRow>,
     /// The paired comparison, when asked for.
     pub pair: Option<PairReport>,
@@ -233,6 +275,20 @@ impl Report {
                 protocol,
             ));
         }
+        order_labels(&mut labels, |l| l.label.as_str(), &options.order);
+        let rank: BTreeMap<&str, usize> = labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.label.as_str(), i))
+            .collect();
+        rows.sort_by(|a, b| {
+            (rank[a.label.as_str()], &a.instance_id, a.run, &a.session).cmp(&(
+                rank[b.label.as_str()],
+                &b.instance_id,
+                b.run,
+                &b.session,
+            ))
+        });
         for l in &labels {
             warnings.extend(label_warnings(l, results.is_some()));
         }
