@@ -175,6 +175,30 @@ fn intersection_on_a_crafted_set() {
     let m = report.label("m").unwrap();
     assert_eq!(m.behaviour.no_result, 2, "z runs 1 and 2 have no result");
     assert_eq!(m.behaviour.resolved, 3 + 2 + 1);
+    // x every run, y two of three, z one of three: stable 1, occasional 2, never 0.
+    let s = m.stability.unwrap();
+    assert_eq!((s.every, s.some, s.none, s.tasks), (1, 2, 0, 3));
+}
+
+#[test]
+fn stable_versus_occasional_by_hand() {
+    use asap_proxy::report::{stability, stability_class};
+    let t = |id: &str, n, c| TaskCount {
+        instance_id: id.into(),
+        n,
+        c,
+    };
+    // Eight runs each: a solved in all eight, b in three, c and d in none.
+    let tasks = [t("a", 8, 8), t("b", 8, 3), t("c", 8, 0), t("d", 8, 0)];
+    let s = stability(&tasks);
+    assert_eq!((s.every, s.some, s.none, s.tasks), (1, 1, 2, 4));
+    assert_eq!(
+        tasks.iter().map(stability_class).collect::<Vec<_>>(),
+        ["every", "some", "none", "none"]
+    );
+    // "Pass@8 yet zero in all eight": Pass@8 counts every + some (2 of 4), Intersection@8 every.
+    assert!((mean_pass_at_k(&tasks, 8).unwrap() - 0.5).abs() < 1e-12);
+    assert_eq!(intersection(&tasks).solved, s.every);
 }
 
 #[test]

@@ -160,7 +160,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out)?;
         csv_row(
             out,
-            &["label", "instance_id", "n", "c", "missing"].map(String::from),
+            &["label", "instance_id", "n", "c", "missing", "solved"].map(String::from),
         )?;
         for l in &report.labels {
             for t in &l.task_counts {
@@ -172,6 +172,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                         t.n.to_string(),
                         t.c.to_string(),
                         l.missing_tasks.contains(&t.instance_id).to_string(),
+                        super::metrics::stability_class(t).to_string(),
                     ],
                 )?;
             }

@@ -76,6 +76,50 @@ pub fn intersection(tasks: &[TaskCount]) -> Intersection {
     }
 }
 
+/// Stable versus occasional capability (issue 21; the paper's "82 instances solved in all
+/// eight runs" against "24.20 % Pass@8 yet zero in all eight"): each task of the set in exactly
+/// one class by its resolved runs `c` of `n`. `every + some + none = tasks`; `every` is
+/// Intersection@n's numerator and `every + some` the tasks Pass@n counts (k = each task's n).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Stability {
+    /// Resolved in every run (`c == n`, `n ≥ 1`).
+    pub every: usize,
+    /// Resolved in some runs but not all (`0 < c < n`).
+    pub some: usize,
+    /// Resolved in no run (`c == 0`).
+    pub none: usize,
+    /// All tasks.
+    pub tasks: usize,
+}
+
+/// The class of one task's runs: `every`, `some` or `none` (see [`Stability`]).
+pub fn stability_class(t: &TaskCount) -> &'static str {
+    match (t.c, t.n) {
+        (0, _) => "none",
+        (c, n) if c >= n => "every",
+        _ => "some",
+    }
+}
+
+/// [`Stability`] over a label's tasks.
+pub fn stability(tasks: &[TaskCount]) -> Stability {
+    let mut s = Stability {
+        every: 0,
+        some: 0,
+        none: 0,
+        tasks: tasks.len(),
+    };
+    for t in tasks {
+        let class = match stability_class(t) {
+            "every" => &mut s.every,
+            "some" => &mut s.some,
+            _ => &mut s.none,
+        };
+        *class += 1;
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

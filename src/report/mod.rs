@@ -31,7 +31,10 @@ use crate::session::NudgeKind;
 
 pub use args::{trace_paths_and_results, ReportArgs, ReportFormat};
 pub use behaviour::{Aggregate, Behaviour, Rate, Unit};
-pub use metrics::{intersection, mean_pass_at_k, pass_at_k, Intersection, TaskCount};
+pub use metrics::{
+    intersection, mean_pass_at_k, pass_at_k, stability, stability_class, Intersection, Stability,
+    TaskCount,
+};
 pub use pair::{compare, PairReport, PairRow};
 pub use results::{Outcome, Results};
 pub use summary::{number_runs, LabelSummary, Report, TrajectoryRow};

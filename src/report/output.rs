@@ -30,6 +30,51 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
+/// "Stable versus occasional": per label, the tasks resolved in every run, in some, in none
+/// (docs/report.md), beside Pass@1 and the share resolved at least once.
+fn stability_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "\n## Stable versus occasional (tasks)\n\nEach task once, by its resolved runs c of n: \
+         every run (c = n, Intersection@n), some runs (0 < c < n), none (c = 0). \
+         \"at least once\" is every + some (Pass@n with k = each task's n).\n"
+    )?;
+    table_head(
+        out,
+        &[
+            "label",
+            "every run",
+            "some runs",
+            "none",
+            "at least once",
+            "Pass@1",
+        ]
+        .map(String::from),
+    )?;
+    for l in &report.labels {
+        let Some(s) = &l.stability else { continue };
+        let share = |c: usize| {
+            if s.tasks == 0 {
+                "–".to_string()
+            } else {
+                format!("{c} ({:.1}%)", c as f64 * 100.0 / s.tasks as f64)
+            }
+        };
+        table_row(
+            out,
+            &[
+                cell(&l.label),
+                share(s.every),
+                share(s.some),
+                share(s.none),
+                share(s.every + s.some),
+                percent(l.pass_at_k.get(&1).copied()),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
 fn runs_per_task(l: &LabelSummary) -> String {
     if l.min_runs == l.max_runs {
         l.min_runs.to_string()
@@ -153,6 +198,9 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             cells.push(l.result_only_runs.len().to_string());
         }
         table_row(out, &cells)?;
+    }
+    if report.has_results {
+        stability_table(out, report)?;
     }
 
     writeln!(
@@ -339,6 +387,7 @@ pub fn to_json(report: &Report) -> Value {
                 "max_runs": l.max_runs,
                 "pass_at_k": if report.has_results { Value::Object(pass) } else { Value::Null },
                 "intersection": l.intersection,
+                "stability": l.stability,
                 "no_result": report.has_results.then_some(l.behaviour.no_result),
                 "behaviour": behaviour,
                 "endings": l.behaviour.endings.iter()

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::behaviour::{Aggregate, Behaviour};
-use super::metrics::{intersection, mean_pass_at_k, Intersection, TaskCount};
+use super::metrics::{intersection, mean_pass_at_k, stability, Intersection, Stability, TaskCount};
 use super::pair::PairReport;
 use super::protocol::{differences, LabelProtocol};
 use super::results::{Outcome, Results};
@@ -94,6 +94,8 @@ pub struct LabelSummary {
     pub pass_at_k: BTreeMap<usize, f64>,
     /// Intersection@n; `None` without results.
     pub intersection: Option<Intersection>,
+    /// Tasks resolved in every run, in some, in none; `None` without results.
+    pub stability: Option<Stability>,
     /// Behaviour counts over the label's trajectories.
     pub behaviour: Aggregate,
     /// The protocol its trajectories ran under.
@@ -533,6 +535,7 @@ fn summarise(
         min_runs: task_counts.iter().map(|t| t.n).min().unwrap_or(0),
         max_runs: task_counts.iter().map(|t| t.n).max().unwrap_or(0),
         intersection: has_results.then(|| intersection(&task_counts)),
+        stability: has_results.then(|| stability(&task_counts)),
         task_counts,
         missing_tasks,
         result_only_runs,
