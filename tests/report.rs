@@ -1153,3 +1153,48 @@ fn labels_are_in_natural_order_unless_an_order_is_given() {
         "{md}"
     );
 }
+
+#[test]
+fn intervals_and_consecutive_changes_by_hand() {
+    // A: t resolved in 1 of 2 runs, u in 0 of 1 (Pass@1 0.5 and 0); B: t 2 of 3, u 0 of 3.
+    // With two tasks a bootstrap draw is tt, tu, ut or uu, so A's Pass@1 draws are 0.5, 0.25,
+    // 0.25, 0 (each draw ≈ ¼ of 2000: both tails hold far more than 50) → interval 0 – 0.5;
+    // B's 0 – 2/3. The change: t gains 1/6, u 0; Δ = 1/12, its draws 0 – 1/6. Flipping t's
+    // pair gives ±1/12 every time, never smaller than |Δ|: p = 1 (two tasks prove nothing).
+    let report = full_report();
+    let est = |label: &str, metric: &str| {
+        let e = report
+            .label(label)
+            .unwrap()
+            .estimates
+            .iter()
+            .find(|e| e.metric == metric)
+            .unwrap()
+            .clone();
+        (e.value, e.interval.lo, e.interval.hi)
+    };
+    let close = |a: (f64, f64, f64), b: (f64, f64, f64)| {
+        (a.0 - b.0).abs() < 1e-12 && (a.1 - b.1).abs() < 1e-12 && (a.2 - b.2).abs() < 1e-12
+    };
+    assert!(
+        close(est("A", "pass@1"), (0.25, 0.0, 0.5)),
+        "{:?}",
+        est("A", "pass@1")
+    );
+    assert!(close(est("B", "pass@1"), (1.0 / 3.0, 0.0, 2.0 / 3.0)));
+    assert!(close(est("B", "intersection"), (0.0, 0.0, 0.0)));
+    let change = report
+        .changes
+        .iter()
+        .find(|c| c.metric == "pass@1")
+        .unwrap();
+    assert_eq!(
+        (change.from.as_str(), change.to.as_str(), change.tasks),
+        ("A", "B", 2)
+    );
+    assert!((change.delta - 1.0 / 12.0).abs() < 1e-12);
+    assert!(change.interval.lo.abs() < 1e-12 && (change.interval.hi - 1.0 / 6.0).abs() < 1e-12);
+    assert!((change.p_value - 1.0).abs() < 1e-12);
+    // Pass@2 exists only for B (A has a task with one run): no change for it.
+    assert!(report.changes.iter().all(|c| c.metric != "pass@2"));
+}

@@ -19,6 +19,7 @@ mod rows;
 mod shell;
 pub mod summary;
 pub mod testcmd;
+pub mod uncertainty;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;

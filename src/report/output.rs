@@ -30,6 +30,71 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
+/// Each label's metrics with their 95 % intervals, and the change from each label to the next
+/// with its paired interval and p-value (docs/report.md "Uncertainty").
+fn uncertainty_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
+    use super::uncertainty::{LEVEL, RESAMPLES};
+    writeln!(
+        out,
+        "\n## Uncertainty\n\n{:.0} % intervals from {RESAMPLES} bootstrap draws of the tasks \
+         (a task keeps all its runs); values in %.\n",
+        LEVEL * 100.0
+    )?;
+    table_head(
+        out,
+        &["label", "metric", "value", "interval"].map(String::from),
+    )?;
+    for l in &report.labels {
+        for e in &l.estimates {
+            table_row(
+                out,
+                &[
+                    cell(&l.label),
+                    e.metric.clone(),
+                    format!("{:.1}", e.value * 100.0),
+                    format!(
+                        "{:.1} – {:.1}",
+                        e.interval.lo * 100.0,
+                        e.interval.hi * 100.0
+                    ),
+                ],
+            )?;
+        }
+    }
+    if report.changes.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\n### Change from each label to the next\n\nIn points; the interval from a paired \
+         bootstrap over the common tasks, p from a paired sign-flip randomization test \
+         ({RESAMPLES} draws each).\n"
+    )?;
+    table_head(
+        out,
+        &["from", "to", "metric", "change", "interval", "p", "tasks"].map(String::from),
+    )?;
+    for c in &report.changes {
+        table_row(
+            out,
+            &[
+                cell(&c.from),
+                cell(&c.to),
+                c.metric.clone(),
+                format!("{:+.1}", c.delta * 100.0),
+                format!(
+                    "{:+.1} – {:+.1}",
+                    c.interval.lo * 100.0,
+                    c.interval.hi * 100.0
+                ),
+                format!("{:.3}", c.p_value),
+                c.tasks.to_string(),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
 /// "Stable versus occasional": per label, the tasks resolved in every run, in some, in none
 /// (docs/report.md), beside Pass@1 and the share resolved at least once.
 fn stability_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
@@ -201,6 +266,7 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     }
     if report.has_results {
         stability_table(out, report)?;
+        uncertainty_tables(out, report)?;
     }
 
     writeln!(
@@ -388,6 +454,7 @@ pub fn to_json(report: &Report) -> Value {
                 "pass_at_k": if report.has_results { Value::Object(pass) } else { Value::Null },
                 "intersection": l.intersection,
                 "stability": l.stability,
+                "estimates": report.has_results.then_some(&l.estimates),
                 "no_result": report.has_results.then_some(l.behaviour.no_result),
                 "behaviour": behaviour,
                 "endings": l.behaviour.endings.iter()
@@ -441,6 +508,12 @@ pub fn to_json(report: &Report) -> Value {
         "step_limit": report.step_limit,
         "protocol_differences": report.protocol_differences,
         "warnings": report.warnings,
+        "bootstrap": report.has_results.then(|| json!({
+            "resamples": super::uncertainty::RESAMPLES,
+            "seed": super::uncertainty::SEED,
+            "level": super::uncertainty::LEVEL,
+        })),
+        "changes": report.changes,
         "labels": labels,
         "trajectories": trajectories,
         "pair": report.pair,

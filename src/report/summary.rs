@@ -9,6 +9,7 @@ use super::metrics::{intersection, mean_pass_at_k, stability, Intersection, Stab
 use super::pair::PairReport;
 use super::protocol::{differences, LabelProtocol};
 use super::results::{Outcome, Results};
+use super::uncertainty::{estimate, metric_parts, paired, Change, Estimate};
 use super::Trajectory;
 
 /// The run index of every trajectory (parallel to the input).
@@ -96,6 +97,9 @@ pub struct LabelSummary {
     pub intersection: Option<Intersection>,
     /// Tasks resolved in every run, in some, in none; `None` without results.
     pub stability: Option<Stability>,
+    /// Pass@k (each k every task has runs for) and Intersection@n with their 95 % bootstrap
+    /// intervals ([`super::uncertainty`]); empty without results.
+    pub estimates: Vec<Estimate>,
     /// Behaviour counts over the label's trajectories.
     pub behaviour: Aggregate,
     /// The protocol its trajectories ran under.
@@ -176,6 +180,9 @@ pub struct Report {
     pub trajectories: Vec<TrajectoryRow>,
     /// The paired comparison, when asked for.
     pub pair: Option<PairReport>,
+    /// Each metric's change from each label to the next in the report's order, with a paired
+    /// bootstrap interval and p-value ([`super::uncertainty`]); empty without results.
+    pub changes: Vec<Change>,
     /// What the protocols of different labels differ in (one line each); empty when they
     /// match or there is one label.
     pub protocol_differences: Vec<String>,
@@ -307,7 +314,13 @@ impl Report {
                 ));
             }
         }
+        let changes = if results.is_some() {
+            consecutive_changes(&labels, &ks)
+        } else {
+            Vec::new()
+        };
         let mut report = Report {
+            changes,
             ks,
             has_results: results.is_some(),
             task_set,
@@ -453,6 +466,44 @@ fn label_warnings(l: &LabelSummary, has_results: bool) -> Vec<String> {
 
 /// Sums one label's rows (sorted by instance id; none when the label has no trajectory of
 /// the task set) over the task set.
+/// Each metric's change from each label to the next (the report's order), over their common
+/// task set: every label is scored over the same tasks, so their task counts align.
+fn consecutive_changes(labels: &[LabelSummary], ks: &[usize]) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for pair in labels.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        let ids = |l: &LabelSummary| {
+            l.task_counts
+                .iter()
+                .map(|t| t.instance_id.clone())
+                .collect::<Vec<_>>()
+        };
+        if ids(a) != ids(b) {
+            continue;
+        }
+        let from = metric_parts(&a.task_counts, ks);
+        let to = metric_parts(&b.task_counts, ks);
+        for (metric, pa) in &from {
+            let Some((_, pb)) = to.iter().find(|(m, _)| m == metric) else {
+                continue;
+            };
+            if let Some((delta, interval, p_value)) = paired(pa, pb, &[&a.label, &b.label, metric])
+            {
+                changes.push(Change {
+                    from: a.label.clone(),
+                    to: b.label.clone(),
+                    metric: metric.clone(),
+                    delta,
+                    interval,
+                    p_value,
+                    tasks: pa.len(),
+                });
+            }
+        }
+    }
+    changes
+}
+
 fn summarise(
     label: &str,
     rows: &[TrajectoryRow],
@@ -528,6 +579,20 @@ fn summarise(
     } else {
         BTreeMap::new()
     };
+    let estimates = if has_results {
+        metric_parts(&task_counts, ks)
+            .into_iter()
+            .filter_map(|(metric, parts)| {
+                estimate(&parts, &[&label, &metric]).map(|(value, interval)| Estimate {
+                    metric,
+                    value,
+                    interval,
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     LabelSummary {
         label,
         tasks: task_counts.len(),
@@ -536,6 +601,7 @@ fn summarise(
         max_runs: task_counts.iter().map(|t| t.n).max().unwrap_or(0),
         intersection: has_results.then(|| intersection(&task_counts)),
         stability: has_results.then(|| stability(&task_counts)),
+        estimates,
         task_counts,
         missing_tasks,
         result_only_runs,

@@ -1,0 +1,226 @@
+//! How sure the report's numbers are (issue 21): a 95 % interval for each label's Pass@k and
+//! Intersection@n from a bootstrap over tasks, and for the change between consecutive labels
+//! a paired bootstrap interval and a paired randomization p-value.
+//!
+//! - **Interval** (percentile bootstrap, Efron & Tibshirani 1993, "An Introduction to the
+//!   Bootstrap", ch. 13): draw the label's tasks with replacement [`RESAMPLES`] times, compute
+//!   the metric on each draw, sort; the interval is the draws at ranks `⌊0.025·B⌋` and
+//!   `⌈0.975·B⌉ − 1` (0-based). A task keeps all its runs (runs of a task are not independent).
+//! - **Change** from label A to label B over their tasks (every label is scored over the same
+//!   task set): the same draw of tasks for both, `Δ* = metric_B − metric_A`, its percentile
+//!   interval as above; the p-value is the paired randomization (sign-flip) test of Fisher and
+//!   Pitman: in each of [`RESAMPLES`] draws each task's A and B values are swapped with
+//!   probability ½, and `p = (1 + #{|Δπ| ≥ |Δ|}) / (B + 1)` (Phipson & Smyth 2010: never 0).
+//!
+//! Every metric here is a ratio of per-task sums, `Σ num / Σ den` ([`Parts`]): Pass@k has the
+//! task's unbiased pass@k over 1, Intersection@n whether `c = n` over 1. Draws come from
+//! ChaCha8 seeded with [`SEED`] mixed with the SHA-256 of the label(s) and metric, so a label's
+//! interval does not move when another label is added, and every machine gets the same draws.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use super::metrics::{pass_at_k, TaskCount};
+
+/// Bootstrap and randomization draws per interval or p-value.
+pub const RESAMPLES: usize = 2000;
+
+/// The base seed of every draw (see the module docs).
+pub const SEED: u64 = 0x0a5a_9021;
+
+/// The intervals' coverage.
+pub const LEVEL: f64 = 0.95;
+
+/// A two-sided interval, in the metric's unit (fractions in `[0, 1]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Interval {
+    pub lo: f64,
+    pub hi: f64,
+}
+
+/// A metric as per-task numerators and denominators: its value is `Σ num / Σ den`.
+pub type Parts = Vec<(f64, f64)>;
+
+/// A metric of one label with its interval.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    /// `pass@1`, `pass@8`, `intersection`.
+    pub metric: String,
+    pub value: f64,
+    pub interval: Interval,
+}
+
+/// The change of one metric from a label to the next.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Change {
+    pub from: String,
+    pub to: String,
+    pub metric: String,
+    /// `to − from`, in the metric's unit.
+    pub delta: f64,
+    pub interval: Interval,
+    pub p_value: f64,
+    /// Tasks paired.
+    pub tasks: usize,
+}
+
+/// The metrics of one label's task counts, as parts: `pass@k` for each `k` in `ks` that every
+/// task has runs for, and `intersection`. `None` parts are left out.
+pub fn metric_parts(tasks: &[TaskCount], ks: &[usize]) -> Vec<(String, Parts)> {
+    let mut out = Vec::new();
+    for &k in ks {
+        let parts: Option<Parts> = tasks
+            .iter()
+            .map(|t| pass_at_k(t.n, t.c, k).map(|p| (p, 1.0)))
+            .collect();
+        if let Some(parts) = parts.filter(|p| !p.is_empty()) {
+            out.push((format!("pass@{k}"), parts));
+        }
+    }
+    if !tasks.is_empty() {
+        let parts = tasks
+            .iter()
+            .map(|t| (f64::from(u8::from(t.n > 0 && t.c == t.n)), 1.0))
+            .collect();
+        out.push(("intersection".to_string(), parts));
+    }
+    out
+}
+
+fn ratio(num: f64, den: f64) -> f64 {
+    if den > 0.0 {
+        num / den
+    } else {
+        0.0
+    }
+}
+
+/// `Σ num / Σ den`.
+pub fn value(parts: &[(f64, f64)]) -> f64 {
+    let (n, d) = parts
+        .iter()
+        .fold((0.0, 0.0), |(n, d), (a, b)| (n + a, d + b));
+    ratio(n, d)
+}
+
+fn rng(names: &[&str]) -> ChaCha8Rng {
+    let digest = crate::util::sha256_hex(names.join("\u{1f}").as_bytes());
+    let mixed = u64::from_str_radix(&digest[..16], 16).unwrap_or(0);
+    ChaCha8Rng::seed_from_u64(SEED ^ mixed)
+}
+
+/// The percentile interval of sorted draws (ranks in the module docs).
+fn percentile(mut draws: Vec<f64>) -> Interval {
+    draws.sort_by(f64::total_cmp);
+    let b = draws.len();
+    let lo = ((1.0 - LEVEL) / 2.0 * b as f64).floor() as usize;
+    let hi = (((1.0 + LEVEL) / 2.0 * b as f64).ceil() as usize).clamp(1, b) - 1;
+    Interval {
+        lo: draws[lo.min(b - 1)],
+        hi: draws[hi],
+    }
+}
+
+/// The metric's value and bootstrap interval over tasks; `names` seed the draws (label,
+/// metric). `None` without tasks.
+pub fn estimate(parts: &[(f64, f64)], names: &[&str]) -> Option<(f64, Interval)> {
+    if parts.is_empty() {
+        return None;
+    }
+    let mut rng = rng(names);
+    let n = parts.len();
+    let draws = (0..RESAMPLES)
+        .map(|_| {
+            let (mut num, mut den) = (0.0, 0.0);
+            for _ in 0..n {
+                let (a, b) = parts[rng.random_range(0..n)];
+                num += a;
+                den += b;
+            }
+            ratio(num, den)
+        })
+        .collect();
+    Some((value(parts), percentile(draws)))
+}
+
+/// The change from `a` to `b` (parts aligned by task): `(Δ, interval, p-value)`; `None`
+/// without tasks or when the two are not aligned.
+pub fn paired(a: &[(f64, f64)], b: &[(f64, f64)], names: &[&str]) -> Option<(f64, Interval, f64)> {
+    if a.is_empty() || a.len() != b.len() {
+        return None;
+    }
+    let mut rng = rng(names);
+    let n = a.len();
+    let delta = value(b) - value(a);
+    let draws = (0..RESAMPLES)
+        .map(|_| {
+            let (mut an, mut ad, mut bn, mut bd) = (0.0, 0.0, 0.0, 0.0);
+            for _ in 0..n {
+                let i = rng.random_range(0..n);
+                an += a[i].0;
+                ad += a[i].1;
+                bn += b[i].0;
+                bd += b[i].1;
+            }
+            ratio(bn, bd) - ratio(an, ad)
+        })
+        .collect();
+    let interval = percentile(draws);
+    // Sign-flip: under "no difference" the labels of each task's pair are exchangeable.
+    let at_least = (0..RESAMPLES)
+        .filter(|_| {
+            let (mut an, mut ad, mut bn, mut bd) = (0.0, 0.0, 0.0, 0.0);
+            for i in 0..n {
+                let (x, y) = if rng.random_bool(0.5) {
+                    (b[i], a[i])
+                } else {
+                    (a[i], b[i])
+                };
+                an += x.0;
+                ad += x.1;
+                bn += y.0;
+                bd += y.1;
+            }
+            (ratio(bn, bd) - ratio(an, ad)).abs() >= delta.abs() - 1e-12
+        })
+        .count();
+    let p = (1 + at_least) as f64 / (RESAMPLES + 1) as f64;
+    Some((delta, interval, p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_constant_metric_has_a_point_interval() {
+        let parts = vec![(1.0, 1.0); 10];
+        let (v, i) = estimate(&parts, &["a", "m"]).unwrap();
+        assert_eq!((v, i.lo, i.hi), (1.0, 1.0, 1.0));
+    }
+
+    #[test]
+    fn percentile_ranks_follow_the_docs() {
+        let draws: Vec<f64> = (0..2000).map(f64::from).rev().collect();
+        let i = percentile(draws);
+        assert_eq!((i.lo, i.hi), (50.0, 1949.0));
+    }
+
+    #[test]
+    fn identical_labels_change_nothing_and_a_clear_gain_is_significant() {
+        let a: Parts = (0..50)
+            .map(|i| (f64::from(u8::from(i % 2 == 0)), 1.0))
+            .collect();
+        let (d, i, p) = paired(&a, &a, &["a", "a", "m"]).unwrap();
+        assert_eq!((d, i.lo, i.hi), (0.0, 0.0, 0.0));
+        assert!((p - 1.0).abs() < 1e-12, "{p}");
+        let b: Parts = vec![(1.0, 1.0); 50];
+        let (d, i, p) = paired(&a, &b, &["a", "b", "m"]).unwrap();
+        assert!((d - 0.5).abs() < 1e-12);
+        assert!(i.lo > 0.3 && i.hi <= 0.7, "{i:?}");
+        assert!(p < 0.001, "{p}");
+        // Draws are seeded by the names: the same inputs give the same numbers.
+        assert_eq!(paired(&a, &b, &["a", "b", "m"]).unwrap().2, p);
+    }
+}
