@@ -177,49 +177,50 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                 )?;
             }
         }
-        writeln!(out)?;
-        csv_row(
-            out,
-            &["label", "metric", "value", "lo", "hi"].map(String::from),
-        )?;
-        for l in &report.labels {
-            for e in &l.estimates {
-                csv_row(
-                    out,
-                    &[
-                        l.label.clone(),
-                        e.metric.clone(),
-                        e.value.to_string(),
-                        e.interval.lo.to_string(),
-                        e.interval.hi.to_string(),
-                    ],
-                )?;
-            }
-        }
-        if !report.changes.is_empty() {
-            writeln!(out)?;
+    }
+
+    writeln!(out)?;
+    csv_row(
+        out,
+        &["label", "metric", "value", "lo", "hi"].map(String::from),
+    )?;
+    for l in &report.labels {
+        for e in &l.estimates {
             csv_row(
                 out,
                 &[
-                    "from", "to", "metric", "delta", "lo", "hi", "p_value", "tasks",
-                ]
-                .map(String::from),
+                    l.label.clone(),
+                    e.metric.clone(),
+                    e.value.to_string(),
+                    e.interval.lo.to_string(),
+                    e.interval.hi.to_string(),
+                ],
             )?;
-            for c in &report.changes {
-                csv_row(
-                    out,
-                    &[
-                        c.from.clone(),
-                        c.to.clone(),
-                        c.metric.clone(),
-                        c.delta.to_string(),
-                        c.interval.lo.to_string(),
-                        c.interval.hi.to_string(),
-                        c.p_value.to_string(),
-                        c.tasks.to_string(),
-                    ],
-                )?;
-            }
+        }
+    }
+    if !report.changes.is_empty() {
+        writeln!(out)?;
+        csv_row(
+            out,
+            &[
+                "from", "to", "metric", "delta", "lo", "hi", "p_value", "tasks",
+            ]
+            .map(String::from),
+        )?;
+        for c in &report.changes {
+            csv_row(
+                out,
+                &[
+                    c.from.clone(),
+                    c.to.clone(),
+                    c.metric.clone(),
+                    c.delta.to_string(),
+                    c.interval.lo.to_string(),
+                    c.interval.hi.to_string(),
+                    c.p_value.to_string(),
+                    c.tasks.to_string(),
+                ],
+            )?;
         }
     }
 

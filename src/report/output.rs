@@ -266,8 +266,8 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     }
     if report.has_results {
         stability_table(out, report)?;
-        uncertainty_tables(out, report)?;
     }
+    uncertainty_tables(out, report)?;
 
     writeln!(
         out,
@@ -454,7 +454,7 @@ pub fn to_json(report: &Report) -> Value {
                 "pass_at_k": if report.has_results { Value::Object(pass) } else { Value::Null },
                 "intersection": l.intersection,
                 "stability": l.stability,
-                "estimates": report.has_results.then_some(&l.estimates),
+                "estimates": l.estimates,
                 "no_result": report.has_results.then_some(l.behaviour.no_result),
                 "behaviour": behaviour,
                 "endings": l.behaviour.endings.iter()
@@ -508,11 +508,11 @@ pub fn to_json(report: &Report) -> Value {
         "step_limit": report.step_limit,
         "protocol_differences": report.protocol_differences,
         "warnings": report.warnings,
-        "bootstrap": report.has_results.then(|| json!({
+        "bootstrap": {
             "resamples": super::uncertainty::RESAMPLES,
             "seed": super::uncertainty::SEED,
             "level": super::uncertainty::LEVEL,
-        })),
+        },
         "changes": report.changes,
         "labels": labels,
         "trajectories": trajectories,

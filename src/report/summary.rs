@@ -4,12 +4,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::behaviour::{Aggregate, Behaviour};
+use super::behaviour::{Aggregate, Behaviour, Rate};
 use super::metrics::{intersection, mean_pass_at_k, stability, Intersection, Stability, TaskCount};
 use super::pair::PairReport;
 use super::protocol::{differences, LabelProtocol};
 use super::results::{Outcome, Results};
-use super::uncertainty::{estimate, metric_parts, paired, Change, Estimate};
+use super::uncertainty::{estimate, metric_parts, paired, Change, Estimate, Parts};
 use super::Trajectory;
 
 /// The run index of every trajectory (parallel to the input).
@@ -97,9 +97,13 @@ pub struct LabelSummary {
     pub intersection: Option<Intersection>,
     /// Tasks resolved in every run, in some, in none; `None` without results.
     pub stability: Option<Stability>,
-    /// Pass@k (each k every task has runs for) and Intersection@n with their 95 % bootstrap
-    /// intervals ([`super::uncertainty`]); empty without results.
+    /// Pass@k (each k every task has runs for) and Intersection@n (with results), and every
+    /// behaviour rate the label has a value for, with their 95 % bootstrap intervals
+    /// ([`super::uncertainty`]).
     pub estimates: Vec<Estimate>,
+    /// The same metrics as per-task parts, in task-set order (for the changes between labels).
+    #[serde(skip)]
+    pub parts: Vec<(String, Parts)>,
     /// Behaviour counts over the label's trajectories.
     pub behaviour: Aggregate,
     /// The protocol its trajectories ran under.
@@ -314,11 +318,7 @@ impl Report {
                 ));
             }
         }
-        let changes = if results.is_some() {
-            consecutive_changes(&labels, &ks)
-        } else {
-            Vec::new()
-        };
+        let changes = consecutive_changes(&labels);
         let mut report = Report {
             changes,
             ks,
@@ -468,7 +468,7 @@ fn label_warnings(l: &LabelSummary, has_results: bool) -> Vec<String> {
 /// the task set) over the task set.
 /// Each metric's change from each label to the next (the report's order), over their common
 /// task set: every label is scored over the same tasks, so their task counts align.
-fn consecutive_changes(labels: &[LabelSummary], ks: &[usize]) -> Vec<Change> {
+fn consecutive_changes(labels: &[LabelSummary]) -> Vec<Change> {
     let mut changes = Vec::new();
     for pair in labels.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
@@ -481,10 +481,8 @@ fn consecutive_changes(labels: &[LabelSummary], ks: &[usize]) -> Vec<Change> {
         if ids(a) != ids(b) {
             continue;
         }
-        let from = metric_parts(&a.task_counts, ks);
-        let to = metric_parts(&b.task_counts, ks);
-        for (metric, pa) in &from {
-            let Some((_, pb)) = to.iter().find(|(m, _)| m == metric) else {
+        for (metric, pa) in &a.parts {
+            let Some((_, pb)) = b.parts.iter().find(|(m, _)| m == metric) else {
                 continue;
             };
             if let Some((delta, interval, p_value)) = paired(pa, pb, &[&a.label, &b.label, metric])
@@ -579,20 +577,45 @@ fn summarise(
     } else {
         BTreeMap::new()
     };
-    let estimates = if has_results {
+    // Every metric as per-task parts, tasks in task-set order: Pass@k and Intersection@n from
+    // the results; each behaviour rate the label has a value for, from the task's trajectories
+    // (a task without any adds nothing to either sum).
+    let mut parts = if has_results {
         metric_parts(&task_counts, ks)
-            .into_iter()
-            .filter_map(|(metric, parts)| {
-                estimate(&parts, &[&label, &metric]).map(|(value, interval)| Estimate {
-                    metric,
-                    value,
-                    interval,
-                })
-            })
-            .collect()
     } else {
         Vec::new()
     };
+    let per_task: Vec<Vec<Rate>> = task_set
+        .iter()
+        .map(|id| {
+            let mut a = Aggregate::default();
+            for row in by_task.get(id.as_str()).copied().unwrap_or_default() {
+                a.add(&row.behaviour, has_results.then_some(row.outcome.as_ref()));
+            }
+            a.rates(has_results)
+        })
+        .collect();
+    for (i, rate) in behaviour.rates(has_results).iter().enumerate() {
+        if rate.value().is_some() {
+            parts.push((
+                rate.key.to_string(),
+                per_task
+                    .iter()
+                    .map(|r| (r[i].count as f64, r[i].total as f64))
+                    .collect(),
+            ));
+        }
+    }
+    let estimates = parts
+        .iter()
+        .filter_map(|(metric, p)| {
+            estimate(p, &[&label, metric]).map(|(value, interval)| Estimate {
+                metric: metric.clone(),
+                value,
+                interval,
+            })
+        })
+        .collect();
     LabelSummary {
         label,
         tasks: task_counts.len(),
@@ -602,6 +625,7 @@ fn summarise(
         intersection: has_results.then(|| intersection(&task_counts)),
         stability: has_results.then(|| stability(&task_counts)),
         estimates,
+        parts,
         task_counts,
         missing_tasks,
         result_only_runs,

@@ -11,6 +11,9 @@
 //!   interval as above; the p-value is the paired randomization (sign-flip) test of Fisher and
 //!   Pitman: in each of [`RESAMPLES`] draws each task's A and B values are swapped with
 //!   probability ½, and `p = (1 + #{|Δπ| ≥ |Δ|}) / (B + 1)` (Phipson & Smyth 2010: never 0).
+//! - A draw in which a rate counts nothing (its denominator is 0: only tasks without a
+//!   trajectory of the label were drawn) has no value and is left out; B is then the draws with
+//!   a value.
 //!
 //! Every metric here is a ratio of per-task sums, `Σ num / Σ den` ([`Parts`]): Pass@k has the
 //! task's unbiased pass@k over 1, Intersection@n whether `c = n` over 1. Draws come from
@@ -88,20 +91,18 @@ pub fn metric_parts(tasks: &[TaskCount], ks: &[usize]) -> Vec<(String, Parts)> {
     out
 }
 
-fn ratio(num: f64, den: f64) -> f64 {
-    if den > 0.0 {
-        num / den
-    } else {
-        0.0
-    }
+/// `num / den`; `None` when nothing was counted (a draw of tasks without any unit of the
+/// rate, e.g. only tasks a label has no trajectory of).
+fn ratio(num: f64, den: f64) -> Option<f64> {
+    (den > 0.0).then(|| num / den)
 }
 
-/// `Σ num / Σ den`.
+/// `Σ num / Σ den` (0 when nothing was counted).
 pub fn value(parts: &[(f64, f64)]) -> f64 {
     let (n, d) = parts
         .iter()
         .fold((0.0, 0.0), |(n, d), (a, b)| (n + a, d + b));
-    ratio(n, d)
+    ratio(n, d).unwrap_or(0.0)
 }
 
 fn rng(names: &[&str]) -> ChaCha8Rng {
@@ -110,16 +111,20 @@ fn rng(names: &[&str]) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(SEED ^ mixed)
 }
 
-/// The percentile interval of sorted draws (ranks in the module docs).
-fn percentile(mut draws: Vec<f64>) -> Interval {
+/// The percentile interval of the draws (ranks in the module docs, over the draws that have a
+/// value); `None` without any.
+fn percentile(mut draws: Vec<f64>) -> Option<Interval> {
+    if draws.is_empty() {
+        return None;
+    }
     draws.sort_by(f64::total_cmp);
     let b = draws.len();
     let lo = ((1.0 - LEVEL) / 2.0 * b as f64).floor() as usize;
     let hi = (((1.0 + LEVEL) / 2.0 * b as f64).ceil() as usize).clamp(1, b) - 1;
-    Interval {
+    Some(Interval {
         lo: draws[lo.min(b - 1)],
         hi: draws[hi],
-    }
+    })
 }
 
 /// The metric's value and bootstrap interval over tasks; `names` seed the draws (label,
@@ -131,7 +136,7 @@ pub fn estimate(parts: &[(f64, f64)], names: &[&str]) -> Option<(f64, Interval)>
     let mut rng = rng(names);
     let n = parts.len();
     let draws = (0..RESAMPLES)
-        .map(|_| {
+        .filter_map(|_| {
             let (mut num, mut den) = (0.0, 0.0);
             for _ in 0..n {
                 let (a, b) = parts[rng.random_range(0..n)];
@@ -141,7 +146,7 @@ pub fn estimate(parts: &[(f64, f64)], names: &[&str]) -> Option<(f64, Interval)>
             ratio(num, den)
         })
         .collect();
-    Some((value(parts), percentile(draws)))
+    Some((value(parts), percentile(draws)?))
 }
 
 /// The change from `a` to `b` (parts aligned by task): `(Δ, interval, p-value)`; `None`
@@ -154,7 +159,7 @@ pub fn paired(a: &[(f64, f64)], b: &[(f64, f64)], names: &[&str]) -> Option<(f64
     let n = a.len();
     let delta = value(b) - value(a);
     let draws = (0..RESAMPLES)
-        .map(|_| {
+        .filter_map(|_| {
             let (mut an, mut ad, mut bn, mut bd) = (0.0, 0.0, 0.0, 0.0);
             for _ in 0..n {
                 let i = rng.random_range(0..n);
@@ -163,13 +168,13 @@ pub fn paired(a: &[(f64, f64)], b: &[(f64, f64)], names: &[&str]) -> Option<(f64
                 bn += b[i].0;
                 bd += b[i].1;
             }
-            ratio(bn, bd) - ratio(an, ad)
+            Some(ratio(bn, bd)? - ratio(an, ad)?)
         })
         .collect();
-    let interval = percentile(draws);
+    let interval = percentile(draws)?;
     // Sign-flip: under "no difference" the labels of each task's pair are exchangeable.
-    let at_least = (0..RESAMPLES)
-        .filter(|_| {
+    let flips: Vec<f64> = (0..RESAMPLES)
+        .filter_map(|_| {
             let (mut an, mut ad, mut bn, mut bd) = (0.0, 0.0, 0.0, 0.0);
             for i in 0..n {
                 let (x, y) = if rng.random_bool(0.5) {
@@ -182,10 +187,14 @@ pub fn paired(a: &[(f64, f64)], b: &[(f64, f64)], names: &[&str]) -> Option<(f64
                 bn += y.0;
                 bd += y.1;
             }
-            (ratio(bn, bd) - ratio(an, ad)).abs() >= delta.abs() - 1e-12
+            Some(ratio(bn, bd)? - ratio(an, ad)?)
         })
+        .collect();
+    let at_least = flips
+        .iter()
+        .filter(|d| d.abs() >= delta.abs() - 1e-12)
         .count();
-    let p = (1 + at_least) as f64 / (RESAMPLES + 1) as f64;
+    let p = (1 + at_least) as f64 / (flips.len() + 1) as f64;
     Some((delta, interval, p))
 }
 
@@ -203,7 +212,7 @@ mod tests {
     #[test]
     fn percentile_ranks_follow_the_docs() {
         let draws: Vec<f64> = (0..2000).map(f64::from).rev().collect();
-        let i = percentile(draws);
+        let i = percentile(draws).unwrap();
         assert_eq!((i.lo, i.hi), (50.0, 1949.0));
     }
 
