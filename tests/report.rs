@@ -1198,3 +1198,97 @@ fn intervals_and_consecutive_changes_by_hand() {
     // Pass@2 exists only for B (A has a task with one run): no change for it.
     assert!(report.changes.iter().all(|c| c.metric != "pass@2"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Network audit
+
+#[test]
+fn network_audit_by_hand() {
+    // django: run 0 fetches the upstream pull request (download, gold-seeking) and resolves,
+    // run 1 resolves without the network. astropy: run 0 installs a package and resolves, run 1
+    // only reads. A nudged curl was never executed: it does not count.
+    let nudged = Attempt {
+        nudge: Some(asap_proxy::session::NudgeKind::RepeatedAction),
+        ..shell("curl https://example.com", "")
+    };
+    let trajs = vec![
+        traj(
+            "m",
+            "django__django-1",
+            Some(0),
+            0,
+            vec![
+                shell(
+                    "curl -sL https://github.com/django/django/pull/1.diff | git apply",
+                    "",
+                ),
+                edit(),
+            ],
+        ),
+        traj(
+            "m",
+            "django__django-1",
+            Some(1),
+            1,
+            vec![shell("ls", ""), edit()],
+        ),
+        traj(
+            "m",
+            "astropy__astropy-2",
+            Some(0),
+            2,
+            vec![shell("pip install pytest", ""), edit()],
+        ),
+        traj(
+            "m",
+            "astropy__astropy-2",
+            Some(1),
+            3,
+            vec![nudged, shell("cat setup.py", "")],
+        ),
+    ];
+    let results = Results::from_entries(vec![
+        entry(Some("m"), "django__django-1", Some(0), true),
+        entry(Some("m"), "django__django-1", Some(1), true),
+        entry(Some("m"), "astropy__astropy-2", Some(0), true),
+        entry(Some("m"), "astropy__astropy-2", Some(1), false),
+    ]);
+    let report = Report::build(&trajs, Some(&results), &[1]);
+    let n = report.label("m").unwrap().network;
+    assert_eq!((n.trajectories, n.flagged, n.gold_seeking), (4, 2, 1));
+    // Pass@1 = (2/2 + 1/2) / 2. Without the flagged resolved runs it would lose
+    // (1/2 + 1/2) / 2 = 0.5; without the gold-seeking one (1/2 + 0) / 2 = 0.25.
+    assert!((report.label("m").unwrap().pass_at_k[&1] - 0.75).abs() < 1e-12);
+    assert!((n.pass1_bound.unwrap() - 0.5).abs() < 1e-12);
+    assert!((n.pass1_bound_gold.unwrap() - 0.25).abs() < 1e-12);
+    let flags: Vec<(&str, usize, Vec<String>, bool)> = report
+        .trajectories
+        .iter()
+        .filter(|t| t.network.any())
+        .map(|t| {
+            (
+                t.instance_id.as_str(),
+                t.run,
+                t.network.kinds.clone(),
+                t.network.gold,
+            )
+        })
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            (
+                "astropy__astropy-2",
+                0,
+                vec!["package_install".to_string()],
+                false
+            ),
+            ("django__django-1", 0, vec!["download".to_string()], true),
+        ]
+    );
+    let md = render(&report, ReportFormat::Md);
+    assert!(
+        md.contains("| m | 4 | 2 (50.00%) | 1 (25.00%) | 50.00 | 25.00 |"),
+        "{md}"
+    );
+}

@@ -231,6 +231,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             ["has_result", "empty_patch", "applicable_patch", "resolved"].map(String::from),
         );
     }
+    head.extend(["network", "gold_seeking"].map(String::from));
     csv_row(out, &head)?;
     for row in &report.trajectories {
         csv_row(out, &trajectory_cells(row, report.has_results))?;
@@ -366,5 +367,7 @@ fn trajectory_cells(row: &TrajectoryRow, has_results: bool) -> Vec<String> {
         cells.push(known(o.and_then(|o| o.applicable())));
         cells.push(o.is_some_and(|o| o.resolved).to_string());
     }
+    cells.push(row.network.kinds.join(";"));
+    cells.push(row.network.gold.to_string());
     cells
 }

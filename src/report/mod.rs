@@ -10,6 +10,7 @@ mod csv;
 pub mod failure;
 pub mod load;
 pub mod metrics;
+pub mod network;
 pub mod output;
 pub mod pair;
 pub mod plots;

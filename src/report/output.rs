@@ -30,6 +30,102 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
+/// The network audit: per label the trajectories that attempted external access or sought the
+/// task's upstream repository, the paper's worst-case Pass@1 bound, then the flagged
+/// trajectories (docs/report.md "Network audit").
+fn network_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
+    write!(
+        out,
+        "\n## Network audit\n\nExecuted shell commands that can reach the network (download, \
+         package install, git remote, URL opened from code) or that seek the task's upstream \
+         repository (gold-seeking)"
+    )?;
+    if report.has_results {
+        write!(
+            out,
+            "; \"Pass@1 bound\": the points of Pass@1 that the flagged runs which resolved \
+             their task contribute at most"
+        )?;
+    }
+    writeln!(out, ".\n")?;
+    let mut head = vec![
+        "label".to_string(),
+        "trajectories".into(),
+        "external access".into(),
+        "gold-seeking".into(),
+    ];
+    if report.has_results {
+        head.extend(["Pass@1 bound (any)".into(), "Pass@1 bound (gold)".into()]);
+    }
+    table_head(out, &head)?;
+    for l in &report.labels {
+        let n = &l.network;
+        let share = |c: usize| {
+            if n.trajectories == 0 {
+                "–".to_string()
+            } else {
+                format!("{c} ({:.2}%)", c as f64 * 100.0 / n.trajectories as f64)
+            }
+        };
+        let mut cells = vec![
+            cell(&l.label),
+            n.trajectories.to_string(),
+            share(n.flagged),
+            share(n.gold_seeking),
+        ];
+        if report.has_results {
+            let points =
+                |v: Option<f64>| v.map_or_else(|| "–".into(), |v| format!("{:.2}", v * 100.0));
+            cells.push(points(n.pass1_bound));
+            cells.push(points(n.pass1_bound_gold));
+        }
+        table_row(out, &cells)?;
+    }
+    let flagged: Vec<_> = report
+        .trajectories
+        .iter()
+        .filter(|t| t.network.any())
+        .collect();
+    if flagged.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\n### Flagged trajectories\n")?;
+    table_head(
+        out,
+        &[
+            "label",
+            "instance_id",
+            "run",
+            "session",
+            "kinds",
+            "gold",
+            "first command",
+        ]
+        .map(String::from),
+    )?;
+    for t in flagged {
+        let first: String = t
+            .network
+            .commands
+            .first()
+            .map(|c| c.chars().take(100).collect())
+            .unwrap_or_default();
+        table_row(
+            out,
+            &[
+                cell(&t.label),
+                cell(&t.instance_id),
+                t.run.to_string(),
+                cell(&t.session),
+                t.network.kinds.join(", "),
+                if t.network.gold { "yes" } else { "no" }.into(),
+                cell(&first),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
 /// Each label's metrics with their 95 % intervals, and the change from each label to the next
 /// with its paired interval and p-value (docs/report.md "Uncertainty").
 fn uncertainty_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
@@ -268,6 +364,7 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         stability_table(out, report)?;
     }
     uncertainty_tables(out, report)?;
+    network_tables(out, report)?;
 
     writeln!(
         out,
@@ -454,6 +551,7 @@ pub fn to_json(report: &Report) -> Value {
                 "pass_at_k": if report.has_results { Value::Object(pass) } else { Value::Null },
                 "intersection": l.intersection,
                 "stability": l.stability,
+                "network": l.network,
                 "estimates": l.estimates,
                 "no_result": report.has_results.then_some(l.behaviour.no_result),
                 "behaviour": behaviour,
@@ -483,6 +581,7 @@ pub fn to_json(report: &Report) -> Value {
                 "run": row.run,
                 "session": row.session,
                 "behaviour": row.behaviour,
+                "network": row.network,
             });
             if report.has_results {
                 if let Value::Object(m) = &mut v {

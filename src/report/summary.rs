@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::behaviour::{Aggregate, Behaviour, Rate};
 use super::metrics::{intersection, mean_pass_at_k, stability, Intersection, Stability, TaskCount};
+use super::network::{self, NetworkFlags};
 use super::pair::PairReport;
 use super::protocol::{differences, LabelProtocol};
 use super::results::{Outcome, Results};
@@ -64,6 +65,8 @@ pub struct TrajectoryRow {
     /// The harness outcome; `None` when results are given but none matched (or without
     /// results: see [`Report::has_results`]).
     pub outcome: Option<Outcome>,
+    /// The network audit of the trajectory ([`super::network`]).
+    pub network: NetworkFlags,
 }
 
 /// Everything computed for one label.
@@ -104,10 +107,28 @@ pub struct LabelSummary {
     /// The same metrics as per-task parts, in task-set order (for the changes between labels).
     #[serde(skip)]
     pub parts: Vec<(String, Parts)>,
+    /// The network audit over the label's trajectories.
+    pub network: NetworkSummary,
     /// Behaviour counts over the label's trajectories.
     pub behaviour: Aggregate,
     /// The protocol its trajectories ran under.
     pub protocol: LabelProtocol,
+}
+
+/// The network audit of one label (docs/report.md "Network audit").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct NetworkSummary {
+    /// Trajectories audited.
+    pub trajectories: usize,
+    /// Trajectories with any external access attempted (any rule, gold-seeking included).
+    pub flagged: usize,
+    /// Trajectories that sought the task's upstream repository.
+    pub gold_seeking: usize,
+    /// The most Pass@1 the flagged trajectories' resolved runs contribute (a fraction): the
+    /// mean over tasks of (resolved flagged runs / n); `None` without results.
+    pub pass1_bound: Option<f64>,
+    /// The same for the gold-seeking trajectories.
+    pub pass1_bound_gold: Option<f64>,
 }
 
 /// What the report is asked for besides the traces and results.
@@ -255,6 +276,7 @@ impl Report {
                 session: t.session.clone(),
                 behaviour: Behaviour::of(t, options.step_limit),
                 outcome: results.and_then(|r| r.lookup(&t.label, &t.instance_id, run)),
+                network: network::audit(t),
             });
         }
         if outside > 0 {
@@ -616,8 +638,43 @@ fn summarise(
             })
         })
         .collect();
+    // The paper's worst case: Pass@1 if every flagged run that resolved its task had not.
+    let bound = |flag: fn(&NetworkFlags) -> bool| {
+        has_results.then(|| {
+            let per_task: f64 = task_counts
+                .iter()
+                .map(|t| {
+                    let flagged = by_task
+                        .get(t.instance_id.as_str())
+                        .copied()
+                        .unwrap_or_default()
+                        .iter()
+                        .filter(|r| flag(&r.network) && r.outcome.is_some_and(|o| o.resolved))
+                        .count();
+                    if t.n == 0 {
+                        0.0
+                    } else {
+                        flagged as f64 / t.n as f64
+                    }
+                })
+                .sum();
+            if task_counts.is_empty() {
+                0.0
+            } else {
+                per_task / task_counts.len() as f64
+            }
+        })
+    };
+    let network = NetworkSummary {
+        trajectories: rows.len(),
+        flagged: rows.iter().filter(|r| r.network.any()).count(),
+        gold_seeking: rows.iter().filter(|r| r.network.gold).count(),
+        pass1_bound: bound(NetworkFlags::any),
+        pass1_bound_gold: bound(|n| n.gold),
+    };
     LabelSummary {
         label,
+        network,
         tasks: task_counts.len(),
         runs: rows.len(),
         min_runs: task_counts.iter().map(|t| t.n).min().unwrap_or(0),
