@@ -341,8 +341,10 @@ const VALUED: &[&str] = &[
     "-u", "-g", "-n", "-s", "-k", "-I", "-P", "-L", "-d", "-a", "-E",
 ];
 
-/// The files the simple command `words` (fed heredoc `bodies`) writes; empty when none.
-fn words_targets(words: &[String], bodies: &[String]) -> Vec<WriteTarget> {
+/// The words of the command a simple command runs: after shell keywords (`if`, `do`, `!`,
+/// ...), wrappers (`sudo`, `env`, `timeout 5m`, `xargs -n1`, `nice`, ...) with their options,
+/// and `NAME=value` assignments. Shared by the edit rule and the report's network audit.
+pub fn command_words(words: &[String]) -> &[String] {
     let mut rest = words;
     while let Some((first, tail)) = rest.split_first() {
         if WRAPPERS.contains(&first.as_str()) {
@@ -356,6 +358,12 @@ fn words_targets(words: &[String], bodies: &[String]) -> Vec<WriteTarget> {
             break;
         }
     }
+    rest
+}
+
+/// The files the simple command `words` (fed heredoc `bodies`) writes; empty when none.
+fn words_targets(words: &[String], bodies: &[String]) -> Vec<WriteTarget> {
+    let rest = command_words(words);
     let Some((first, args)) = rest.split_first() else {
         return Vec::new();
     };

@@ -32,7 +32,9 @@
 mod edit;
 mod observe;
 
-pub use edit::{edit_targets, shell_write_targets, shell_writes_files, WriteKind, WriteTarget};
+pub use edit::{
+    command_words, edit_targets, shell_write_targets, shell_writes_files, WriteKind, WriteTarget,
+};
 pub use observe::{
     base_name, edit_failed, mentions, reports_error, EditTool, EDITOR_REFUSALS, EDITOR_SUCCESS,
     FILE_ERRORS, WRITER_ERRORS,

@@ -63,49 +63,102 @@ const CODE_URL: [&str; 9] = [
     "socket.create_connection",
 ];
 
-/// The rule kinds one simple command matches (its words, quotes removed).
+/// The rule kinds one simple command matches (its words, quotes removed); `bash -c`/`sh -c`
+/// scripts are read too.
 fn command_kinds(words: &[String]) -> Vec<&'static str> {
-    // Skip leading assignments and wrappers: `FOO=1 sudo timeout 60 curl …`.
-    let mut w: Vec<&str> = words.iter().map(String::as_str).collect();
-    while let Some(first) = w.first() {
-        let wrapper = ["sudo", "env", "timeout", "nohup", "time"].contains(first)
-            || (first.contains('=') && !first.starts_with('-'))
-            || first.parse::<f64>().is_ok();
-        if !wrapper {
-            break;
-        }
-        w.remove(0);
-    }
-    let Some(&tool) = w.first() else {
+    let w = crate::policy::command_words(words);
+    let Some(tool) = w.first() else {
         return Vec::new();
     };
     let tool = tool.rsplit('/').next().unwrap_or(tool);
-    let sub = w.get(1).copied().unwrap_or("");
+    let arg = |i: usize| w.get(i).map(String::as_str).unwrap_or("");
     let mut kinds = Vec::new();
-    if ["curl", "wget", "aria2c", "http", "https", "fetch"].contains(&tool) {
-        kinds.push("download");
-    }
-    let pip = match tool {
-        "pip" | "pip3" => Some(sub),
-        "uv" if sub == "pip" => w.get(2).copied(),
-        t if t.starts_with("python") && sub == "-m" && w.get(2) == Some(&"pip") => {
-            w.get(3).copied()
+    if ["bash", "sh", "zsh", "dash"].contains(&tool) {
+        if let Some(at) = w.iter().position(|a| a == "-c" || a == "-lc") {
+            for inner in simple_commands(arg(at + 1)) {
+                kinds.extend(command_kinds(&inner));
+            }
         }
-        _ => None,
-    };
-    let installs = match tool {
-        "npm" | "yarn" | "pnpm" => ["install", "add", "i"].contains(&sub),
-        "apt" | "apt-get" | "conda" | "mamba" | "gem" | "cargo" => sub == "install",
-        "go" => sub == "get" || sub == "install",
+        return kinds;
+    }
+    let sub = arg(1);
+    let fetches = match tool {
+        "curl" | "wget" | "aria2c" | "http" | "https" | "fetch" | "ssh" | "scp" | "rsync"
+        | "ping" | "nc" | "ncat" | "telnet" | "ftp" | "sftp" | "gh" => true,
+        "docker" | "podman" => sub == "pull",
         _ => false,
     };
-    if installs || pip.is_some_and(|s| s == "install" || s == "download") {
+    if fetches {
+        kinds.push("download");
+    }
+    if package_command(w).is_some() {
         kinds.push("package_install");
     }
-    if tool == "git" && ["clone", "fetch", "pull", "ls-remote"].contains(&sub) {
-        kinds.push("git_remote");
+    if tool == "git" {
+        let sub = git_subcommand(&w[1..]);
+        let submodule = sub == Some("submodule") && w.iter().any(|a| a == "update");
+        if matches!(sub, Some("clone" | "fetch" | "pull" | "ls-remote")) || submodule {
+            kinds.push("git_remote");
+        }
     }
     kinds
+}
+
+/// The subcommand of `git`, after its global options (`-C dir`, `-c k=v`, `--no-pager`, ...).
+fn git_subcommand(args: &[String]) -> Option<&str> {
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        match a.as_str() {
+            "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" => i += 2,
+            a if a.starts_with('-') => i += 1,
+            a => return Some(a),
+        }
+    }
+    None
+}
+
+/// When the words (after wrappers) install or fetch packages: the index of the first word
+/// after the install subcommand (the package arguments start there).
+fn package_command(w: &[String]) -> Option<usize> {
+    let tool = w.first()?.rsplit('/').next()?;
+    let arg = |i: usize| w.get(i).map(String::as_str).unwrap_or("");
+    let pip_at = match tool {
+        "pip" | "pip3" => Some(1),
+        "uv" if arg(1) == "pip" => Some(2),
+        t if t.starts_with("python") && arg(1) == "-m" && arg(2).starts_with("pip") => Some(3),
+        _ => None,
+    };
+    if let Some(at) = pip_at {
+        return ["install", "download", "index"]
+            .contains(&arg(at))
+            .then_some(at + 1);
+    }
+    if tool.starts_with("python")
+        && arg(1) == "setup.py"
+        && ["install", "develop"].contains(&arg(2))
+    {
+        return Some(3);
+    }
+    let at = match (tool, arg(1)) {
+        ("npm" | "yarn" | "pnpm", "install" | "add" | "i" | "ci") => 2,
+        ("apt" | "apt-get", "install" | "update") => 2,
+        ("conda" | "mamba" | "gem" | "cargo" | "poetry" | "pipenv", "install" | "add") => 2,
+        ("go", "get" | "install") => 2,
+        ("go", "mod") if arg(2) == "download" => 3,
+        _ => return None,
+    };
+    Some(at)
+}
+
+/// Whether `text` holds `needle` followed by the end or a character that ends a path segment
+/// (so `github.com/django/django` does not match `github.com/django/djangoproject.com`).
+fn holds_segment(text: &str, needle: &str) -> bool {
+    text.match_indices(needle).any(|(at, _)| {
+        let rest = &text[at + needle.len()..];
+        rest.is_empty()
+            || rest.starts_with(".git")
+            || rest.starts_with(|c: char| "/?#'\"` \t\n)".contains(c))
+    })
 }
 
 /// Whether a command seeks the upstream repository `owner/repo`.
@@ -117,19 +170,25 @@ fn seeks(command: &str, words: &[Vec<String>], (owner, repo): &(String, String))
         format!("api.github.com/repos/{path}"),
         format!("raw.githubusercontent.com/{path}"),
     ];
-    if hosts.iter().any(|h| text.contains(h.as_str())) {
+    if hosts.iter().any(|h| holds_segment(&text, h)) {
         return true;
     }
-    words.iter().any(|w| {
-        let lower: Vec<String> = w.iter().map(|x| x.to_lowercase()).collect();
-        let gh =
-            lower.first().is_some_and(|t| t == "gh") && lower.iter().any(|x| x.contains(&path));
-        // `pip install astropy`, `pip install astropy==5.0`: the released package of the repo.
-        let package = command_kinds(w).contains(&"package_install")
-            && lower.iter().skip(1).any(|x| {
-                let name = x.split(['=', '<', '>', '[', '~', '!']).next().unwrap_or("");
-                name == repo.as_str() || name.replace('_', "-") == repo.replace('_', "-")
-            });
+    let norm = |x: &str| x.to_lowercase().replace('_', "-");
+    words.iter().any(|words| {
+        let w = crate::policy::command_words(words);
+        let gh = w.first().is_some_and(|t| t == "gh")
+            && w.iter().any(|x| holds_segment(&x.to_lowercase(), &path));
+        // `pip install django==4.2`: the released package of the repository (its arguments
+        // only, not the installer's own name: `python -m pip install six` on pypa/pip is not).
+        let package = package_command(w).is_some_and(|at| {
+            w.iter().skip(at).filter(|x| !x.starts_with('-')).any(|x| {
+                let name = x
+                    .split(['=', '<', '>', '[', '~', '!', ' '])
+                    .next()
+                    .unwrap_or("");
+                norm(name) == norm(repo)
+            })
+        });
         gh || package
     })
 }
@@ -195,6 +254,25 @@ mod tests {
         assert!(kinds("grep -rn curl src/ && cat README.md").is_empty());
         assert!(kinds("git diff && git log -3 && pip list").is_empty());
         assert!(kinds("echo 'pip install x'").is_empty());
+        // Keywords, wrappers, `bash -c` and git's global options do not hide a command.
+        assert_eq!(
+            kinds("for p in six attrs; do pip install $p; done"),
+            ["package_install"]
+        );
+        assert_eq!(kinds("if true; then curl -s x; fi"), ["download"]);
+        assert_eq!(kinds("timeout 5m pip install six"), ["package_install"]);
+        assert_eq!(kinds("nice -n 10 curl x"), ["download"]);
+        assert_eq!(kinds("bash -c 'pip install requests'"), ["package_install"]);
+        assert_eq!(kinds("git -C /testbed fetch origin"), ["git_remote"]);
+        assert_eq!(kinds("git --no-pager pull"), ["git_remote"]);
+        assert_eq!(kinds("git -C /testbed log --oneline"), Vec::<&str>::new());
+        assert_eq!(kinds("gh pr view 11099"), ["download"]);
+        assert_eq!(
+            kinds("npm ci && poetry install"),
+            ["package_install", "package_install"]
+        );
+        assert_eq!(kinds("python setup.py develop"), ["package_install"]);
+        assert!(kinds("npm test && apt list --installed && python setup.py test").is_empty());
     }
 
     #[test]
@@ -216,6 +294,22 @@ mod tests {
         assert!(seek("gh pr list -R django/django --search ticket"));
         assert!(seek("pip install --upgrade django==4.2"));
         assert!(!seek("pip install pytest"));
+        // The repository's own name, not one that starts with it.
+        assert!(!seek(
+            "git clone https://github.com/django/djangoproject.com"
+        ));
+        assert!(!seek(
+            "curl https://github.com/django/django-contrib-comments/raw/master/x"
+        ));
+        assert!(!seek("gh repo view django/django-filter"));
+        assert!(seek(
+            "git clone https://github.com/django/django.git /tmp/dj"
+        ));
+        // The installer's own name is no package argument (a task of pypa/pip).
+        let pip = upstream_repo("pypa__pip-12345").unwrap();
+        let seek_pip = |c: &str| seeks(c, &simple_commands(c), &pip);
+        assert!(!seek_pip("python -m pip install six"));
+        assert!(seek_pip("python -m pip install pip==24.0"));
         assert!(!seek("python -c 'import django; print(django.VERSION)'"));
     }
 }
