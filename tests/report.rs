@@ -1292,3 +1292,54 @@ fn network_audit_by_hand() {
         "{md}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rank agreement
+
+#[test]
+fn rank_agreement_by_hand() {
+    // Four tasks, one run each. Under swe: m1 resolves 3, m2 2, m3 1 (ranks 1, 2, 3); under oh:
+    // m1 2, m2 3, m3 1 (ranks 2, 1, 3). ρ = 1 − 6·(1 + 1 + 0)/(3·(9 − 1)) = 0.5; pairs
+    // (m1, m2) discordant, (m1, m3) and (m2, m3) concordant: τ = (2 − 1)/3.
+    let solved = [
+        ("m1@swe", 3),
+        ("m2@swe", 2),
+        ("m3@swe", 1),
+        ("m1@oh", 2),
+        ("m2@oh", 3),
+        ("m3@oh", 1),
+    ];
+    let mut trajs = Vec::new();
+    let mut entries = Vec::new();
+    for (label, c) in solved {
+        for (i, task) in ["a", "b", "c", "d"].iter().enumerate() {
+            trajs.push(traj(label, task, Some(0), i as u64, vec![edit()]));
+            entries.push(entry(Some(label), task, Some(0), i < c));
+        }
+    }
+    // A label outside the convention takes no part.
+    trajs.push(traj("baseline", "a", Some(0), 9, vec![edit()]));
+    let report = Report::build(&trajs, Some(&Results::from_entries(entries)), &[1]);
+    assert_eq!(report.rank_agreement.len(), 1);
+    let r = &report.rank_agreement[0];
+    assert_eq!(r.groups, ("oh".to_string(), "swe".to_string()));
+    let ranks: Vec<(&str, f64, f64)> = r
+        .models
+        .iter()
+        .map(|m| (m.model.as_str(), m.a.0, m.b.0))
+        .collect();
+    assert_eq!(
+        ranks,
+        [("m1", 2.0, 1.0), ("m2", 1.0, 2.0), ("m3", 3.0, 3.0)]
+    );
+    assert!((r.spearman.unwrap() - 0.5).abs() < 1e-12);
+    assert!((r.kendall.unwrap() - 1.0 / 3.0).abs() < 1e-12);
+    let i = r.spearman_interval.unwrap();
+    assert!(
+        i.lo <= 0.5 && 0.5 <= i.hi && i.lo >= -1.0 && i.hi <= 1.0,
+        "{i:?}"
+    );
+    let md = render(&report, ReportFormat::Md);
+    assert!(md.contains("## Rank agreement: oh against swe"), "{md}");
+    assert!(md.contains("| m1 | 2 | 50.0 | 1 | 75.0 | -1 |"), "{md}");
+}

@@ -15,6 +15,7 @@ pub mod output;
 pub mod pair;
 pub mod plots;
 pub mod protocol;
+pub mod ranks;
 pub mod results;
 mod rows;
 mod shell;

@@ -30,6 +30,55 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
+/// Rank agreement between the groups of `model@group` labels (docs/report.md "Rank
+/// agreement").
+fn rank_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
+    let coefficient = |v: Option<f64>, i: Option<super::uncertainty::Interval>| match (v, i) {
+        (Some(v), Some(i)) => format!("{v:.2} ({:.2} – {:.2})", i.lo, i.hi),
+        (Some(v), None) => format!("{v:.2}"),
+        _ => "–".to_string(),
+    };
+    for r in &report.rank_agreement {
+        let (ga, gb) = &r.groups;
+        writeln!(
+            out,
+            "\n## Rank agreement: {} against {}\n\nModels ranked by Pass@1 in each group (1 = \
+             best, ties share the mean rank); Spearman ρ {}, Kendall τ-b {} over {} models \
+             (95 % intervals from bootstrap draws of the tasks).\n",
+            cell(ga),
+            cell(gb),
+            coefficient(r.spearman, r.spearman_interval),
+            coefficient(r.kendall, r.kendall_interval),
+            r.models.len()
+        )?;
+        table_head(
+            out,
+            &[
+                "model".to_string(),
+                format!("rank @{}", cell(ga)),
+                format!("Pass@1 @{}", cell(ga)),
+                format!("rank @{}", cell(gb)),
+                format!("Pass@1 @{}", cell(gb)),
+                "moves".to_string(),
+            ],
+        )?;
+        for m in &r.models {
+            table_row(
+                out,
+                &[
+                    cell(&m.model),
+                    format!("{}", m.a.0),
+                    format!("{:.1}", m.a.1 * 100.0),
+                    format!("{}", m.b.0),
+                    format!("{:.1}", m.b.1 * 100.0),
+                    format!("{:+}", m.b.0 - m.a.0),
+                ],
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// The network audit: per label the trajectories that attempted external access or sought the
 /// task's upstream repository, the paper's worst-case Pass@1 bound, then the flagged
 /// trajectories (docs/report.md "Network audit").
@@ -364,6 +413,7 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         stability_table(out, report)?;
     }
     uncertainty_tables(out, report)?;
+    rank_tables(out, report)?;
     network_tables(out, report)?;
 
     writeln!(
@@ -613,6 +663,7 @@ pub fn to_json(report: &Report) -> Value {
             "level": super::uncertainty::LEVEL,
         },
         "changes": report.changes,
+        "rank_agreement": report.rank_agreement,
         "labels": labels,
         "trajectories": trajectories,
         "pair": report.pair,

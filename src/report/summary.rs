@@ -9,6 +9,7 @@ use super::metrics::{intersection, mean_pass_at_k, stability, Intersection, Stab
 use super::network::{self, NetworkFlags};
 use super::pair::PairReport;
 use super::protocol::{differences, LabelProtocol};
+use super::ranks::{agreements, RankAgreement};
 use super::results::{Outcome, Results};
 use super::uncertainty::{estimate, metric_parts, paired, Change, Estimate, Parts};
 use super::Trajectory;
@@ -208,6 +209,9 @@ pub struct Report {
     /// Each metric's change from each label to the next in the report's order, with a paired
     /// bootstrap interval and p-value ([`super::uncertainty`]); empty without results.
     pub changes: Vec<Change>,
+    /// Rankings by Pass@1 of `model@group` labels compared between groups
+    /// ([`super::ranks`]); empty without results or such labels.
+    pub rank_agreement: Vec<RankAgreement>,
     /// What the protocols of different labels differ in (one line each); empty when they
     /// match or there is one label.
     pub protocol_differences: Vec<String>,
@@ -341,8 +345,17 @@ impl Report {
             }
         }
         let changes = consecutive_changes(&labels);
+        let pass1: Vec<(&str, &Parts)> = labels
+            .iter()
+            .filter_map(|l| {
+                let (_, p) = l.parts.iter().find(|(m, _)| m == "pass@1")?;
+                Some((l.label.as_str(), p))
+            })
+            .collect();
+        let rank_agreement = agreements(&pass1);
         let mut report = Report {
             changes,
+            rank_agreement,
             ks,
             has_results: results.is_some(),
             task_set,

@@ -105,7 +105,8 @@ pub fn value(parts: &[(f64, f64)]) -> f64 {
     ratio(n, d).unwrap_or(0.0)
 }
 
-fn rng(names: &[&str]) -> ChaCha8Rng {
+/// The seeded generator of the draws for `names` (see the module docs).
+pub fn rng_for(names: &[&str]) -> ChaCha8Rng {
     let digest = crate::util::sha256_hex(names.join("\u{1f}").as_bytes());
     let mixed = u64::from_str_radix(&digest[..16], 16).unwrap_or(0);
     ChaCha8Rng::seed_from_u64(SEED ^ mixed)
@@ -113,7 +114,7 @@ fn rng(names: &[&str]) -> ChaCha8Rng {
 
 /// The percentile interval of the draws (ranks in the module docs, over the draws that have a
 /// value); `None` without any.
-fn percentile(mut draws: Vec<f64>) -> Option<Interval> {
+pub fn percentile_of(mut draws: Vec<f64>) -> Option<Interval> {
     if draws.is_empty() {
         return None;
     }
@@ -133,7 +134,7 @@ pub fn estimate(parts: &[(f64, f64)], names: &[&str]) -> Option<(f64, Interval)>
     if parts.is_empty() {
         return None;
     }
-    let mut rng = rng(names);
+    let mut rng = rng_for(names);
     let n = parts.len();
     let draws = (0..RESAMPLES)
         .filter_map(|_| {
@@ -146,7 +147,7 @@ pub fn estimate(parts: &[(f64, f64)], names: &[&str]) -> Option<(f64, Interval)>
             ratio(num, den)
         })
         .collect();
-    Some((value(parts), percentile(draws)?))
+    Some((value(parts), percentile_of(draws)?))
 }
 
 /// The change from `a` to `b` (parts aligned by task): `(Δ, interval, p-value)`; `None`
@@ -155,7 +156,7 @@ pub fn paired(a: &[(f64, f64)], b: &[(f64, f64)], names: &[&str]) -> Option<(f64
     if a.is_empty() || a.len() != b.len() {
         return None;
     }
-    let mut rng = rng(names);
+    let mut rng = rng_for(names);
     let n = a.len();
     let delta = value(b) - value(a);
     let draws = (0..RESAMPLES)
@@ -171,7 +172,7 @@ pub fn paired(a: &[(f64, f64)], b: &[(f64, f64)], names: &[&str]) -> Option<(f64
             Some(ratio(bn, bd)? - ratio(an, ad)?)
         })
         .collect();
-    let interval = percentile(draws)?;
+    let interval = percentile_of(draws)?;
     // Sign-flip: under "no difference" the labels of each task's pair are exchangeable.
     let flips: Vec<f64> = (0..RESAMPLES)
         .filter_map(|_| {
@@ -212,7 +213,7 @@ mod tests {
     #[test]
     fn percentile_ranks_follow_the_docs() {
         let draws: Vec<f64> = (0..2000).map(f64::from).rev().collect();
-        let i = percentile(draws).unwrap();
+        let i = percentile_of(draws).unwrap();
         assert_eq!((i.lo, i.hi), (50.0, 1949.0));
     }
 
