@@ -1343,3 +1343,80 @@ fn rank_agreement_by_hand() {
     assert!(md.contains("## Rank agreement: oh against swe"), "{md}");
     assert!(md.contains("| m1 | 2 | 50.0 | 1 | 75.0 | -1 |"), "{md}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// A reference benchmark beside ASAP
+
+#[test]
+fn a_reference_benchmark_stands_beside_pass_at_1() {
+    // Three stages of one task set: ASAP's Pass@1 0.25 → 0.5 → 0.75 while the benchmark reads
+    // 61.0 → 61.5 → (not given).
+    let mut trajs = Vec::new();
+    let mut entries = Vec::new();
+    for (label, c) in [("stage1", 1), ("stage2", 2), ("stage3", 3)] {
+        for (i, task) in ["a", "b", "c", "d"].iter().enumerate() {
+            trajs.push(traj(label, task, Some(0), i as u64, vec![edit()]));
+            entries.push(entry(Some(label), task, Some(0), i < c));
+        }
+    }
+    let mut report = Report::build(&trajs, Some(&Results::from_entries(entries)), &[1]);
+    let unknown = report.with_reference(
+        "mmlu.csv",
+        &[
+            ("stage1".into(), 61.0),
+            ("stage2".into(), 61.5),
+            ("stage9".into(), 70.0),
+        ],
+    );
+    assert_eq!(unknown, ["stage9"]);
+    let rows = &report.reference.as_ref().unwrap().rows;
+    let view: Vec<(&str, Option<f64>, Option<f64>)> = rows
+        .iter()
+        .map(|r| (r.label.as_str(), r.score, r.score_change))
+        .collect();
+    assert_eq!(
+        view,
+        [
+            ("stage1", Some(61.0), None),
+            ("stage2", Some(61.5), Some(0.5)),
+            ("stage3", None, None)
+        ]
+    );
+    let change = rows[1].pass1_change.as_ref().unwrap();
+    assert!((change.delta - 0.25).abs() < 1e-12, "{change:?}");
+    assert!(rows[0].pass1_change.is_none());
+    let md = render(&report, ReportFormat::Md);
+    assert!(
+        md.contains("| stage2 | 61.50 | +0.50 | 50.0 | +25.0 ("),
+        "{md}"
+    );
+
+    // Through the CLI, over recorded traces: a header is skipped, a malformed line is exit 2.
+    let traces = crate::util::fixture_path("traces/v1");
+    let dir = tempfile::tempdir().unwrap();
+    let good = write_file(
+        dir.path(),
+        "good.csv",
+        "label,score\n# a comment\nnobody,1.5\n",
+    );
+    let out = run(&[&"report", &traces, &"--reference", &good]);
+    assert!(out.success(), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("## Against a reference benchmark"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("--reference names \"nobody\""),
+        "{}",
+        out.stderr
+    );
+    let bad = write_file(dir.path(), "bad.csv", "label,score\nstage1,sixty\n");
+    let out = run(&[&"report", &traces, &"--reference", &bad]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--reference") && out.stderr.contains("line 2"),
+        "{}",
+        out.stderr
+    );
+}

@@ -93,4 +93,9 @@ pub struct ReportArgs {
     /// error (exit 2).
     #[arg(long, value_delimiter = ',', value_name = "LABEL,...")]
     pub order: Vec<String>,
+    /// A conventional benchmark's score per label (`label,score` lines; a header line and `#`
+    /// comments skipped), shown beside ASAP's Pass@1 and both changes from label to label:
+    /// where a benchmark flattens, does ASAP still move? Unreadable or malformed: exit 2.
+    #[arg(long, value_name = "FILE")]
+    pub reference: Option<PathBuf>,
 }

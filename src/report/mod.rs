@@ -199,6 +199,14 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
         order: args.order.clone(),
     };
     let mut report = Report::build_with(&trajectories, results.as_ref(), &options);
+    if let Some(path) = &args.reference {
+        let scores = read_reference(path)?;
+        for unknown in report.with_reference(&path.display().to_string(), &scores) {
+            report.warnings.push(format!(
+                "--reference names {unknown:?}, which no trajectory has: not shown"
+            ));
+        }
+    }
     if let Some(pair) = &args.pair {
         if let [a, b] = pair.as_slice() {
             let compared = compare(&report, a, b).map_err(CliError::Usage)?;
@@ -273,6 +281,42 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
 /// after an id) and a UTF-8 byte-order mark skipped.
 ///
 /// Errors: the file cannot be read, holds no id, or a line holds more than one word (exit 2).
+/// `--reference FILE`: `label,score` lines (comma or tab; `#` comments, blank lines and a
+/// first line whose score is no number, the header, skipped).
+fn read_reference(path: &std::path::Path) -> Result<Vec<(String, f64)>, CliError> {
+    let text = std::fs::read_to_string(path).map_err(CliError::unreadable(format!(
+        "reading --reference {}",
+        path.display()
+    )))?;
+    let mut rows = Vec::new();
+    for (i, line) in text.trim_start_matches('\u{feff}').lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bad = || {
+            CliError::Usage(format!(
+                "--reference {} line {}: {line:?} is not `label,score`",
+                path.display(),
+                i + 1
+            ))
+        };
+        let (label, score) = line.split_once([',', '\t']).ok_or_else(bad)?;
+        match score.trim().parse::<f64>() {
+            Ok(score) if score.is_finite() => rows.push((label.trim().to_string(), score)),
+            _ if rows.is_empty() && i == 0 => {} // the header
+            _ => return Err(bad()),
+        }
+    }
+    if rows.is_empty() {
+        return Err(CliError::Usage(format!(
+            "--reference {}: no `label,score` line",
+            path.display()
+        )));
+    }
+    Ok(rows)
+}
+
 fn read_task_set(path: &std::path::Path) -> Result<Vec<String>, CliError> {
     let text = std::fs::read_to_string(path).map_err(CliError::unreadable(format!(
         "reading --tasks {}",

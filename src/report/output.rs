@@ -30,6 +30,55 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
+/// `--reference`: the benchmark's score and ASAP's Pass@1 per label, each with its change from
+/// the label before (docs/report.md "Against a reference benchmark").
+fn reference_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
+    let Some(r) = &report.reference else {
+        return Ok(());
+    };
+    writeln!(
+        out,
+        "\n## Against a reference benchmark\n\n`{}`: its score (its own unit) and ASAP's \
+         Pass@1 (%), each with its change from the label before; Pass@1's change with its 95 % \
+         interval and p (\"Uncertainty\").\n",
+        cell(&r.file)
+    )?;
+    table_head(
+        out,
+        &["label", "reference", "change", "Pass@1", "change (points)"].map(String::from),
+    )?;
+    let num = |v: Option<f64>, signed: bool| match v {
+        Some(v) if signed => format!("{v:+.2}"),
+        Some(v) => format!("{v:.2}"),
+        None => "–".to_string(),
+    };
+    for row in &r.rows {
+        let change = row.pass1_change.as_ref().map_or_else(
+            || "–".to_string(),
+            |c| {
+                format!(
+                    "{:+.1} ({:+.1} – {:+.1}, p {:.3})",
+                    c.delta * 100.0,
+                    c.interval.lo * 100.0,
+                    c.interval.hi * 100.0,
+                    c.p_value
+                )
+            },
+        );
+        table_row(
+            out,
+            &[
+                cell(&row.label),
+                num(row.score, false),
+                num(row.score_change, true),
+                percent(row.pass1),
+                change,
+            ],
+        )?;
+    }
+    Ok(())
+}
+
 /// Rank agreement between the groups of `model@group` labels (docs/report.md "Rank
 /// agreement").
 fn rank_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
@@ -414,6 +463,7 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     }
     uncertainty_tables(out, report)?;
     rank_tables(out, report)?;
+    reference_table(out, report)?;
     network_tables(out, report)?;
 
     writeln!(
@@ -664,6 +714,7 @@ pub fn to_json(report: &Report) -> Value {
         },
         "changes": report.changes,
         "rank_agreement": report.rank_agreement,
+        "reference": report.reference,
         "labels": labels,
         "trajectories": trajectories,
         "pair": report.pair,

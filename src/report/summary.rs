@@ -132,6 +132,61 @@ pub struct NetworkSummary {
     pub pass1_bound_gold: Option<f64>,
 }
 
+/// `--reference`: a conventional benchmark's scores beside ASAP's Pass@1, label by label in
+/// the report's order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReferenceTable {
+    pub file: String,
+    pub rows: Vec<ReferenceRow>,
+}
+
+/// One label of [`ReferenceTable`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReferenceRow {
+    pub label: String,
+    /// The benchmark's score, in its own unit; `None`: not in the file.
+    pub score: Option<f64>,
+    /// The score minus the previous label's (both known).
+    pub score_change: Option<f64>,
+    /// ASAP's Pass@1 (a fraction); `None` without it.
+    pub pass1: Option<f64>,
+    /// Pass@1's change from the previous label, with its interval and p-value.
+    pub pass1_change: Option<Change>,
+}
+
+impl Report {
+    /// Puts a benchmark's `(label, score)` rows beside the labels; returns the file's labels
+    /// that no trajectory has (for a warning).
+    pub fn with_reference(&mut self, file: &str, scores: &[(String, f64)]) -> Vec<String> {
+        let score = |l: &str| scores.iter().find(|(x, _)| x == l).map(|(_, s)| *s);
+        let mut rows: Vec<ReferenceRow> = Vec::new();
+        for (i, l) in self.labels.iter().enumerate() {
+            let previous = i.checked_sub(1).map(|p| &self.labels[p]);
+            rows.push(ReferenceRow {
+                label: l.label.clone(),
+                score: score(&l.label),
+                score_change: previous.and_then(|p| Some(score(&l.label)? - score(&p.label)?)),
+                pass1: l.pass_at_k.get(&1).copied(),
+                pass1_change: previous.and_then(|p| {
+                    self.changes
+                        .iter()
+                        .find(|c| c.from == p.label && c.to == l.label && c.metric == "pass@1")
+                        .cloned()
+                }),
+            });
+        }
+        self.reference = Some(ReferenceTable {
+            file: file.to_string(),
+            rows,
+        });
+        scores
+            .iter()
+            .filter(|(l, _)| !self.labels.iter().any(|x| &x.label == l))
+            .map(|(l, _)| l.clone())
+            .collect()
+    }
+}
+
 /// What the report is asked for besides the traces and results.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Options {
@@ -212,6 +267,8 @@ pub struct Report {
     /// Rankings by Pass@1 of `model@group` labels compared between groups
     /// ([`super::ranks`]); empty without results or such labels.
     pub rank_agreement: Vec<RankAgreement>,
+    /// A conventional benchmark beside ASAP (`--reference`), when given.
+    pub reference: Option<ReferenceTable>,
     /// What the protocols of different labels differ in (one line each); empty when they
     /// match or there is one label.
     pub protocol_differences: Vec<String>,
@@ -356,6 +413,7 @@ impl Report {
         let mut report = Report {
             changes,
             rank_agreement,
+            reference: None,
             ks,
             has_results: results.is_some(),
             task_set,
