@@ -1419,4 +1419,27 @@ fn a_reference_benchmark_stands_beside_pass_at_1() {
         "{}",
         out.stderr
     );
+    // A first line with a number is data, never taken for the header: a bad one is an error.
+    for (name, text) in [
+        ("first.csv", "stage1,40.5x\nstage2,3\n"),
+        ("extra.csv", "stage1,40.5,extra\nstage2,3\n"),
+        ("twice.csv", "stage1,40.5\nstage1,10\n"),
+    ] {
+        let file = write_file(dir.path(), name, text);
+        let out = run(&[&"report", &traces, &"--reference", &file]);
+        assert_eq!(out.code, Some(2), "{name}: {}", out.stderr);
+    }
+    // A header after a comment, a percent sign, a quoted label.
+    let ok = write_file(
+        dir.path(),
+        "ok.csv",
+        "# leaderboard\nlabel,score\n\"nobody\",61.2%\n",
+    );
+    let out = run(&[&"report", &traces, &"--reference", &ok]);
+    assert!(out.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--reference names \"nobody\""),
+        "{}",
+        out.stderr
+    );
 }

@@ -281,32 +281,54 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
 /// after an id) and a UTF-8 byte-order mark skipped.
 ///
 /// Errors: the file cannot be read, holds no id, or a line holds more than one word (exit 2).
-/// `--reference FILE`: `label,score` lines (comma or tab; `#` comments, blank lines and a
-/// first line whose score is no number, the header, skipped).
+/// `--reference FILE`: `label,score` lines (comma or tab; `#` comments and blank lines
+/// skipped; the first other line is a header when its score field holds no digit; a score may
+/// end in `%`; a label may be in double quotes). Errors (exit 2): a malformed line, a label
+/// given twice, no score at all.
 fn read_reference(path: &std::path::Path) -> Result<Vec<(String, f64)>, CliError> {
     let text = std::fs::read_to_string(path).map_err(CliError::unreadable(format!(
         "reading --reference {}",
         path.display()
     )))?;
-    let mut rows = Vec::new();
+    let mut rows: Vec<(String, f64)> = Vec::new();
+    let mut first = true;
     for (i, line) in text.trim_start_matches('\u{feff}').lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default().trim();
         if line.is_empty() {
             continue;
         }
-        let bad = || {
+        let is_first = std::mem::replace(&mut first, false);
+        let bad = |why: &str| {
             CliError::Usage(format!(
-                "--reference {} line {}: {line:?} is not `label,score`",
+                "--reference {} line {}: {line:?} {why}",
                 path.display(),
                 i + 1
             ))
         };
-        let (label, score) = line.split_once([',', '\t']).ok_or_else(bad)?;
-        match score.trim().parse::<f64>() {
-            Ok(score) if score.is_finite() => rows.push((label.trim().to_string(), score)),
-            _ if rows.is_empty() && i == 0 => {} // the header
-            _ => return Err(bad()),
+        let (label, score) = line
+            .split_once([',', '\t'])
+            .ok_or_else(|| bad("is not `label,score`"))?;
+        let score = score.trim();
+        if is_first && !score.contains(|c: char| c.is_ascii_digit()) {
+            continue; // the header
         }
+        let value = score
+            .strip_suffix('%')
+            .unwrap_or(score)
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| bad("is not `label,score` with a finite number as the score"))?;
+        let label = label.trim();
+        let label = label
+            .strip_prefix('"')
+            .and_then(|l| l.strip_suffix('"'))
+            .unwrap_or(label);
+        if rows.iter().any(|(l, _)| l == label) {
+            return Err(bad("gives a label a second score"));
+        }
+        rows.push((label.to_string(), value));
     }
     if rows.is_empty() {
         return Err(CliError::Usage(format!(

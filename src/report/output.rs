@@ -30,6 +30,15 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
+/// An interval in % (or signed points): `lo – hi`.
+fn span(i: super::uncertainty::Interval, signed: bool) -> String {
+    if signed {
+        format!("{:+.1} – {:+.1}", i.lo * 100.0, i.hi * 100.0)
+    } else {
+        format!("{:.1} – {:.1}", i.lo * 100.0, i.hi * 100.0)
+    }
+}
+
 /// `--reference`: the benchmark's score and ASAP's Pass@1 per label, each with its change from
 /// the label before (docs/report.md "Against a reference benchmark").
 fn reference_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
@@ -57,10 +66,9 @@ fn reference_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> 
             || "–".to_string(),
             |c| {
                 format!(
-                    "{:+.1} ({:+.1} – {:+.1}, p {:.3})",
+                    "{:+.1} ({}, p {:.3})",
                     c.delta * 100.0,
-                    c.interval.lo * 100.0,
-                    c.interval.hi * 100.0,
+                    span(c.interval, true),
                     c.p_value
                 )
             },
@@ -246,11 +254,7 @@ fn uncertainty_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<(
                     cell(&l.label),
                     e.metric.clone(),
                     format!("{:.1}", e.value * 100.0),
-                    format!(
-                        "{:.1} – {:.1}",
-                        e.interval.lo * 100.0,
-                        e.interval.hi * 100.0
-                    ),
+                    span(e.interval, false),
                 ],
             )?;
         }
@@ -276,11 +280,7 @@ fn uncertainty_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<(
                 cell(&c.to),
                 c.metric.clone(),
                 format!("{:+.1}", c.delta * 100.0),
-                format!(
-                    "{:+.1} – {:+.1}",
-                    c.interval.lo * 100.0,
-                    c.interval.hi * 100.0
-                ),
+                span(c.interval, true),
                 format!("{:.3}", c.p_value),
                 c.tasks.to_string(),
             ],
