@@ -955,9 +955,9 @@ def report_stage(trees: list[Path], runs: int | None) -> int:
     base = [proxy_bin(), "report", *map(str, logs)]
     if results:
         base += ["--results", *results]
-    n = runs or max(len(list(p.parent.glob("run-*"))) for p in logs)
-    ks = sorted({1, n} if n > 1 else {1})
-    base += ["--k", ",".join(map(str, ks))]
+    # Pass@k for every k up to the runs (report's default: every k to each label's fewest runs).
+    if runs:
+        base += ["--k", ",".join(map(str, range(1, runs + 1)))]
     status = 0
     for fmt, name in (("md", "report.md"), ("json", "report.json")):
         r = subprocess.run(base + ["--format", fmt], capture_output=True, text=True)
@@ -1203,7 +1203,7 @@ def main(argv: list[str] | None = None) -> int:
     o = sub.add_parser("report", help="only the report of one or more results trees")
     o.add_argument("--out", required=True, action="append",
                    help="a results tree (repeatable: the shards of one evaluation)")
-    o.add_argument("--runs", type=int, help="runs per instance: Pass@k for k = 1 and this (default: the most run-<i> folders of a label)")
+    o.add_argument("--runs", type=int, help="runs per instance: Pass@k for k = 1 to this (default: every k to the fewest runs of a task)")
 
     args = parser.parse_args(argv)
     if getattr(args, "runs", None) is not None and args.runs < 1:

@@ -1443,3 +1443,78 @@ fn a_reference_benchmark_stands_beside_pass_at_1() {
         out.stderr
     );
 }
+
+#[test]
+fn every_k_by_default_and_intervals_for_the_median_and_the_endings() {
+    // Tasks x and y, three runs each. First edit after 1 and 0 accepted actions in x (its third
+    // run never edits), after 2 in y (its others never edit): pooled [1, 0, 2], median 1. A
+    // draw of two tasks is xx ([1, 0, 1, 0]: 0.5), xy or yx ([1, 0, 2]: 1) or yy ([2, 2]: 2),
+    // each about 500 of 2000 times, so the draws at ranks 50 and 1949 are 0.5 and 2.
+    let trajs = vec![
+        traj(
+            "m",
+            "x",
+            Some(0),
+            0,
+            vec![shell("ls", ""), edit(), submit()],
+        ),
+        traj("m", "x", Some(1), 0, vec![edit(), submit()]),
+        traj("m", "x", Some(2), 0, vec![shell("ls", "")]),
+        traj(
+            "m",
+            "y",
+            Some(0),
+            0,
+            vec![shell("ls", ""), shell("cat a.py", ""), edit()],
+        ),
+        traj("m", "y", Some(1), 0, vec![shell("ls", "")]),
+        traj("m", "y", Some(2), 0, vec![shell("ls", "")]),
+    ];
+    // x resolved in runs 0 and 1 (c = 2 of 3), y in none.
+    let results = Results::from_entries(vec![
+        entry(Some("m"), "x", Some(0), true),
+        entry(Some("m"), "x", Some(1), true),
+    ]);
+    let options = asap_proxy::report::summary::Options::default();
+    let report = Report::build_with(&trajs, Some(&results), &options);
+    // No --k: every k from 1 to the fewest runs of a task (3), by the unbiased estimator:
+    // x gives 2/3, 1 − C(1,2)/C(3,2) = 1, 1; y gives 0.
+    assert_eq!(report.ks, vec![1, 2, 3]);
+    let m = report.label("m").unwrap();
+    let pass: Vec<f64> = m.pass_at_k.values().copied().collect();
+    assert_eq!(pass.len(), 3);
+    for (got, want) in pass.iter().zip([1.0 / 3.0, 0.5, 0.5]) {
+        assert!((got - want).abs() < 1e-12, "{pass:?}");
+    }
+    let est = |metric: &str| {
+        m.estimates
+            .iter()
+            .find(|e| e.metric == metric)
+            .unwrap_or_else(|| panic!("no {metric} in {:?}", m.estimates))
+            .clone()
+    };
+    assert!(m.estimates.iter().any(|e| e.metric == "pass@3"));
+    let median = est("median_steps_before_first_edit");
+    assert_eq!(median.unit, "steps");
+    assert_eq!(
+        (median.value, median.interval.lo, median.interval.hi),
+        (1.0, 0.5, 2.0)
+    );
+    // Endings are shares of the trajectories: 2 of 6 submitted; a draw of xx gives 2/3, of
+    // yy 0, so the interval spans 0 – 2/3.
+    let submitted = est("ending:submitted");
+    assert_eq!(submitted.unit, "fraction");
+    assert!((submitted.value - 1.0 / 3.0).abs() < 1e-12);
+    assert!(submitted.interval.lo.abs() < 1e-12);
+    assert!((submitted.interval.hi - 2.0 / 3.0).abs() < 1e-12);
+    // The Markdown shows the median in steps, not as a percentage.
+    let md = render(&report, ReportFormat::Md);
+    assert!(
+        md.contains("| m | median_steps_before_first_edit | 1.0 | 0.5 – 2.0 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| m | ending:submitted | 33.3 | 0.0 – 66.7 |"),
+        "{md}"
+    );
+}

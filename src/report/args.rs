@@ -55,8 +55,9 @@ pub struct ReportArgs {
     /// (optional `label`); repeatable.
     #[arg(long, num_args = 1..)]
     pub results: Vec<String>,
-    /// k values for Pass@k (each reported where k ≤ n).
-    #[arg(long, value_delimiter = ',', default_value = "1,3,8")]
+    /// k values for Pass@k (each reported where k ≤ every task's n). Default: every k from 1
+    /// to the label's fewest runs of a task.
+    #[arg(long, value_delimiter = ',', value_name = "K,...")]
     pub k: Vec<usize>,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]

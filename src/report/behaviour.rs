@@ -485,14 +485,12 @@ impl Aggregate {
     /// Median of [`Aggregate::steps_before_first_edit`] (mean of the middle two for an even
     /// count); `None` when no trajectory edits.
     pub fn median_steps_before_first_edit(&self) -> Option<f64> {
-        let mut v = self.steps_before_first_edit.clone();
-        v.sort_unstable();
-        let mid = v.len() / 2;
-        match v.len() {
-            0 => None,
-            len if len % 2 == 1 => Some(v[mid] as f64),
-            _ => Some((v[mid - 1] + v[mid]) as f64 / 2.0),
-        }
+        let mut v: Vec<f64> = self
+            .steps_before_first_edit
+            .iter()
+            .map(|&s| s as f64)
+            .collect();
+        super::uncertainty::median(&mut v)
     }
 
     /// Trajectories that ended with `ending`.

@@ -182,7 +182,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
     csv_row(
         out,
-        &["label", "metric", "value", "lo", "hi"].map(String::from),
+        &["label", "metric", "unit", "value", "lo", "hi"].map(String::from),
     )?;
     for l in &report.labels {
         for e in &l.estimates {
@@ -191,6 +191,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                 &[
                     l.label.clone(),
                     e.metric.clone(),
+                    e.unit.to_string(),
                     e.value.to_string(),
                     e.interval.lo.to_string(),
                     e.interval.hi.to_string(),
@@ -203,7 +204,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         csv_row(
             out,
             &[
-                "from", "to", "metric", "delta", "lo", "hi", "p_value", "tasks",
+                "from", "to", "metric", "unit", "delta", "lo", "hi", "p_value", "tasks",
             ]
             .map(String::from),
         )?;
@@ -214,6 +215,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                     c.from.clone(),
                     c.to.clone(),
                     c.metric.clone(),
+                    c.unit.to_string(),
                     c.delta.to_string(),
                     c.interval.lo.to_string(),
                     c.interval.hi.to_string(),

@@ -39,6 +39,30 @@ fn span(i: super::uncertainty::Interval, signed: bool) -> String {
     }
 }
 
+/// A metric's value in its Markdown unit: % (points when `signed`) for a fraction, as is for
+/// steps.
+fn scaled(v: f64, unit: &str, signed: bool) -> String {
+    let v = if unit == "steps" { v } else { v * 100.0 };
+    if signed {
+        format!("{v:+.1}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// [`span`] in the metric's unit.
+fn span_in(i: super::uncertainty::Interval, unit: &str, signed: bool) -> String {
+    if unit == "steps" {
+        format!(
+            "{} – {}",
+            scaled(i.lo, unit, signed),
+            scaled(i.hi, unit, signed)
+        )
+    } else {
+        span(i, signed)
+    }
+}
+
 /// `--reference`: the benchmark's score and ASAP's Pass@1 per label, each with its change from
 /// the label before (docs/report.md "Against a reference benchmark").
 fn reference_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
@@ -239,7 +263,8 @@ fn uncertainty_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<(
     writeln!(
         out,
         "\n## Uncertainty\n\n{:.0} % intervals from {RESAMPLES} bootstrap draws of the tasks \
-         (a task keeps all its runs); values in %.\n",
+         (a task keeps all its runs); values in % (the median steps before the first edit in \
+         steps).\n",
         LEVEL * 100.0
     )?;
     table_head(
@@ -253,8 +278,8 @@ fn uncertainty_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<(
                 &[
                     cell(&l.label),
                     e.metric.clone(),
-                    format!("{:.1}", e.value * 100.0),
-                    span(e.interval, false),
+                    scaled(e.value, e.unit, false),
+                    span_in(e.interval, e.unit, false),
                 ],
             )?;
         }
@@ -264,7 +289,7 @@ fn uncertainty_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<(
     }
     writeln!(
         out,
-        "\n### Change from each label to the next\n\nIn points; the interval from a paired \
+        "\n### Change from each label to the next\n\nIn points (steps for the median); the interval from a paired \
          bootstrap over the common tasks, p from a paired sign-flip randomization test \
          ({RESAMPLES} draws each).\n"
     )?;
@@ -279,8 +304,8 @@ fn uncertainty_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<(
                 cell(&c.from),
                 cell(&c.to),
                 c.metric.clone(),
-                format!("{:+.1}", c.delta * 100.0),
-                span(c.interval, true),
+                scaled(c.delta, c.unit, true),
+                span_in(c.interval, c.unit, true),
                 format!("{:.3}", c.p_value),
                 c.tasks.to_string(),
             ],

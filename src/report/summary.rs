@@ -4,14 +4,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::behaviour::{Aggregate, Behaviour, Rate};
+use super::behaviour::{Aggregate, Behaviour, Ending, Rate};
 use super::metrics::{intersection, mean_pass_at_k, stability, Intersection, Stability, TaskCount};
 use super::network::{self, NetworkFlags};
 use super::pair::PairReport;
 use super::protocol::{differences, LabelProtocol};
 use super::ranks::{agreements, RankAgreement};
 use super::results::{Outcome, Results};
-use super::uncertainty::{estimate, metric_parts, paired, Change, Estimate, Parts};
+use super::uncertainty::{metric_parts, Change, Estimate, Metric, Parts, MEDIAN_STEPS};
 use super::Trajectory;
 
 /// The run index of every trajectory (parallel to the input).
@@ -107,7 +107,7 @@ pub struct LabelSummary {
     pub estimates: Vec<Estimate>,
     /// The same metrics as per-task parts, in task-set order (for the changes between labels).
     #[serde(skip)]
-    pub parts: Vec<(String, Parts)>,
+    pub parts: Vec<(String, Metric)>,
     /// The network audit over the label's trajectories.
     pub network: NetworkSummary,
     /// Behaviour counts over the label's trajectories.
@@ -190,7 +190,7 @@ impl Report {
 /// What the report is asked for besides the traces and results.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Options {
-    /// The k of Pass@k.
+    /// The k of Pass@k; empty: every k from 1 to each label's fewest runs of a task.
     pub ks: Vec<usize>,
     /// The task set (`--tasks FILE`); `None`: every instance id seen (trajectories and
     /// results, any label).
@@ -244,7 +244,8 @@ pub fn order_labels<T>(labels: &mut [T], name: impl Fn(&T) -> &str, order: &[Str
 /// The whole report: what every output format prints.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
-    /// The requested k values, sorted, without 0 and duplicates.
+    /// The k values of Pass@k, sorted, without 0 and duplicates: the requested ones, else
+    /// every k that some label has (1 to its fewest runs of a task).
     pub ks: Vec<usize>,
     /// Whether `--results` were given (Pass@k, Intersection@n and the patch rates exist).
     pub has_results: bool,
@@ -371,6 +372,13 @@ impl Report {
                 protocol,
             ));
         }
+        if ks.is_empty() {
+            let shown: BTreeSet<usize> = labels
+                .iter()
+                .flat_map(|l| l.pass_at_k.keys().copied())
+                .collect();
+            ks = shown.into_iter().collect();
+        }
         order_labels(&mut labels, |l| l.label.as_str(), &options.order);
         let rank: BTreeMap<&str, usize> = labels
             .iter()
@@ -404,9 +412,9 @@ impl Report {
         let changes = consecutive_changes(&labels);
         let pass1: Vec<(&str, &Parts)> = labels
             .iter()
-            .filter_map(|l| {
-                let (_, p) = l.parts.iter().find(|(m, _)| m == "pass@1")?;
-                Some((l.label.as_str(), p))
+            .filter_map(|l| match l.parts.iter().find(|(m, _)| m == "pass@1")? {
+                (_, Metric::Ratio(p)) => Some((l.label.as_str(), p)),
+                _ => None,
             })
             .collect();
         let rank_agreement = agreements(&pass1);
@@ -578,12 +586,12 @@ fn consecutive_changes(labels: &[LabelSummary]) -> Vec<Change> {
             let Some((_, pb)) = b.parts.iter().find(|(m, _)| m == metric) else {
                 continue;
             };
-            if let Some((delta, interval, p_value)) = paired(pa, pb, &[&a.label, &b.label, metric])
-            {
+            if let Some((delta, interval, p_value)) = pa.paired(pb, &[&a.label, &b.label, metric]) {
                 changes.push(Change {
                     from: a.label.clone(),
                     to: b.label.clone(),
                     metric: metric.clone(),
+                    unit: super::uncertainty::unit_of(metric),
                     delta,
                     interval,
                     p_value,
@@ -663,6 +671,9 @@ fn summarise(
     for t in task_counts.iter_mut().filter(|t| t.n == 0) {
         t.n = most;
     }
+    let fewest = task_counts.iter().map(|t| t.n).min().unwrap_or(0);
+    let every_k: Vec<usize> = (1..=fewest).collect();
+    let ks = if ks.is_empty() { &every_k[..] } else { ks };
     let pass_at_k = if has_results {
         ks.iter()
             .filter_map(|&k| mean_pass_at_k(&task_counts, k).map(|p| (k, p)))
@@ -673,40 +684,79 @@ fn summarise(
     // Every metric as per-task parts, tasks in task-set order: Pass@k and Intersection@n from
     // the results; each behaviour rate the label has a value for, from the task's trajectories
     // (a task without any adds nothing to either sum).
-    let mut parts = if has_results {
+    let mut parts: Vec<(String, Metric)> = if has_results {
         metric_parts(&task_counts, ks)
+            .into_iter()
+            .map(|(m, p)| (m, Metric::Ratio(p)))
+            .collect()
     } else {
         Vec::new()
     };
-    let per_task: Vec<Vec<Rate>> = task_set
+    let per_task: Vec<Aggregate> = task_set
         .iter()
         .map(|id| {
             let mut a = Aggregate::default();
             for row in by_task.get(id.as_str()).copied().unwrap_or_default() {
                 a.add(&row.behaviour, has_results.then_some(row.outcome.as_ref()));
             }
-            a.rates(has_results)
+            a
         })
         .collect();
+    let per_task_rates: Vec<Vec<Rate>> = per_task.iter().map(|a| a.rates(has_results)).collect();
     for (i, rate) in behaviour.rates(has_results).iter().enumerate() {
         if rate.value().is_some() {
             parts.push((
                 rate.key.to_string(),
-                per_task
-                    .iter()
-                    .map(|r| (r[i].count as f64, r[i].total as f64))
-                    .collect(),
+                Metric::Ratio(
+                    per_task_rates
+                        .iter()
+                        .map(|r| (r[i].count as f64, r[i].total as f64))
+                        .collect(),
+                ),
             ));
         }
+    }
+    // How the runs ended: each ending's share of the trajectories, and the median steps
+    // before the first edit over the trajectories that edit (pooled over the tasks drawn).
+    if !rows.is_empty() {
+        for ending in Ending::ALL {
+            parts.push((
+                format!("ending:{}", ending.as_str()),
+                Metric::Ratio(
+                    per_task
+                        .iter()
+                        .map(|a| (a.ending(ending) as f64, a.trajectories as f64))
+                        .collect(),
+                ),
+            ));
+        }
+    }
+    if behaviour.median_steps_before_first_edit().is_some() {
+        parts.push((
+            MEDIAN_STEPS.to_string(),
+            Metric::Median(
+                per_task
+                    .iter()
+                    .map(|a| {
+                        a.steps_before_first_edit
+                            .iter()
+                            .map(|&s| s as f64)
+                            .collect()
+                    })
+                    .collect(),
+            ),
+        ));
     }
     let estimates = parts
         .iter()
         .filter_map(|(metric, p)| {
-            estimate(p, &[&label, metric]).map(|(value, interval)| Estimate {
-                metric: metric.clone(),
-                value,
-                interval,
-            })
+            p.estimate(&[&label, metric])
+                .map(|(value, interval)| Estimate {
+                    metric: metric.clone(),
+                    unit: super::uncertainty::unit_of(metric),
+                    value,
+                    interval,
+                })
         })
         .collect();
     // The paper's worst case: Pass@1 if every flagged run that resolved its task had not.

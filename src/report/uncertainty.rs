@@ -1,6 +1,6 @@
-//! How sure the report's numbers are (issue 21): a 95 % interval for each label's Pass@k and
-//! Intersection@n from a bootstrap over tasks, and for the change between consecutive labels
-//! a paired bootstrap interval and a paired randomization p-value.
+//! How sure the report's numbers are (issue 21): a 95 % interval for each label's metric from a
+//! bootstrap over tasks, and for the change between consecutive labels a paired bootstrap
+//! interval and a paired randomization p-value.
 //!
 //! - **Interval** (percentile bootstrap, Efron & Tibshirani 1993, "An Introduction to the
 //!   Bootstrap", ch. 13): draw the label's tasks with replacement [`RESAMPLES`] times, compute
@@ -11,14 +11,17 @@
 //!   interval as above; the p-value is the paired randomization (sign-flip) test of Fisher and
 //!   Pitman: in each of [`RESAMPLES`] draws each task's A and B values are swapped with
 //!   probability ½, and `p = (1 + #{|Δπ| ≥ |Δ|}) / (B + 1)` (Phipson & Smyth 2010: never 0).
-//! - A draw in which a rate counts nothing (its denominator is 0: only tasks without a
-//!   trajectory of the label were drawn) has no value and is left out; B is then the draws with
-//!   a value.
+//! - A draw in which the metric has no value (a rate's denominator is 0, or a median has no
+//!   value: only tasks without a trajectory of the label were drawn) is left out; B is then the
+//!   draws with a value.
 //!
-//! Every metric here is a ratio of per-task sums, `Σ num / Σ den` ([`Parts`]): Pass@k has the
-//! task's unbiased pass@k over 1, Intersection@n whether `c = n` over 1. Draws come from
-//! ChaCha8 seeded with [`SEED`] mixed with the SHA-256 of the label(s) and metric, so a label's
-//! interval does not move when another label is added, and every machine gets the same draws.
+//! A metric is per-task data and a statistic of a draw ([`TaskStat`], [`Metric`]): a ratio of
+//! per-task sums `Σ num / Σ den` (Pass@k: the task's unbiased pass@k over 1; Intersection@n:
+//! whether `c = n` over 1; a rate: the task's trajectories or turns with the property over
+//! them), or the median of the values of the tasks drawn, pooled (steps before the first edit).
+//! Draws come from ChaCha8 seeded with [`SEED`] mixed with the SHA-256 of the label(s) and
+//! metric, so a label's interval does not move when another label is added, and every machine
+//! gets the same draws.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -45,11 +48,27 @@ pub struct Interval {
 /// A metric as per-task numerators and denominators: its value is `Σ num / Σ den`.
 pub type Parts = Vec<(f64, f64)>;
 
+/// The metric of the median steps before the first edit (the only one not a fraction).
+pub const MEDIAN_STEPS: &str = "median_steps_before_first_edit";
+
+/// What a metric's values count: `fraction` (in `[0, 1]`; every metric but one) or `steps`
+/// ([`MEDIAN_STEPS`]).
+pub fn unit_of(metric: &str) -> &'static str {
+    if metric == MEDIAN_STEPS {
+        "steps"
+    } else {
+        "fraction"
+    }
+}
+
 /// A metric of one label with its interval.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Estimate {
-    /// `pass@1`, `pass@8`, `intersection`.
+    /// `pass@1`, `pass@8`, `intersection`, a behaviour key, `ending:<ending>`, or
+    /// [`MEDIAN_STEPS`].
     pub metric: String,
+    /// [`unit_of`] the metric: `fraction` or `steps`.
+    pub unit: &'static str,
     pub value: f64,
     pub interval: Interval,
 }
@@ -60,6 +79,8 @@ pub struct Change {
     pub from: String,
     pub to: String,
     pub metric: String,
+    /// [`unit_of`] the metric.
+    pub unit: &'static str,
     /// `to − from`, in the metric's unit.
     pub delta: f64,
     pub interval: Interval,
@@ -128,67 +149,158 @@ pub fn percentile_of(mut draws: Vec<f64>) -> Option<Interval> {
     })
 }
 
+/// One task's share of a metric, and how a draw of tasks gives the metric's value.
+pub trait TaskStat {
+    /// The metric over `tasks` (a draw, tasks repeated as drawn); `None` when the draw
+    /// counts nothing.
+    fn stat(tasks: &[&Self]) -> Option<f64>;
+}
+
+/// A ratio of per-task sums: `Σ num / Σ den`.
+impl TaskStat for (f64, f64) {
+    fn stat(tasks: &[&Self]) -> Option<f64> {
+        let (n, d) = tasks
+            .iter()
+            .fold((0.0, 0.0), |(n, d), (a, b)| (n + a, d + b));
+        ratio(n, d)
+    }
+}
+
+/// The median of the values of every task drawn, pooled (a task drawn twice counts its
+/// values twice); the mean of the middle two for an even count.
+impl TaskStat for Vec<f64> {
+    fn stat(tasks: &[&Self]) -> Option<f64> {
+        let mut all: Vec<f64> = tasks.iter().flat_map(|t| t.iter().copied()).collect();
+        median(&mut all)
+    }
+}
+
+/// The median (mean of the middle two for an even count); `None` for no values.
+pub fn median(values: &mut [f64]) -> Option<f64> {
+    let n = values.len();
+    if n == 0 {
+        return None;
+    }
+    let (_, &mut upper, _) = values.select_nth_unstable_by(n / 2, f64::total_cmp);
+    if n % 2 == 1 {
+        return Some(upper);
+    }
+    let lower = values[..n / 2]
+        .iter()
+        .copied()
+        .max_by(f64::total_cmp)
+        .unwrap_or(upper);
+    Some((lower + upper) / 2.0)
+}
+
+/// A metric of a label as per-task data, in task-set order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Metric {
+    /// Pass@k, Intersection@n, a behaviour rate or an ending's share.
+    Ratio(Parts),
+    /// Values per task pooled into a median: steps before the first edit.
+    Median(Vec<Vec<f64>>),
+}
+
+impl Metric {
+    /// The metric over every task once.
+    pub fn value(&self) -> Option<f64> {
+        match self {
+            Metric::Ratio(p) => TaskStat::stat(&p.iter().collect::<Vec<_>>()),
+            Metric::Median(v) => TaskStat::stat(&v.iter().collect::<Vec<_>>()),
+        }
+    }
+
+    /// Tasks.
+    pub fn len(&self) -> usize {
+        match self {
+            Metric::Ratio(p) => p.len(),
+            Metric::Median(v) => v.len(),
+        }
+    }
+
+    /// No tasks.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// [`estimate`] of either kind.
+    pub fn estimate(&self, names: &[&str]) -> Option<(f64, Interval)> {
+        match self {
+            Metric::Ratio(p) => estimate(p, names),
+            Metric::Median(v) => estimate(v, names),
+        }
+    }
+
+    /// [`paired`] of two metrics of the same kind; `None` for different kinds.
+    pub fn paired(&self, other: &Metric, names: &[&str]) -> Option<(f64, Interval, f64)> {
+        match (self, other) {
+            (Metric::Ratio(a), Metric::Ratio(b)) => paired(a, b, names),
+            (Metric::Median(a), Metric::Median(b)) => paired(a, b, names),
+            _ => None,
+        }
+    }
+}
+
 /// The metric's value and bootstrap interval over tasks; `names` seed the draws (label,
-/// metric). `None` without tasks.
-pub fn estimate(parts: &[(f64, f64)], names: &[&str]) -> Option<(f64, Interval)> {
+/// metric). `None` without tasks, or when the metric has no value over all of them.
+pub fn estimate<T: TaskStat>(parts: &[T], names: &[&str]) -> Option<(f64, Interval)> {
     if parts.is_empty() {
         return None;
     }
+    let value = T::stat(&parts.iter().collect::<Vec<_>>())?;
     let mut rng = rng_for(names);
     let n = parts.len();
+    let mut draw: Vec<&T> = Vec::with_capacity(n);
     let draws = (0..RESAMPLES)
         .filter_map(|_| {
-            let (mut num, mut den) = (0.0, 0.0);
-            for _ in 0..n {
-                let (a, b) = parts[rng.random_range(0..n)];
-                num += a;
-                den += b;
-            }
-            ratio(num, den)
+            draw.clear();
+            draw.extend((0..n).map(|_| &parts[rng.random_range(0..n)]));
+            T::stat(&draw)
         })
         .collect();
-    Some((value(parts), percentile_of(draws)?))
+    Some((value, percentile_of(draws)?))
 }
 
-/// The change from `a` to `b` (parts aligned by task): `(Δ, interval, p-value)`; `None`
-/// without tasks or when the two are not aligned.
-pub fn paired(a: &[(f64, f64)], b: &[(f64, f64)], names: &[&str]) -> Option<(f64, Interval, f64)> {
+/// The change from `a` to `b` (per-task data aligned by task): `(Δ, interval, p-value)`;
+/// `None` without tasks, when the two are not aligned, or when either has no value.
+pub fn paired<T: TaskStat>(a: &[T], b: &[T], names: &[&str]) -> Option<(f64, Interval, f64)> {
     if a.is_empty() || a.len() != b.len() {
         return None;
     }
+    let all = |x: &[T]| T::stat(&x.iter().collect::<Vec<_>>());
+    let delta = all(b)? - all(a)?;
     let mut rng = rng_for(names);
     let n = a.len();
-    let delta = value(b) - value(a);
+    let (mut da, mut db): (Vec<&T>, Vec<&T>) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let draws = (0..RESAMPLES)
         .filter_map(|_| {
-            let (mut an, mut ad, mut bn, mut bd) = (0.0, 0.0, 0.0, 0.0);
+            da.clear();
+            db.clear();
             for _ in 0..n {
                 let i = rng.random_range(0..n);
-                an += a[i].0;
-                ad += a[i].1;
-                bn += b[i].0;
-                bd += b[i].1;
+                da.push(&a[i]);
+                db.push(&b[i]);
             }
-            Some(ratio(bn, bd)? - ratio(an, ad)?)
+            Some(T::stat(&db)? - T::stat(&da)?)
         })
         .collect();
     let interval = percentile_of(draws)?;
     // Sign-flip: under "no difference" the labels of each task's pair are exchangeable.
     let flips: Vec<f64> = (0..RESAMPLES)
         .filter_map(|_| {
-            let (mut an, mut ad, mut bn, mut bd) = (0.0, 0.0, 0.0, 0.0);
+            da.clear();
+            db.clear();
             for i in 0..n {
                 let (x, y) = if rng.random_bool(0.5) {
-                    (b[i], a[i])
+                    (&b[i], &a[i])
                 } else {
-                    (a[i], b[i])
+                    (&a[i], &b[i])
                 };
-                an += x.0;
-                ad += x.1;
-                bn += y.0;
-                bd += y.1;
+                da.push(x);
+                db.push(y);
             }
-            Some(ratio(bn, bd)? - ratio(an, ad)?)
+            Some(T::stat(&db)? - T::stat(&da)?)
         })
         .collect();
     let at_least = flips
@@ -232,5 +344,27 @@ mod tests {
         assert!(p < 0.001, "{p}");
         // Draws are seeded by the names: the same inputs give the same numbers.
         assert_eq!(paired(&a, &b, &["a", "b", "m"]).unwrap().2, p);
+    }
+
+    #[test]
+    fn medians_pool_the_values_of_the_tasks_drawn() {
+        assert_eq!(median(&mut [9.0, 2.0, 5.0]), Some(5.0));
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&mut []), None);
+        // Task x has steps 1 and 3, task y none (no trajectory edits): a draw of only y has
+        // no median and is left out, so every interval bound is one of x's medians (2).
+        let m = Metric::Median(vec![vec![1.0, 3.0], vec![]]);
+        assert_eq!(m.value(), Some(2.0));
+        let (v, i) = m.estimate(&["a", "median"]).unwrap();
+        assert_eq!((v, i.lo, i.hi), (2.0, 2.0, 2.0));
+        // One task per label, so every draw and every flip is that task: Δ = 6 − 2, and both
+        // signs occur among the flips, so p is about 1.
+        let later = Metric::Median(vec![vec![6.0], vec![]]);
+        let (d, i, p) = m.paired(&later, &["a", "b", "median"]).unwrap();
+        assert_eq!((d, i.lo, i.hi), (4.0, 4.0, 4.0));
+        assert!(p > 0.9, "{p}");
+        assert!(m
+            .paired(&Metric::Ratio(vec![(1.0, 1.0); 2]), &["x"])
+            .is_none());
     }
 }
