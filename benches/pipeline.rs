@@ -113,6 +113,7 @@ impl Fixture {
             max_tokens: 1024,
             limits: LIMITS,
             on_terminate: OnTerminate::Submit,
+            tool_calls: Default::default(),
             context: &self.context,
         }
     }

@@ -234,6 +234,12 @@ settings! {
         /// record the same trace (reference trajectories for prefixes) [default: proxy].
         #[arg(long, env = "ASAP_MODE", value_enum)]
         pub mode: Option<Mode>,
+        /// Passthrough only: the tool calls of a reply the scaffold gets and the trace keeps.
+        /// `first`: one action a step, as prefixes need (reference runs); `all`: every call, as
+        /// the model made them (recording a post-trained model on its own scaffold)
+        /// [default: first].
+        #[arg(long, env = "ASAP_TOOL_CALLS", value_enum)]
+        pub tool_calls: Option<ToolCalls>,
         /// Actions per trajectory before the proxy ends it [default: 100].
         #[arg(long, env = "ASAP_MAX_STEPS")]
         pub max_steps: Option<usize>,
@@ -390,6 +396,18 @@ pub enum Mode {
     Passthrough,
 }
 
+/// Passthrough: which tool calls of the instruct model's reply go to the scaffold and into
+/// the trace (`--tool-calls`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCalls {
+    /// The first; the trace's step notes how many were dropped.
+    #[default]
+    First,
+    /// Every one, in order (each a step of the trajectory, as the scaffold runs them).
+    All,
+}
+
 /// Which profile serves requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProfileChoice {
@@ -438,6 +456,8 @@ pub struct Config {
     pub limits: Limits,
     pub on_terminate: OnTerminate,
     pub mode: Mode,
+    /// Passthrough: the tool calls of a reply kept (`--tool-calls`).
+    pub tool_calls: ToolCalls,
     /// Model or checkpoint label written into every session record (`--label`); `None`:
     /// each session's request `model`.
     pub label: Option<String>,
@@ -671,6 +691,7 @@ impl Config {
             limits,
             on_terminate: s.on_terminate.unwrap_or_default(),
             mode: s.mode.unwrap_or_default(),
+            tool_calls: s.tool_calls.unwrap_or_default(),
             label: s.label.filter(|l| !l.trim().is_empty()),
             listen,
             backend,
@@ -749,7 +770,8 @@ impl Config {
     /// Hex SHA-256 of the settings that shape prompts and decisions (profile, format, prefix
     /// directories and K, max_tokens, the termination rules and their switches (all of
     /// [`Limits`]: nudges, step cap, loop rule and window, unparsable streak), on_terminate,
-    /// mode, and the template override directory when one is set), so sessions run under
+    /// mode, the template override directory when one is set, and `--tool-calls all` in
+    /// passthrough mode), so sessions run under
     /// different settings can be told apart in traces.
     pub fn digest(&self) -> String {
         let mut canonical = format!(
@@ -765,6 +787,10 @@ impl Config {
         );
         if let Some(dir) = &self.templates {
             canonical.push_str(&format!("templates={dir:?}\n"));
+        }
+        // Only where it changes anything, so proxy-mode digests stay as they were.
+        if self.mode == Mode::Passthrough && self.tool_calls == ToolCalls::All {
+            canonical.push_str("tool_calls=all\n");
         }
         crate::util::sha256_hex(canonical.as_bytes())
     }
@@ -809,11 +835,12 @@ mod tests {
     #[test]
     fn file_keys_are_both_groups_without_the_flag_only_ones() {
         let keys = file_keys();
-        assert_eq!(keys.len(), 32);
+        assert_eq!(keys.len(), 33);
         for key in [
             "listen",
             "api_key",
             "log_format",
+            "tool_calls",
             "profile",
             "prefixes",
             "templates",

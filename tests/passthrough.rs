@@ -168,3 +168,113 @@ async fn passthrough_trace_becomes_a_prefix_that_a_base_model_session_uses() {
     assert_eq!(session["prefix"]["matched_by"], "fingerprint");
     assert_eq!(session["prefix"]["k"], 3);
 }
+
+/// A chat reply with two tool calls at once, as post-trained models make them.
+fn two_calls() -> Scripted {
+    let body = json!({
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "post-trained",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": "Look, then fix.",
+            "tool_calls": [
+                {"id": "own_1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls /testbed\"}"}},
+                {"id": "own_2", "type": "function", "function": {"name": "str_replace_editor", "arguments": "{\"command\": \"str_replace\", \"path\": \"/testbed/inventory.py\", \"old_str\": \"l.qty\", \"new_str\": \"l.qty * l.unit_price\"}"}}
+            ]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    });
+    Scripted::Raw {
+        status: 200,
+        body: body.to_string(),
+    }
+}
+
+/// `--tool-calls all`: every call of the reply reaches the scaffold, each minted for its own
+/// step; the trace keeps the further ones, and `report` counts each as an action (the edit,
+/// its observation) but the reply as one turn. `first` (the default) keeps one and notes it.
+#[tokio::test]
+async fn passthrough_keeps_every_tool_call_with_tool_calls_all() {
+    let (_backend, proxy) =
+        serve_with(vec![two_calls(), chat("Done.", "submit", json!({}))], |a| {
+            a.mode = Some(asap_proxy::config::Mode::Passthrough);
+            a.tool_calls = Some(asap_proxy::config::ToolCalls::All);
+        })
+        .await;
+    let mut body = request("swe-agent-1");
+    let (status, r) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{r}");
+    let message = r["choices"][0]["message"].clone();
+    let calls = message["tool_calls"].as_array().unwrap().clone();
+    assert_eq!(calls.len(), 2, "{message}");
+    let steps: Vec<usize> = calls
+        .iter()
+        .map(|c| {
+            asap_proxy::session::CallId::parse(c["id"].as_str().unwrap())
+                .unwrap()
+                .step
+        })
+        .collect();
+    assert_eq!(steps, vec![0, 1], "each call is minted for its own step");
+    assert_eq!(calls[1]["function"]["name"], "str_replace_editor");
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(message);
+    for (call, output) in calls.iter().zip([
+        "inventory.py\ntests",
+        "The file /testbed/inventory.py has been edited.",
+    ]) {
+        messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": output}));
+    }
+    let (status, r) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{r}");
+    let records = read_trace(&proxy.trace_files()[0]);
+    let steps: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "step")
+        .map(|r| &r["data"])
+        .collect();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(
+        steps[0]["parse"]["more_actions"][0]["tag"],
+        "str_replace_editor"
+    );
+    assert_eq!(
+        steps[0]["response"]["more_tool_calls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        steps[1]["step"], 2,
+        "the next reply is the history's third action"
+    );
+    assert!(steps[1]["parse"].get("more_actions").is_none());
+
+    let report = run(&[&"report", &proxy.log_dir.path(), &"--format", &"json"]);
+    assert!(report.success(), "{}", report.stderr);
+    let t = &report.json()["trajectories"][0]["behaviour"];
+    assert_eq!(t["turns"], 2, "two replies: {t}");
+    assert_eq!(t["edits"], 1, "the second call is an edit: {t}");
+    assert_eq!(
+        t["autonomous_edit"], true,
+        "its observation says edited: {t}"
+    );
+    assert_eq!(t["explicit_submission"], true, "{t}");
+
+    // The default keeps the first call only, and the trace says so.
+    let (_backend, first) = serve_with(vec![two_calls()], |a| {
+        a.mode = Some(asap_proxy::config::Mode::Passthrough)
+    })
+    .await;
+    let (status, r) = first.post(&request("swe-agent-1")).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        r["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let records = read_trace(&first.trace_files()[0]);
+    let step = &records.iter().find(|r| r["type"] == "step").unwrap()["data"];
+    assert_eq!(step["parse"]["notes"][0], "kept the first of 2 tool calls");
+    assert!(step["parse"].get("more_actions").is_none());
+}

@@ -104,6 +104,8 @@ pub struct Scope<'a> {
     pub max_tokens: u32,
     pub limits: Limits,
     pub on_terminate: OnTerminate,
+    /// Passthrough: the tool calls of a reply kept (`--tool-calls`).
+    pub tool_calls: crate::config::ToolCalls,
     /// Context length and token counting (`--context-length`, `--tokenizer`).
     pub context: &'a ContextSettings,
 }
@@ -408,6 +410,7 @@ fn confirmation(turn: &Attempts) -> Option<Reply> {
     .then(|| Reply {
         content: Some(confirmation),
         tool_call: None,
+        more_tool_calls: Vec::new(),
         finish_reason: FinishReason::Stop,
         usage: Default::default(),
         action: Some(Action::Submit { message: None }),
@@ -522,6 +525,7 @@ async fn run_side_call(
         let reply = Reply {
             content: Some(completion.text.trim().to_string()),
             tool_call: None,
+            more_tool_calls: Vec::new(),
             finish_reason: if completion.hit_length() {
                 FinishReason::Length
             } else {

@@ -5,10 +5,15 @@
 //!
 //! What changes on the way: `stream` is sent as `false` (the proxy streams the reply itself
 //! with the same spec-exact chunks as in proxy mode), and the tool-call ids of the reply are
-//! replaced by minted ones, so the session is recovered from the history as usual. Only the
-//! first tool call of a reply is kept (the trace notes any dropped ones). The trace records
-//! the conversation rendered as the base model would see it, the reply's content as the
-//! completion text, and its tool call mapped to the neutral action.
+//! replaced by minted ones, so the session is recovered from the history as usual. With
+//! `--tool-calls first` (the default, for reference runs: a prefix is one action a step) only
+//! the first tool call of a reply is kept and the trace notes any dropped ones; with
+//! `--tool-calls all` (recording a post-trained model on its own scaffold) every call goes to
+//! the scaffold, in order, the n-th minted for step `step + n` (the history makes each call a
+//! step), and the trace keeps the further ones as `parse.more_actions` and
+//! `response.more_tool_calls`. The trace records the conversation rendered as the base model
+//! would see it, the reply's content as the completion text, and its tool calls mapped to
+//! neutral actions.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,6 +23,7 @@ use serde_json::Value;
 use super::finish::{finish, Ending, TurnRecord};
 use super::{Asked, Prepared, RequestMeta, Scope, TurnOutcome};
 use crate::backend::BackendCompletion;
+use crate::config::ToolCalls;
 use crate::error::ProxyError;
 use crate::openai::chat::{ChatCompletionRequest, RAW_ARGUMENTS};
 use crate::openai::completions::Usage;
@@ -86,7 +92,11 @@ pub(super) async fn run(
         .cloned()
         .unwrap_or_default();
     let mut notes = Vec::new();
-    if calls.len() > 1 {
+    let kept = match scope.tool_calls {
+        ToolCalls::First => 1,
+        ToolCalls::All => calls.len(),
+    };
+    if calls.len() > kept {
         notes.push(format!("kept the first of {} tool calls", calls.len()));
     }
     let usage: Option<Usage> = serde_json::from_value(response["usage"].clone()).ok();
@@ -99,52 +109,48 @@ pub(super) async fn run(
         model: response["model"].as_str().unwrap_or_default().to_string(),
         attempts,
     };
-    let call = calls.first().map(|c| {
-        let name = c["function"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let arguments = match &c["function"]["arguments"] {
-            Value::String(s) => s.clone(),
-            Value::Null => "{}".to_string(),
-            other => other.to_string(),
+    // (name, JSON arguments string) of each call kept, and its neutral action.
+    let kept: Vec<(String, String)> = calls.iter().take(kept).map(name_and_arguments).collect();
+    let action = |(name, arguments): &(String, String)| {
+        let args = match serde_json::from_str::<Value>(arguments) {
+            Ok(Value::Object(o)) => o,
+            _ => serde_json::Map::from_iter([(
+                RAW_ARGUMENTS.to_string(),
+                Value::String(arguments.clone()),
+            )]),
         };
-        (name, arguments)
-    });
-    let outcome = match &call {
-        Some((name, arguments)) => {
-            let args = match serde_json::from_str::<Value>(arguments) {
-                Ok(Value::Object(o)) => o,
-                _ => serde_json::Map::from_iter([(
-                    RAW_ARGUMENTS.to_string(),
-                    Value::String(arguments.clone()),
-                )]),
-            };
-            Ok(prepared.tools.from_scaffold(name, &args))
-        }
+        prepared.tools.from_scaffold(name, &args)
+    };
+    let outcome = match kept.first() {
+        Some(call) => Ok(action(call)),
         None => Err(ParseFailure {
             class: FailureClass::NoAction,
             detail: "the instruct model answered without a tool call".into(),
         }),
     };
+    let more_actions: Vec<_> = kept.iter().skip(1).map(action).collect();
     let parsed = Parsed {
         thought: content.trim().to_string(),
         outcome,
         dropped_bytes: 0,
         notes,
     };
+    let out = |i: usize, (name, arguments): (String, String)| ToolCallOut {
+        id: CallId {
+            session: session.clone(),
+            step: step + i,
+            nudges: prepared.session.nudges.clone(),
+        }
+        .mint(),
+        r#type: "function",
+        function: FunctionOut { name, arguments },
+    };
+    let mut outs = kept.into_iter().enumerate().map(|(i, c)| out(i, c));
+    let tool_call = outs.next();
     let reply = Reply {
-        content: Some(content).filter(|c| !c.is_empty() || call.is_none()),
-        tool_call: call.map(|(name, arguments)| ToolCallOut {
-            id: CallId {
-                session: session.clone(),
-                step,
-                nudges: prepared.session.nudges.clone(),
-            }
-            .mint(),
-            r#type: "function",
-            function: FunctionOut { name, arguments },
-        }),
+        content: Some(content).filter(|c| !c.is_empty() || tool_call.is_none()),
+        tool_call,
+        more_tool_calls: outs.collect(),
         finish_reason: match choice["finish_reason"].as_str() {
             Some("tool_calls") => FinishReason::ToolCalls,
             Some("length") => FinishReason::Length,
@@ -156,5 +162,23 @@ pub(super) async fn run(
         parse_error: parsed.outcome.as_ref().err().cloned(),
     };
     record.set_completion(&completion, &parsed, &reply);
+    if let Some(parse) = record.parse.as_mut() {
+        parse.more_actions = more_actions;
+    }
     finish(scope, ending, record, timings, started, Ok(reply)).await
+}
+
+/// A chat tool call's function name and arguments as a JSON string (`"{}"` for none; an
+/// object given unencoded is encoded).
+fn name_and_arguments(call: &Value) -> (String, String) {
+    let name = call["function"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let arguments = match &call["function"]["arguments"] {
+        Value::String(s) => s.clone(),
+        Value::Null => "{}".to_string(),
+        other => other.to_string(),
+    };
+    (name, arguments)
 }

@@ -209,7 +209,7 @@ impl Behaviour {
     /// step limit (`report --step-limit`), for telling its cap from other stops.
     pub fn of(trajectory: &Trajectory, step_limit: Option<usize>) -> Self {
         let mut b = Behaviour {
-            turns: trajectory.attempts.len(),
+            turns: trajectory.attempts.iter().filter(|t| !t.continued).count(),
             termination: trajectory.termination.clone(),
             error: trajectory.error.is_some(),
             ..Behaviour::default()
@@ -224,8 +224,9 @@ impl Behaviour {
         let mut issued: Vec<(&Action, bool)> = Vec::new();
         for turn in &trajectory.attempts {
             match turn.parse_error.as_deref() {
-                // A record with neither a parse error nor a readable action is neither.
-                None if turn.action.is_none() => {}
+                // A record with neither a parse error nor a readable action is neither; a
+                // further call of a completion is no turn.
+                None if turn.action.is_none() || turn.continued => {}
                 None => {
                     b.parsable_turns += 1;
                     b.valid_tool_calls += 1;

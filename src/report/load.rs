@@ -142,7 +142,20 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
                         trajectory.protocol.backend_model =
                             call.completion.as_ref().map(|c| c.model.clone());
                     }
+                    // Several tool calls of one reply: each further one is an action of the
+                    // next step, as the scaffold's history numbers them.
+                    let more = call.parse.as_ref().map_or(&[][..], |p| &p.more_actions);
+                    let continued = more.iter().enumerate().map(|(i, action)| Attempt {
+                        step: turn.step + 1 + i,
+                        attempt: turn.attempt,
+                        is_submit: matches!(action, Action::Submit { .. }),
+                        action: Some(action.clone()),
+                        continued: true,
+                        ..Attempt::default()
+                    });
+                    let continued: Vec<Attempt> = continued.collect();
                     trajectory.attempts.push(turn);
+                    trajectory.attempts.extend(continued);
                 }
             }
             Body::Nudge(nudge) => {

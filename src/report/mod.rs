@@ -150,6 +150,9 @@ pub struct Attempt {
     /// What the scaffold sent back for this action (the tool result in the next request),
     /// when there was a next request.
     pub observation: Option<String>,
+    /// A further tool call of the previous completion (passthrough `--tool-calls all`): an
+    /// action the scaffold ran, at its own step, but not a turn of the model.
+    pub continued: bool,
 }
 
 /// Runs `asap-proxy report`: reads the traces (with a progress bar on a terminal), reads

@@ -33,6 +33,9 @@ pub struct Reply {
     /// Thought (or final answer) without markup; `None` when empty beside a tool call.
     pub content: Option<String>,
     pub tool_call: Option<ToolCallOut>,
+    /// The further tool calls of the reply, in order (passthrough with `--tool-calls all`;
+    /// empty elsewhere: the proxy sends one action a turn).
+    pub more_tool_calls: Vec<ToolCallOut>,
     pub finish_reason: FinishReason,
     pub usage: Usage,
     /// The neutral action, when one was parsed.
@@ -57,6 +60,7 @@ pub fn reply(
         return Reply {
             content: Some(dialect.write(&thought, action, tools)),
             tool_call: None,
+            more_tool_calls: Vec::new(),
             finish_reason: if completion.hit_length() && action.is_none() {
                 FinishReason::Length
             } else {
@@ -71,6 +75,7 @@ pub fn reply(
         return Reply {
             content: Some(thought),
             tool_call: None,
+            more_tool_calls: Vec::new(),
             finish_reason: if completion.hit_length() && parsed.outcome.is_err() {
                 FinishReason::Length
             } else {
@@ -93,6 +98,7 @@ pub fn reply(
                         arguments: Value::Object(arguments).to_string(),
                     },
                 }),
+                more_tool_calls: Vec::new(),
                 finish_reason: FinishReason::ToolCalls,
                 usage,
                 action: Some(action.clone()),
@@ -101,6 +107,7 @@ pub fn reply(
             ScaffoldReply::Content(text) => Reply {
                 content: Some(text),
                 tool_call: None,
+                more_tool_calls: Vec::new(),
                 finish_reason: FinishReason::Stop,
                 usage,
                 action: Some(action.clone()),
@@ -110,6 +117,7 @@ pub fn reply(
         Err(failure) => Reply {
             content: Some(thought),
             tool_call: None,
+            more_tool_calls: Vec::new(),
             finish_reason: if completion.hit_length() {
                 FinishReason::Length
             } else {
@@ -170,7 +178,12 @@ pub fn completion_object(reply: &Reply, id: &str, model: &str, created: u64) -> 
             message: AssistantMessage {
                 role: "assistant",
                 content: reply.content.clone(),
-                tool_calls: reply.tool_call.iter().cloned().collect(),
+                tool_calls: reply
+                    .tool_call
+                    .iter()
+                    .chain(&reply.more_tool_calls)
+                    .cloned()
+                    .collect(),
             },
             finish_reason: reply.finish_reason,
             logprobs: None,
@@ -230,9 +243,14 @@ impl ChunkBuilder {
                 None,
             ));
         }
-        if let Some(call) = &reply.tool_call {
+        for (index, call) in reply
+            .tool_call
+            .iter()
+            .chain(&reply.more_tool_calls)
+            .enumerate()
+        {
             let tool_delta = |first: bool, arguments: String| ToolCallDelta {
-                index: 0,
+                index: u32::try_from(index).unwrap_or(u32::MAX),
                 id: first.then(|| call.id.clone()),
                 r#type: first.then_some("function"),
                 function: FunctionDelta {

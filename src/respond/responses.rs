@@ -196,14 +196,16 @@ pub fn output_items(reply: &Reply) -> Vec<Value> {
             if !content.is_empty() {
                 items.push(message(content));
             }
-            items.push(json!({
-                "type": "function_call",
-                "id": new_id("fc"),
-                "call_id": call.id,
-                "name": call.function.name,
-                "arguments": call.function.arguments,
-                "status": status,
-            }));
+            for call in std::iter::once(call).chain(&reply.more_tool_calls) {
+                items.push(json!({
+                    "type": "function_call",
+                    "id": new_id("fc"),
+                    "call_id": call.id,
+                    "name": call.function.name,
+                    "arguments": call.function.arguments,
+                    "status": status,
+                }));
+            }
         }
         None => items.push(message(content)),
     }

@@ -248,6 +248,7 @@ async fn turn(
             max_tokens: state.max_tokens,
             limits: state.limits,
             on_terminate: state.on_terminate,
+            tool_calls: state.tool_calls,
             context: &state.context,
         };
         run_turn(&scope, request, &meta).await

@@ -50,6 +50,8 @@ pub struct AppState {
     pub max_tokens: u32,
     pub limits: Limits,
     pub on_terminate: OnTerminate,
+    /// Passthrough: the tool calls of a reply kept (`--tool-calls`).
+    pub tool_calls: crate::config::ToolCalls,
     pub mode: Mode,
     pub context: ContextSettings,
     /// Body size, timeouts, concurrency and count limits (`--max-body-bytes`, ...).
@@ -186,6 +188,7 @@ impl AppState {
             max_tokens: config.max_tokens,
             limits: config.limits,
             on_terminate: config.on_terminate,
+            tool_calls: config.tool_calls,
             mode: config.mode,
             context: ContextSettings {
                 length: config.context_length,

@@ -301,6 +301,11 @@ pub struct ParseRecord {
     /// Bytes of the completion after the action that were dropped.
     pub dropped_bytes: usize,
     pub notes: Vec<String>,
+    /// The further actions of the reply, after `action`, in order: passthrough with
+    /// `--tool-calls all`, when the model called several tools at once (each a step of the
+    /// trajectory: `step + 1`, `step + 2`, …). Absent when empty, and in older traces.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub more_actions: Vec<Action>,
 }
 
 /// A rejected output: the nudge, the action it rejected, the hint shown.
@@ -344,6 +349,9 @@ pub struct ResponseRecord {
     pub content: Option<String>,
     #[serde(default, deserialize_with = "lenient::lenient")]
     pub tool_call: Option<ToolCallRecord>,
+    /// The further tool calls sent (passthrough with `--tool-calls all`); absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_tool_calls: Vec<ToolCallRecord>,
     #[serde(default = "unknown_finish")]
     pub finish_reason: FinishReason,
 }
@@ -619,6 +627,7 @@ impl StepRecord {
             error: parsed.outcome.as_ref().err().cloned(),
             dropped_bytes: parsed.dropped_bytes,
             notes: parsed.notes.clone(),
+            more_actions: Vec::new(),
         });
     }
 
@@ -627,6 +636,11 @@ impl StepRecord {
         self.response = Some(ResponseRecord {
             content: reply.content.clone(),
             tool_call: reply.tool_call.as_ref().map(ToolCallRecord::from),
+            more_tool_calls: reply
+                .more_tool_calls
+                .iter()
+                .map(ToolCallRecord::from)
+                .collect(),
             finish_reason: reply.finish_reason,
         });
     }

@@ -92,6 +92,12 @@ pub(super) fn read_trace(path: &Path, bytes: &[u8], stem: &str) -> Result<Trajec
             StepDecision::Accept | StepDecision::Aborted | StepDecision::Unknown => {}
         }
         let Some(parse) = &s.parse else { continue };
+        // A reply with several tool calls (passthrough `--tool-calls all`) is several steps
+        // whose observations the next prompt interleaves: the cut ends before it, as a prefix
+        // is one action a step.
+        if !parse.more_actions.is_empty() {
+            break;
+        }
         let (tool, arguments) = match &parse.action {
             None => continue,
             Some(Action::Submit { .. }) => (SUBMIT_TAG.to_string(), Map::new()),
