@@ -591,7 +591,7 @@ fn unlabelled_results_shared_by_several_labels_are_warned_about() {
 
 /// Records one single-turn session per `(task, run)` through a proxy with `--label label`,
 /// prefix K 0 (so prefix coverage is `none` whatever the task), and `tweak` applied.
-async fn record(
+pub(crate) async fn record(
     label: &str,
     runs: &[(&str, usize)],
     tweak: impl FnOnce(&mut asap_proxy::config::ServeArgs),

@@ -172,7 +172,7 @@ async fn passthrough_trace_becomes_a_prefix_that_a_base_model_session_uses() {
 /// A chat reply with two tool calls at once, as post-trained models make them.
 fn two_calls() -> Scripted {
     let body = json!({
-        "id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "post-trained",
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "instruct-model",
         "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
             "role": "assistant", "content": "Look, then fix.",
             "tool_calls": [
@@ -277,4 +277,122 @@ async fn passthrough_keeps_every_tool_call_with_tool_calls_all() {
     let step = &records.iter().find(|r| r["type"] == "step").unwrap()["data"];
     assert_eq!(step["parse"]["notes"][0], "kept the first of 2 tool calls");
     assert!(step["parse"].get("more_actions").is_none());
+}
+
+/// The documented base-versus-post-trained workflow end to end: the base model through the
+/// proxy, the post-trained model through passthrough with `--tool-calls all`, then
+/// `report --pair base post`. The protocols differ by design: no `--allow-protocol-mismatch`
+/// is needed, the report says the comparison is not scaffold-controlled and names the
+/// differences; each B − A has its paired interval and p-value.
+#[tokio::test]
+async fn base_against_post_trained_is_reported_as_not_scaffold_controlled() {
+    let runs = [("t1", 0), ("t2", 0)];
+    let base = crate::denominators::record("base", &runs, |_| {}).await;
+    let (_backend, post) = serve_with(
+        vec![
+            two_calls(),
+            chat("Done.", "submit", json!({})),
+            chat("Nothing to change.", "submit", json!({})),
+        ],
+        |a| {
+            a.mode = Some(asap_proxy::config::Mode::Passthrough);
+            a.tool_calls = Some(asap_proxy::config::ToolCalls::All);
+            a.label = Some("post".into());
+        },
+    )
+    .await;
+    let headers = |task: &'static str| [("x-asap-task", task), ("x-asap-run", "0")];
+    // t1: two calls at once (ls, an edit), their results, then submit. t2: submit at once.
+    let mut body = request("swe-agent-1");
+    let r = post.post_with_headers(&body, &headers("t1")).await;
+    let message = r["choices"][0]["message"].clone();
+    let calls = message["tool_calls"].as_array().unwrap().clone();
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(message);
+    for (call, output) in calls
+        .iter()
+        .zip(["inventory.py", "The file has been edited."])
+    {
+        messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": output}));
+    }
+    post.post_with_headers(&body, &headers("t1")).await;
+    post.post_with_headers(&request("swe-agent-1"), &headers("t2"))
+        .await;
+    assert_eq!(post.trace_files().len(), 2);
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results.jsonl");
+    std::fs::write(
+        &results,
+        "{\"label\": \"base\", \"instance_id\": \"t1\", \"run\": 0, \"resolved\": false}\n\
+         {\"label\": \"base\", \"instance_id\": \"t2\", \"run\": 0, \"resolved\": false}\n\
+         {\"label\": \"post\", \"instance_id\": \"t1\", \"run\": 0, \"resolved\": true}\n\
+         {\"label\": \"post\", \"instance_id\": \"t2\", \"run\": 0, \"resolved\": false}\n",
+    )
+    .unwrap();
+    let (lb, lp) = (base.log_dir.path(), post.log_dir.path());
+    let md = run(&[
+        &"report",
+        &lb,
+        &lp,
+        &"--results",
+        &results,
+        &"--pair",
+        &"base",
+        &"post",
+    ]);
+    assert!(md.success(), "{}", md.stderr);
+    let md = md.stdout;
+    assert!(md.contains("**Not scaffold-controlled:"), "{md}");
+    assert!(
+        md.contains("- mode: base proxy; post passthrough\n"),
+        "{md}"
+    );
+    assert!(!md.contains("## Protocol differences"), "{md}");
+    // Explicit submission: base never (it only listed files), post in both pairs: +100 points
+    // in every bootstrap draw; the sign flips give ±1 when both tasks flip alike, 0 otherwise,
+    // so p is about ½.
+    let json = run(&[
+        &"report",
+        &lb,
+        &lp,
+        &"--results",
+        &results,
+        &"--pair",
+        &"base",
+        &"post",
+        &"--format",
+        &"json",
+    ])
+    .json();
+    let pair = &json["pair"];
+    assert_eq!(pair["scaffold_controlled"], false);
+    assert_eq!(pair["pairs"], 2);
+    let row = |key: &str| {
+        pair["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == key)
+            .unwrap()
+            .clone()
+    };
+    let submit = row("explicit_submission");
+    assert_eq!(
+        (submit["a"].clone(), submit["b"].clone()),
+        (json!(0.0), json!(1.0))
+    );
+    assert_eq!(submit["change"]["interval"], json!({"lo": 1.0, "hi": 1.0}));
+    let p = submit["change"]["p_value"].as_f64().unwrap();
+    assert!((0.4..0.6).contains(&p), "{p}");
+    assert_eq!(
+        row("autonomous_edit")["b"],
+        json!(0.5),
+        "the second call's edit counts"
+    );
+    // Pass@1 over the pairs: 0 → ½; a draw of t1 twice gives +1, of t2 twice 0.
+    assert_eq!(pair["pass_at_1"], json!([0.0, 0.5]));
+    assert_eq!(
+        pair["pass_at_1_change"]["interval"],
+        json!({"lo": 0.0, "hi": 1.0})
+    );
 }

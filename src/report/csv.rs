@@ -261,10 +261,20 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                 "diff",
                 "b_higher",
                 "a_higher",
+                "lo",
+                "hi",
+                "p_value",
+                "scaffold_controlled",
             ]
             .map(String::from),
         )?;
-        let mut line = |key: &str, a: Option<f64>, b: Option<f64>, bh: String, ah: String| {
+        let controlled = p.scaffold_controlled.to_string();
+        let mut line = |key: &str,
+                        a: Option<f64>,
+                        b: Option<f64>,
+                        bh: String,
+                        ah: String,
+                        change: Option<super::pair::PairChange>| {
             let diff = a.zip(b).map(|(a, b)| b - a);
             csv_row(
                 out,
@@ -277,19 +287,31 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                     num(diff),
                     bh,
                     ah,
+                    num(change.map(|c| c.interval.lo)),
+                    num(change.map(|c| c.interval.hi)),
+                    num(change.map(|c| c.p_value)),
+                    controlled.clone(),
                 ],
             )
         };
-        line("pairs", None, None, p.pairs.to_string(), "".into())?;
+        line("pairs", None, None, p.pairs.to_string(), "".into(), None)?;
         line(
             "unmatched",
             None,
             None,
             p.unmatched_b.to_string(),
             p.unmatched_a.to_string(),
+            None,
         )?;
         if let Some((a, b)) = p.pass_at_1 {
-            line("pass@1", Some(a), Some(b), "".into(), "".into())?;
+            line(
+                "pass@1",
+                Some(a),
+                Some(b),
+                "".into(),
+                "".into(),
+                p.pass_at_1_change,
+            )?;
         }
         for r in &p.rows {
             line(
@@ -298,6 +320,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                 r.b,
                 r.b_higher.to_string(),
                 r.a_higher.to_string(),
+                r.change,
             )?;
         }
     }

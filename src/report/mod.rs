@@ -212,9 +212,9 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     }
     if let Some(pair) = &args.pair {
         if let [a, b] = pair.as_slice() {
-            let compared = compare(&report, a, b).map_err(CliError::Usage)?;
+            let mut compared = compare(&report, a, b).map_err(CliError::Usage)?;
             // Only the pair is compared: the other labels' protocols do not matter.
-            report.protocol_differences = protocol::differences(
+            let differences = protocol::differences(
                 (
                     a,
                     &report
@@ -230,6 +230,14 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
                         .unwrap_or_default(),
                 ),
             );
+            // Base through the proxy against post-trained through passthrough: the
+            // protocols differ by design; the report says so instead of refusing.
+            if compared.scaffold_controlled {
+                report.protocol_differences = differences;
+            } else {
+                report.protocol_differences.clear();
+                compared.protocol_notes = differences;
+            }
             report.pair = Some(compared);
         }
     }

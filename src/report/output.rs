@@ -553,47 +553,85 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     }
 
     if let Some(p) = &report.pair {
-        writeln!(out, "\n## Pair: {} → {}\n", cell(&p.a), cell(&p.b))?;
-        writeln!(
+        pair_table(out, p)?;
+    }
+    Ok(())
+}
+
+/// `--pair A B`: B − A per behaviour over the matched pairs, with the paired interval and p
+/// (docs/report.md "`--pair A B`"), and the plain statement when the pair is not
+/// scaffold-controlled.
+fn pair_table(out: &mut dyn Write, p: &super::PairReport) -> io::Result<()> {
+    writeln!(out, "\n## Pair: {} → {}\n", cell(&p.a), cell(&p.b))?;
+    if !p.scaffold_controlled {
+        writeln!(out, "**{}**\n", super::pair::NOT_SCAFFOLD_CONTROLLED)?;
+        for note in &p.protocol_notes {
+            writeln!(out, "- {}", cell(note))?;
+        }
+        if !p.protocol_notes.is_empty() {
+            writeln!(out)?;
+        }
+    }
+    writeln!(
+        out,
+        "{} pairs matched by (instance id, run); unmatched: {} of {}, {} of {}. \
+         B−A in percentage points, its 95 % interval from a paired bootstrap over the tasks of \
+         the pairs and p from a paired sign-flip test; B>A / A>B: pairs where that side's value \
+         is higher.\n",
+        p.pairs,
+        p.unmatched_a,
+        cell(&p.a),
+        p.unmatched_b,
+        cell(&p.b)
+    )?;
+    let head: Vec<String> = [
+        "behaviour",
+        &cell(&p.a),
+        &cell(&p.b),
+        "B−A",
+        "interval",
+        "p",
+        "B>A",
+        "A>B",
+    ]
+    .map(String::from)
+    .to_vec();
+    table_head(out, &head)?;
+    let sure = |c: Option<super::pair::PairChange>| match c {
+        Some(c) => [span(c.interval, true), format!("{:.3}", c.p_value)],
+        None => ["–".into(), "–".into()],
+    };
+    if let Some((a, b)) = p.pass_at_1 {
+        let [interval, p_value] = sure(p.pass_at_1_change);
+        table_row(
             out,
-            "{} pairs matched by (instance id, run); unmatched: {} of {}, {} of {}. \
-             B−A in percentage points; B>A / A>B: pairs where that side's value is higher.\n",
-            p.pairs,
-            p.unmatched_a,
-            cell(&p.a),
-            p.unmatched_b,
-            cell(&p.b)
+            &[
+                "Pass@1 (matched pairs)".into(),
+                percent(Some(a)),
+                percent(Some(b)),
+                signed(Some(b - a)),
+                interval,
+                p_value,
+                "".into(),
+                "".into(),
+            ],
         )?;
-        let head: Vec<String> = ["behaviour", &cell(&p.a), &cell(&p.b), "B−A", "B>A", "A>B"]
-            .map(String::from)
-            .to_vec();
-        table_head(out, &head)?;
-        if let Some((a, b)) = p.pass_at_1 {
-            table_row(
-                out,
-                &[
-                    "Pass@1 (matched pairs)".into(),
-                    percent(Some(a)),
-                    percent(Some(b)),
-                    signed(Some(b - a)),
-                    "".into(),
-                    "".into(),
-                ],
-            )?;
-        }
-        for r in &p.rows {
-            table_row(
-                out,
-                &[
-                    r.title.to_string(),
-                    percent(r.a),
-                    percent(r.b),
-                    signed(r.diff),
-                    r.b_higher.to_string(),
-                    r.a_higher.to_string(),
-                ],
-            )?;
-        }
+    }
+    for r in &p.rows {
+        let [interval, p_value] = sure(r.change);
+        table_row(
+            out,
+            &[
+                r.title.to_string(),
+                percent(r.a),
+                percent(r.b),
+                signed(r.diff),
+                interval,
+                p_value,
+                r.b_higher.to_string(),
+                r.a_higher.to_string(),
+            ],
+        )?;
     }
     Ok(())
 }

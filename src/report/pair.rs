@@ -1,6 +1,8 @@
-//! `--pair A B`: the paper's paired comparison of two checkpoints (ASAP §metrics). Runs of
-//! labels A and B are aligned by (instance id, run index); every behaviour is compared over
-//! the matched pairs only.
+//! `--pair A B`: the paper's paired comparison of two checkpoints, or of a base model and its
+//! post-trained version (ASAP §metrics and its post-training table). Runs of labels A and B
+//! are aligned by (instance id, run index); every behaviour is compared over the matched pairs
+//! only, each difference with a 95 % interval from a paired bootstrap over the tasks of the
+//! pairs and a sign-flip p-value ([`super::uncertainty`]).
 
 use std::collections::BTreeMap;
 
@@ -9,6 +11,27 @@ use serde::Serialize;
 use super::behaviour::{Aggregate, Unit};
 use super::results::Outcome;
 use super::summary::{Report, TrajectoryRow};
+use super::uncertainty::{paired, Interval, Parts};
+
+/// How sure a difference B − A over the matched pairs is: the percentile interval of a
+/// bootstrap over the tasks of the pairs (a task keeps all its pairs) and the paired
+/// sign-flip p-value, as in "Uncertainty" (docs/report.md).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PairChange {
+    pub interval: Interval,
+    pub p_value: f64,
+    /// Tasks with at least one matched pair.
+    pub tasks: usize,
+}
+
+/// What a pair compares: two labels of the same protocol (scaffold-controlled), or a base
+/// model through the proxy against a model recorded through passthrough (the post-trained
+/// model on its own tool calls, no prefix and no rule): not scaffold-controlled.
+pub const NOT_SCAFFOLD_CONTROLLED: &str = "Not scaffold-controlled: one label ran through the \
+     proxy (a base model writing actions as text, with the reference prefix, the nudges and the \
+     termination rules) and the other through passthrough (a chat model calling the scaffold's \
+     tools itself, with none of them). The differences below measure the model and the \
+     interface together, as in the paper's comparison of base and post-trained models.";
 
 /// One behaviour compared between A and B over the matched pairs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -29,6 +52,8 @@ pub struct PairRow {
     pub b_higher: usize,
     /// Pairs where A's value is higher (true → false).
     pub a_higher: usize,
+    /// The interval and p-value of `diff`; `None` when either rate has no value.
+    pub change: Option<PairChange>,
 }
 
 /// The paired comparison.
@@ -45,6 +70,14 @@ pub struct PairReport {
     /// Pass@1 of A and B over the matched pairs (mean over tasks of resolved/runs), with
     /// results only.
     pub pass_at_1: Option<(f64, f64)>,
+    /// The interval and p-value of Pass@1's B − A.
+    pub pass_at_1_change: Option<PairChange>,
+    /// Whether both labels ran under one mode; false for proxy against passthrough
+    /// ([`NOT_SCAFFOLD_CONTROLLED`]).
+    pub scaffold_controlled: bool,
+    /// The protocol differences of the two labels when not scaffold-controlled (expected
+    /// there, so reported rather than refused).
+    pub protocol_notes: Vec<String>,
 }
 
 /// Compares labels `a` and `b` of `report`.
@@ -94,11 +127,36 @@ pub fn compare(report: &Report, a: &str, b: &str) -> Result<PairReport, String> 
             }
         }
     }
+    // Per task of the pairs, A's and B's counts of each rate, for the paired bootstrap.
+    let mut by_task: BTreeMap<&str, (Aggregate, Aggregate)> = BTreeMap::new();
+    for (ra, rb) in &pairs {
+        let t = by_task.entry(ra.instance_id.as_str()).or_default();
+        t.0.add(&ra.behaviour, outcome(with, ra));
+        t.1.add(&rb.behaviour, outcome(with, rb));
+    }
+    let task_rates: Vec<_> = by_task
+        .values()
+        .map(|(x, y)| (x.rates(with), y.rates(with)))
+        .collect();
+    let parts = |i: usize, side: fn(&(Vec<super::Rate>, Vec<super::Rate>)) -> &Vec<super::Rate>| {
+        task_rates
+            .iter()
+            .map(|t| (side(t)[i].count as f64, side(t)[i].total as f64))
+            .collect::<Parts>()
+    };
+    let change = |pa: &Parts, pb: &Parts, key: &str| {
+        paired(pa, pb, &["pair", a, b, key]).map(|(_, interval, p_value)| PairChange {
+            interval,
+            p_value,
+            tasks: pa.len(),
+        })
+    };
     let rows = agg_a
         .rates(with)
         .into_iter()
         .zip(agg_b.rates(with))
-        .map(|(x, y)| {
+        .enumerate()
+        .map(|(i, (x, y))| {
             let (va, vb) = (x.value(), y.value());
             PairRow {
                 key: x.key,
@@ -109,26 +167,38 @@ pub fn compare(report: &Report, a: &str, b: &str) -> Result<PairReport, String> 
                 diff: va.zip(vb).map(|(va, vb)| vb - va),
                 b_higher: b_higher.get(x.key).copied().unwrap_or(0),
                 a_higher: a_higher.get(x.key).copied().unwrap_or(0),
+                change: va
+                    .zip(vb)
+                    .and_then(|_| change(&parts(i, |t| &t.0), &parts(i, |t| &t.1), x.key)),
             }
         })
         .collect();
-    let pass_at_1 = with.then(|| {
-        let mut tasks = BTreeMap::<&str, (usize, usize, usize)>::new();
-        for (ra, rb) in &pairs {
-            let t = tasks.entry(ra.instance_id.as_str()).or_default();
-            let resolved = |r: &TrajectoryRow| usize::from(r.outcome.is_some_and(|o| o.resolved));
-            *t = (t.0 + 1, t.1 + resolved(ra), t.2 + resolved(rb));
-        }
-        let count = tasks.len().max(1) as f64;
-        let mean = |f: fn(&(usize, usize, usize)) -> usize| {
-            tasks
-                .values()
-                .map(|t| f(t) as f64 / t.0 as f64)
-                .sum::<f64>()
-                / count
-        };
-        (mean(|t| t.1), mean(|t| t.2))
-    });
+    // Pass@1 over the pairs: per task, its resolved pairs of each side over its pairs.
+    let mut tasks = BTreeMap::<&str, (usize, usize, usize)>::new();
+    for (ra, rb) in &pairs {
+        let t = tasks.entry(ra.instance_id.as_str()).or_default();
+        let resolved = |r: &TrajectoryRow| usize::from(r.outcome.is_some_and(|o| o.resolved));
+        *t = (t.0 + 1, t.1 + resolved(ra), t.2 + resolved(rb));
+    }
+    let pass_parts = |f: fn(&(usize, usize, usize)) -> usize| -> Parts {
+        tasks
+            .values()
+            .map(|t| (f(t) as f64 / t.0 as f64, 1.0))
+            .collect()
+    };
+    let (pass_a, pass_b) = (pass_parts(|t| t.1), pass_parts(|t| t.2));
+    let mean = |p: &Parts| p.iter().map(|x| x.0).sum::<f64>() / p.len().max(1) as f64;
+    let pass_at_1 = with.then(|| (mean(&pass_a), mean(&pass_b)));
+    let pass_at_1_change = with.then(|| change(&pass_a, &pass_b, "pass@1")).flatten();
+    let modes = |label: &str| {
+        report
+            .label(label)
+            .map(|l| l.protocol.mode.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    let passthrough = |m: &[String]| m == ["passthrough"];
+    let (mode_a, mode_b) = (modes(a), modes(b));
+    let scaffold_controlled = passthrough(&mode_a) == passthrough(&mode_b);
     Ok(PairReport {
         a: a.to_string(),
         b: b.to_string(),
@@ -137,5 +207,8 @@ pub fn compare(report: &Report, a: &str, b: &str) -> Result<PairReport, String> 
         unmatched_b: rows_b.len() - pairs.len(),
         rows,
         pass_at_1,
+        pass_at_1_change,
+        scaffold_controlled,
+        protocol_notes: Vec::new(),
     })
 }

@@ -157,7 +157,8 @@ impl LabelProtocol {
 
     /// What is mixed inside the label, or off the paper's protocol: each setting with more
     /// than one value, with the counts (`format: markdown_xml 8, xml 2`), and a prefix
-    /// coverage that is not all one source or that used the demonstration at all.
+    /// coverage that is not all one source or that used the demonstration at all (not for a
+    /// label all in passthrough: a chat model there is shown no prefix).
     pub fn mixed(&self) -> Vec<String> {
         let mut lines = Vec::new();
         let counts = |m: &BTreeMap<String, usize>| {
@@ -187,7 +188,9 @@ impl LabelProtocol {
             .get(&PrefixSource::Demonstration)
             .copied()
             .unwrap_or(0);
-        if self.prefix_coverage.len() > 1 || demonstration > 0 {
+        // A chat model in passthrough is shown no prefix: its coverage means nothing.
+        let passthrough = self.mode.keys().all(|m| m == "passthrough");
+        if !passthrough && (self.prefix_coverage.len() > 1 || demonstration > 0) {
             let mixed = if self.prefix_coverage.len() > 1 {
                 "mixed protocol inside the label: "
             } else {
