@@ -134,14 +134,15 @@ pub fn compare(report: &Report, a: &str, b: &str) -> Result<PairReport, String> 
         t.0.add(&ra.behaviour, outcome(with, ra));
         t.1.add(&rb.behaviour, outcome(with, rb));
     }
-    let task_rates: Vec<_> = by_task
+    // Each task's rates of A and of B, for the per-task parts of row `i`.
+    let task_rates: Vec<[Vec<super::Rate>; 2]> = by_task
         .values()
-        .map(|(x, y)| (x.rates(with), y.rates(with)))
+        .map(|(x, y)| [x.rates(with), y.rates(with)])
         .collect();
-    let parts = |i: usize, side: fn(&(Vec<super::Rate>, Vec<super::Rate>)) -> &Vec<super::Rate>| {
+    let parts = |i: usize, side: usize| {
         task_rates
             .iter()
-            .map(|t| (side(t)[i].count as f64, side(t)[i].total as f64))
+            .map(|t| (t[side][i].count as f64, t[side][i].total as f64))
             .collect::<Parts>()
     };
     let change = |pa: &Parts, pb: &Parts, key: &str| {
@@ -169,7 +170,7 @@ pub fn compare(report: &Report, a: &str, b: &str) -> Result<PairReport, String> 
                 a_higher: a_higher.get(x.key).copied().unwrap_or(0),
                 change: va
                     .zip(vb)
-                    .and_then(|_| change(&parts(i, |t| &t.0), &parts(i, |t| &t.1), x.key)),
+                    .and_then(|_| change(&parts(i, 0), &parts(i, 1), x.key)),
             }
         })
         .collect();
