@@ -99,4 +99,13 @@ pub struct ReportArgs {
     /// where a benchmark flattens, does ASAP still move? Unreadable or malformed: exit 2.
     #[arg(long, value_name = "FILE")]
     pub reference: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page (tables, SVG plots of every
+    /// metric across the labels with its 95 % interval, the trajectories linked to the
+    /// viewer; no script, nothing fetched), built from the same numbers as `--format json`.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// With `--html`: the trajectory viewer the page links each session to
+    /// (`URL/ui/session/SESSION`; `asap-proxy view`'s default address).
+    #[arg(long, value_name = "URL", default_value = super::html::DEFAULT_VIEWER_URL)]
+    pub viewer_url: String,
 }

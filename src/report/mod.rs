@@ -8,6 +8,7 @@ mod args;
 pub mod behaviour;
 mod csv;
 pub mod failure;
+pub mod html;
 pub mod load;
 pub mod metrics;
 pub mod network;
@@ -157,16 +158,26 @@ pub struct Attempt {
 
 /// Runs `asap-proxy report`: reads the traces (with a progress bar on a terminal), reads
 /// `--results`, computes the [`Report`], prints it to standard output in `--format`, and
-/// writes `--plots`. Warnings (unreadable trace records skipped, and the report's own
+/// writes `--html` and `--plots`. Warnings (unreadable trace records skipped, and the report's own
 /// [`Report::warnings`]) go to standard error.
 ///
 /// Errors ([`CliError`], by exit code): 2 for bad arguments or unreadable inputs (no trace
 /// files, a results file that cannot be read or parsed, an unknown `--pair` label, an empty,
 /// unreadable or malformed `--tasks` file) and for labels compared under different protocols
-/// without `--allow-protocol-mismatch`; 1 for failures writing the output or the plots.
+/// without `--allow-protocol-mismatch`, and a `--viewer-url` that is not http(s); 1 for
+/// failures writing the output, the page or the plots.
 pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     let (dirs, result_files) =
         trace_paths_and_results(&args.dirs, &args.results).map_err(CliError::Usage)?;
+    if !["http://", "https://"]
+        .iter()
+        .any(|scheme| args.viewer_url.starts_with(scheme))
+    {
+        return Err(CliError::Usage(format!(
+            "--viewer-url {:?} is not an http:// or https:// URL",
+            args.viewer_url
+        )));
+    }
     let files = crate::trace::read::trace_files(&dirs).map_err(CliError::input)?;
     let (trajectories, skipped) = load_all(&files)?;
     let mut stderr = std::io::stderr();
@@ -275,6 +286,13 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
         output::write(&report, args.format, &mut out)
             .and_then(|()| out.flush())
             .map_err(CliError::io("writing the report"))?;
+    }
+    if let Some(path) = &args.html {
+        let page = html::render(&output::to_json(&report), &args.viewer_url)
+            .map_err(CliError::internal)?;
+        std::fs::write(path, page)
+            .map_err(CliError::io(format!("writing --html {}", path.display())))?;
+        let _ = writeln!(stderr, "wrote {}", path.display());
     }
     if let Some(dir) = &args.plots {
         let written = plots::write(&report, dir).map_err(CliError::internal)?;
