@@ -1,6 +1,6 @@
 //! `asap-proxy report` on crafted trajectories: Pass@k and Intersection@n by hand, each
 //! behaviour definition with a positive and a negative case, results files, run numbering,
-//! the paired comparison, the three output formats and the SVG plots.
+//! the paired comparison, the three output formats, the SVG plots and the HTML page.
 
 use std::path::Path;
 
@@ -1517,4 +1517,237 @@ fn every_k_by_default_and_intervals_for_the_median_and_the_endings() {
         md.contains("| m | ending:submitted | 33.3 | 0.0 – 66.7 |"),
         "{md}"
     );
+
+// ---------------------------------------------------------------------------------------------
+// --html: one self-contained page from the JSON document
+
+/// `text` as minijinja's HTML auto-escaping writes it.
+fn escaped(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#x27;")
+        .replace('/', "&#x2f;")
+}
+
+#[test]
+fn html_page_shows_the_json_numbers_escaped() {
+    use asap_proxy::report::{html, output};
+
+    // The pair fixture (labels A and B, with results), and a third label whose name and
+    // command are markup: a network-flagged `curl` with a script in its URL.
+    let evil = "<script>alert(1)</script>";
+    let (mut trajs, results) = pair_fixture();
+    trajs.push(traj(
+        evil,
+        "t",
+        Some(0),
+        0,
+        vec![
+            shell("curl https://x.test/<script>alert(2)</script>", ""),
+            submit(),
+        ],
+    ));
+    let mut report = Report::build(&trajs, Some(&results), &[1, 2]);
+    report.pair = Some(compare(&report, "A", "B").unwrap());
+    let doc = output::to_json(&report);
+    let page = html::render(&doc, "http://viewer.test:8200/").unwrap();
+
+    assert!(page.starts_with("<!doctype html>"), "{page}");
+    assert!(!page.to_lowercase().contains("<script"), "{page}");
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"));
+    assert!(page.contains("curl https:&#x2f;&#x2f;x.test&#x2f;&lt;script&gt;alert(2)"));
+    let labels = doc["labels"].as_array().unwrap();
+    assert_eq!(labels.len(), 3);
+    for l in labels {
+        let label = l["label"].as_str().unwrap();
+        assert!(page.contains(&escaped(label)), "{label}");
+    }
+
+    // Pass@1 of each label as the Markdown prints it (one decimal), in the summary table.
+    let md = render(&report, ReportFormat::Md);
+    let a = labels.iter().find(|l| l["label"] == "A").unwrap();
+    let pass1 = format!("{:.1}", a["pass_at_k"]["1"].as_f64().unwrap() * 100.0);
+    assert_eq!(pass1, "25.0");
+    assert!(
+        page.contains(&format!("<td class=\"num\">{pass1}</td>")),
+        "{page}"
+    );
+    assert!(md.contains(&format!("| {pass1} |")), "{md}");
+    // Every estimate: value (lo – hi) in %, from the JSON.
+    for l in labels {
+        for e in l["estimates"].as_array().unwrap() {
+            let pct = |v: &serde_json::Value| format!("{:.1}", v.as_f64().unwrap() * 100.0);
+            let cell = format!(
+                "{} ({} – {})",
+                pct(&e["value"]),
+                pct(&e["interval"]["lo"]),
+                pct(&e["interval"]["hi"])
+            );
+            assert!(page.contains(&cell), "{cell} ({e})");
+        }
+    }
+    let b_pass1 = labels.iter().find(|l| l["label"] == "B").unwrap()["estimates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["metric"] == "pass@1")
+        .unwrap()
+        .clone();
+    assert!(page.contains("33.3 (0.0 – 66.7)"), "{b_pass1}");
+    // The changes between consecutive labels: delta, interval and p as the Markdown's.
+    let changes = doc["changes"].as_array().unwrap();
+    assert!(!changes.is_empty());
+    for c in changes {
+        let points = |v: &serde_json::Value| format!("{:+.1}", v.as_f64().unwrap() * 100.0);
+        let row = format!(
+            "<td class=\"num\">{}</td>\n<td class=\"num\">{} – {}</td>\n<td class=\"num\">{:.3}</td>",
+            points(&c["delta"]),
+            points(&c["interval"]["lo"]),
+            points(&c["interval"]["hi"]),
+            c["p_value"].as_f64().unwrap()
+        );
+        assert!(page.contains(&row), "{row}");
+    }
+
+    // Each session links to the viewer, its id percent-encoded as one path segment.
+    for t in doc["trajectories"].as_array().unwrap() {
+        let session = t["session"].as_str().unwrap();
+        if session.starts_with('<') {
+            continue;
+        }
+        let href = format!("href=\"http://viewer.test:8200/ui/session/{session}\"");
+        assert!(page.contains(&href), "{href}");
+    }
+    assert!(page.contains(
+        "href=\"http://viewer.test:8200/ui/session/%3Cscript%3Ealert%281%29%3C%2Fscript%3E-t-0-0\""
+    ));
+
+    // One plot per metric of the estimates, and the Pass@k curves.
+    let mut metrics: Vec<&str> = labels
+        .iter()
+        .flat_map(|l| l["estimates"].as_array().unwrap())
+        .map(|e| e["metric"].as_str().unwrap())
+        .collect();
+    metrics.sort_unstable();
+    metrics.dedup();
+    assert!(metrics.contains(&"pass@1") && metrics.contains(&"autonomous_edit"));
+    assert_eq!(page.matches("<svg").count(), metrics.len() + 1);
+    for metric in metrics.iter().chain(&["pass@k"]) {
+        let attr = format!("data-metric=\"{}\"", escaped(metric));
+        assert_eq!(page.matches(&attr).count(), 1, "{attr}");
+    }
+    // The pair comparison and the flagged trajectory are there.
+    assert!(page.contains("Pair: A → B"), "{page}");
+    assert!(page.contains("Flagged trajectories"));
+}
+
+#[test]
+fn html_page_takes_absent_and_new_json_fields() {
+    use asap_proxy::report::html::{render as page_of, DEFAULT_VIEWER_URL};
+    use asap_proxy::report::output;
+
+    // A document with almost nothing renders (fields read as empty), with no plot.
+    let page = page_of(&json!({"labels": [{"label": "only"}]}), DEFAULT_VIEWER_URL).unwrap();
+    assert!(page.contains("<th>only</th>"), "{page}");
+    assert_eq!(page.matches("<svg").count(), 0);
+
+    // Metrics the JSON may hold besides Pass@k, Intersection@n and the behaviour rates: an
+    // ending's share, a median in steps (shown as steps, not ×100), an unknown name; a pair
+    // row with a p-value.
+    let mut doc = output::to_json(&full_report());
+    let estimates = doc["labels"][0]["estimates"].as_array_mut().unwrap();
+    let before = estimates.len();
+    estimates.extend([
+        json!({"metric": "median_steps_before_first_edit", "unit": "steps", "value": 4.5,
+               "interval": {"lo": 3.0, "hi": 6.0}}),
+        json!({"metric": "ending:degenerate_loop", "unit": "fraction", "value": 0.125,
+               "interval": {"lo": 0.0, "hi": 0.25}}),
+        json!({"metric": "brand_new", "value": 0.5, "interval": {"lo": 0.25, "hi": 0.75}}),
+    ]);
+    doc["pair"]["rows"][0]["p_value"] = json!(0.0123);
+    let page = page_of(&doc, DEFAULT_VIEWER_URL).unwrap();
+    assert!(
+        page.contains("4.5 (3.0 – 6.0)") && !page.contains("450.0"),
+        "{page}"
+    );
+    assert!(page.contains("12.5 (0.0 – 25.0)"));
+    assert!(page.contains("data-metric=\"median_steps_before_first_edit\""));
+    assert!(page.contains("median steps before the first edit (steps)"));
+    assert!(page.contains("ended: degenerate_loop (abnormal) (%)"));
+    assert!(page.contains("data-metric=\"brand_new\""));
+    let metrics: std::collections::BTreeSet<&str> = doc["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|l| l["estimates"].as_array().unwrap())
+        .map(|e| e["metric"].as_str().unwrap())
+        .collect();
+    assert!(metrics.len() >= before + 3);
+    assert_eq!(page.matches("<svg").count(), metrics.len() + 1);
+    assert!(page.contains("<td class=\"num\">0.012</td>"), "{page}");
+}
+
+#[test]
+fn report_html_writes_the_page_of_the_json() {
+    use asap_proxy::report::html;
+
+    let traces = crate::util::fixture_path("view");
+    let dir = tempfile::tempdir().unwrap();
+    let results = write_file(
+        dir.path(),
+        "results.jsonl",
+        "{\"instance_id\": \"inventory__total-1\", \"resolved\": true}\n",
+    );
+    let path = dir.path().join("report.html");
+    let viewer = "http://127.0.0.1:9999/";
+    let out = run(&[
+        &"report",
+        &traces,
+        &"--results",
+        &results,
+        &"--format",
+        &"json",
+        &"--html",
+        &path,
+        &"--viewer-url",
+        &viewer,
+    ]);
+    assert!(out.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("wrote {}", path.display())),
+        "{}",
+        out.stderr
+    );
+    let page = std::fs::read_to_string(&path).unwrap();
+    // The page is the JSON document the same run printed, rendered.
+    assert_eq!(page, html::render(&out.json(), viewer).unwrap());
+    assert!(page.contains("href=\"http://127.0.0.1:9999/ui/session/75d14317a253\""));
+    assert!(
+        page.contains("<td class=\"num\">100.0</td>"),
+        "Pass@1 100 %"
+    );
+    assert!(!page.contains("<script"));
+
+    // The viewer's default address; Markdown still goes to standard output.
+    let out = run(&[&"report", &traces, &"--html", &path]);
+    assert!(out.success() && out.stdout.starts_with("# asap-proxy report"));
+    let page = std::fs::read_to_string(&path).unwrap();
+    assert!(page.contains("href=\"http://127.0.0.1:8200/ui/session/75d14317a253\""));
+
+    // A page that cannot be written is exit 1; a viewer URL that is not http(s) exit 2.
+    let unwritable = dir.path().join("no-such-dir/report.html");
+    let out = run(&[&"report", &traces, &"--html", &unwritable]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("--html"), "{}", out.stderr);
+    let out = run(&[
+        &"report",
+        &traces,
+        &"--html",
+        &path,
+        &"--viewer-url",
+        &"javascript:alert(1)",
+    ]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
 }
