@@ -6,7 +6,13 @@
 # model-written markup stayed text, and saves screenshots: target/artifacts/viewer.png (the
 # session page) and target/artifacts/viewer-list.png (the list). CI keeps target/artifacts/.
 #
-# Needs: chromium (`apt-get install chromium`; .ci/run installs it). ASAP_PROXY_BIN: the
+# Then `report --html` (issue 21): a sweep of 4 labels made from the same trace
+# (tests/browser/sweep.py, one label named `<script>…`), its page loaded from the file: the
+# tables, one SVG plot per metric of the JSON's estimates plus the Pass@k curves, the JSON's
+# Pass@1 in %, the markup label as text, and a session link that opens the session in a
+# viewer over the sweep; screenshot target/artifacts/report.png.
+#
+# Needs: chromium (`apt-get install chromium`; .ci/run installs it), python3. ASAP_PROXY_BIN: the
 # binary to run [default: builds target/debug/asap-proxy]. ASAP_CHROMIUM: the browser
 # [default: chromium on PATH].
 set -euo pipefail
@@ -15,7 +21,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bin=${ASAP_PROXY_BIN:-}
 if [[ -z $bin ]]; then
     cargo build --locked --bin asap-proxy
-    bin=$PWD/target/debug/asap-proxy
+    bin=${CARGO_TARGET_DIR:-$PWD/target}/debug/asap-proxy
 fi
 chromium=${ASAP_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 if [[ -z $chromium ]]; then
@@ -29,31 +35,37 @@ session=$(basename "${files[0]}" .jsonl)
 artifacts=target/artifacts
 mkdir -p "$artifacts"
 tmp=$(mktemp -d)
-pid=
+pids=()
 cleanup() {
-    if [[ -n $pid ]]; then
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    fi
+    local p
+    for p in "${pids[@]}"; do
+        kill "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 
-"$bin" view "$fixture" --listen 127.0.0.1:0 2>"$tmp/view.log" &
-pid=$!
-url=
-for _ in $(seq 200); do
-    url=$(sed -n 's|^asap-proxy view: ||p' "$tmp/view.log")
-    [[ -n $url ]] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-if [[ -z $url ]]; then
-    echo "asap-proxy view did not start:" >&2
-    cat "$tmp/view.log" >&2
-    exit 1
-fi
-base=${url%/ui}
+# start_view DIR LOG: runs `asap-proxy view DIR` on a free port; sets $base (http://host:port).
+start_view() {
+    "$bin" view "$1" --listen 127.0.0.1:0 2>"$2" &
+    local pid=$!
+    pids+=("$pid")
+    local url=
+    for _ in $(seq 200); do
+        url=$(sed -n 's|^asap-proxy view: ||p' "$2")
+        [[ -n $url ]] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [[ -z $url ]]; then
+        echo "asap-proxy view did not start:" >&2
+        cat "$2" >&2
+        exit 1
+    fi
+    base=${url%/ui}
+}
+start_view "$fixture" "$tmp/view.log"
 
 # One headless run with a fresh profile: chromium ARGS... (its own log goes to a file).
 n=0
@@ -108,7 +120,59 @@ browse --dump-dom "$base/ui/session/$session/step/6/prompt" >"$tmp/prompt.html"
 expect "$tmp/prompt.html" "# Trajectory"
 expect "$tmp/prompt.html" "## Thinking"
 
-for shot in viewer.png viewer-list.png; do
+echo "== report --html: a sweep of 4 labels" >&2
+python3 tests/browser/sweep.py "${files[0]}" "$tmp/sweep"
+start_view "$tmp/sweep/logs" "$tmp/view-sweep.log"
+report=(report "$tmp/sweep/logs" --results "$tmp/sweep/results.jsonl" --k 1,2
+    --order stage1,stage2,stage3)
+if ! "$bin" "${report[@]}" --format json --html "$tmp/report.html" --viewer-url "$base" \
+    >"$tmp/report.json" 2>"$tmp/report.log"; then
+    echo "FAIL: asap-proxy report --html:" >&2
+    cat "$tmp/report.log" >&2
+    exit 1
+fi
+grep -qF "wrote $tmp/report.html" "$tmp/report.log" || {
+    echo "FAIL: report --html did not say it wrote the page" >&2
+    failures=$((failures + 1))
+}
+# From the JSON the same run printed: the plots expected (one per metric of the estimates,
+# plus the Pass@k curves), stage3's Pass@1 in %, and a session of stage2.
+read -r plots pass1 session < <(python3 - "$tmp/report.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+metrics = {e["metric"] for l in doc["labels"] for e in l["estimates"]}
+stage3 = next(l for l in doc["labels"] if l["label"] == "stage3")
+session = next(t["session"] for t in doc["trajectories"] if t["label"] == "stage2")
+print(len(metrics) + 1, "%.1f" % (stage3["pass_at_k"]["1"] * 100), session)
+PY
+)
+browse --dump-dom "file://$tmp/report.html" >"$tmp/report-dom.html"
+page=$tmp/report-dom.html
+for id in protocol summary stability estimates changes plots network behaviour endings nudges \
+    trajectory-list; do
+    expect "$page" "id=\"$id\""
+done
+expect "$page" "<th>stage1</th>"
+expect "$page" "<td class=\"num\">$pass1</td>"
+expect "$page" "&lt;script&gt;alert(1)&lt;/script&gt;"
+reject "$page" "<script"
+expect "$page" "data-metric=\"pass@k\""
+expect "$page" "data-metric=\"pass@1\""
+expect "$page" "data-metric=\"autonomous_edit\""
+svgs=$(grep -o "<svg" "$page" | wc -l)
+if [[ $svgs -ne $plots ]]; then
+    echo "FAIL: report.html has $svgs SVG plots, the JSON's estimates give $plots" >&2
+    failures=$((failures + 1))
+fi
+expect "$page" "href=\"$base/ui/session/$session\""
+browse --window-size=1400,2400 --screenshot="$artifacts/report.png" "file://$tmp/report.html" \
+    >/dev/null
+# The link opens the session in the viewer over the sweep.
+browse --dump-dom "$base/ui/session/$session" >"$tmp/linked.html"
+expect "$tmp/linked.html" "Trajectory:"
+expect "$tmp/linked.html" "stage2"
+
+for shot in viewer.png viewer-list.png report.png; do
     if [[ ! -s $artifacts/$shot ]]; then
         echo "FAIL: no screenshot $artifacts/$shot" >&2
         failures=$((failures + 1))
@@ -119,4 +183,4 @@ if [[ $failures -gt 0 ]]; then
     tail -n 20 "$tmp/chromium.log" >&2
     exit 1
 fi
-echo "viewer OK in $("$chromium" --version 2>/dev/null | head -n 1); screenshots in $artifacts/" >&2
+echo "viewer and report --html OK in $("$chromium" --version 2>/dev/null | head -n 1); screenshots in $artifacts/" >&2
