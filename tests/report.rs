@@ -1655,7 +1655,7 @@ fn html_page_takes_absent_and_new_json_fields() {
 
     // Metrics the JSON may hold besides Pass@k, Intersection@n and the behaviour rates: an
     // ending's share, a median in steps (shown as steps, not ×100), an unknown name; a pair
-    // row with a p-value.
+    // row's change and Pass@1's with an interval and a p-value.
     let mut doc = output::to_json(&full_report());
     let estimates = doc["labels"][0]["estimates"].as_array_mut().unwrap();
     let before = estimates.len();
@@ -1666,7 +1666,10 @@ fn html_page_takes_absent_and_new_json_fields() {
                "interval": {"lo": 0.0, "hi": 0.25}}),
         json!({"metric": "brand_new", "value": 0.5, "interval": {"lo": 0.25, "hi": 0.75}}),
     ]);
-    doc["pair"]["rows"][0]["p_value"] = json!(0.0123);
+    doc["pair"]["rows"][0]["change"] =
+        json!({"interval": {"lo": -0.25, "hi": 0.5}, "p_value": 0.0123, "tasks": 2});
+    doc["pair"]["pass_at_1_change"] =
+        json!({"interval": {"lo": 0.125, "hi": 0.75}, "p_value": 0.5, "tasks": 2});
     let page = page_of(&doc, DEFAULT_VIEWER_URL).unwrap();
     assert!(
         page.contains("4.5 (3.0 – 6.0)") && !page.contains("450.0"),
@@ -1686,7 +1689,13 @@ fn html_page_takes_absent_and_new_json_fields() {
         .collect();
     assert!(metrics.len() >= before + 3);
     assert_eq!(page.matches("<svg").count(), metrics.len() + 1);
-    assert!(page.contains("<td class=\"num\">0.012</td>"), "{page}");
+    assert!(
+        page.contains("<td class=\"num\">-25.0 – +50.0</td>"),
+        "{page}"
+    );
+    assert!(page.contains("<td class=\"num\">0.012</td>"));
+    assert!(page.contains("<td class=\"num\">+12.5 – +75.0</td>"));
+    assert!(page.contains("<td class=\"num\">0.500</td>"));
 }
 
 #[test]
