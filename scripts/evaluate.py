@@ -943,9 +943,10 @@ def judge_stage(args, dataset: Dataset, label: str, out: Path) -> None:
         log(f"{label}: run {run}: {len(report['resolved_ids'])}/{len(dataset.by_id)} resolved")
 
 
-def report_stage(trees: list[Path], runs: int | None) -> int:
+def report_stage(trees: list[Path], runs: int | None, extra: list[str] | None = None) -> int:
     """`asap-proxy report` over every label's traces and judged runs of the results trees (one
-    tree, or the shards of one evaluation), as OUT/report.md and OUT/report.json of the first."""
+    tree, or the shards of one evaluation), as OUT/report.md, OUT/report.json and OUT/report.html
+    of the first; `extra`: more `report` arguments (`--report-arg`)."""
     out = trees[0]
     logs = sorted({p for t in trees for p in t.glob("*/logs") if any(p.glob("*.jsonl"))})
     if not logs:
@@ -958,9 +959,11 @@ def report_stage(trees: list[Path], runs: int | None) -> int:
     # Pass@k for every k up to the runs (report's default: every k to each label's fewest runs).
     if runs:
         base += ["--k", ",".join(map(str, range(1, runs + 1)))]
+    base += extra or []
     status = 0
     for fmt, name in (("md", "report.md"), ("json", "report.json")):
-        r = subprocess.run(base + ["--format", fmt], capture_output=True, text=True)
+        page = ["--html", str(out / "report.html")] if fmt == "md" else []
+        r = subprocess.run(base + ["--format", fmt, *page], capture_output=True, text=True)
         if r.returncode not in (0,):
             log(r.stderr)
             status = r.returncode
@@ -969,7 +972,7 @@ def report_stage(trees: list[Path], runs: int | None) -> int:
             sys.stdout.write(r.stdout)
             if r.stderr.strip():
                 log(r.stderr.strip())
-    log(f"report: {out / 'report.md'}, {out / 'report.json'} ({len(labels)} label{'s' * (len(labels) != 1)}, "
+    log(f"report: {out / 'report.md'}, {out / 'report.json'}, {out / 'report.html'} ({len(labels)} label{'s' * (len(labels) != 1)}, "
         f"{len(results)} judged run{'s' * (len(results) != 1)})")
     return status
 
@@ -1083,7 +1086,7 @@ def run_command(args) -> int:
         labels = [label for label, _ in pairs] or judged_labels(out)
         for label in labels:
             judge_stage(args, dataset, label, out)
-    status = report_stage([out], args.runs) if "report" in stages else 0
+    status = report_stage([out], args.runs, args.report_arg) if "report" in stages else 0
     log(f"evaluate: done in {(time.time() - started) / 60:.1f} min; results in {out}")
     return status
 
@@ -1187,6 +1190,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--judge", choices=("local", "harness"), help="default: local for local datasets, else harness")
     r.add_argument("--serve-arg", action="append", help="one more `serve` argument (repeatable)")
     r.add_argument("--stages", default="all", help="comma-separated: agent, judge, report (default all)")
+    r.add_argument("--report-arg", action="append", metavar="ARG",
+                   help="one more argument for `asap-proxy report` (repeatable; write "
+                        "--report-arg=--order for a value starting with -)")
 
     j = sub.add_parser("judge", help="only judge the predictions of a results tree")
     j.add_argument("--out", required=True, help="the results tree")
@@ -1204,6 +1210,9 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--out", required=True, action="append",
                    help="a results tree (repeatable: the shards of one evaluation)")
     o.add_argument("--runs", type=int, help="runs per instance: Pass@k for k = 1 to this (default: every k to the fewest runs of a task)")
+    o.add_argument("--report-arg", action="append", metavar="ARG",
+                   help="one more argument for `asap-proxy report` (repeatable; write "
+                        "--report-arg=--order for a value starting with -)")
 
     args = parser.parse_args(argv)
     if getattr(args, "runs", None) is not None and args.runs < 1:
@@ -1216,7 +1225,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         return demo(Path(args.out), scaffold_python(args.python))
     if args.command == "report":
-        return report_stage([Path(o) for o in args.out], args.runs)
+        return report_stage([Path(o) for o in args.out], args.runs, args.report_arg)
     if args.command == "judge":
         args.python = args.python or sys.executable
         dataset = Dataset(args.dataset, args.split, args.python, Path(args.out) / "_work", args.instances)

@@ -1342,6 +1342,10 @@ fn rank_agreement_by_hand() {
     let md = render(&report, ReportFormat::Md);
     assert!(md.contains("## Rank agreement: oh against swe"), "{md}");
     assert!(md.contains("| m1 | 2 | 50.0 | 1 | 75.0 | -1 |"), "{md}");
+    // The CSV carries the same ranks and coefficients.
+    let csv = render(&report, ReportFormat::Csv);
+    assert!(csv.contains("\ngroup_a,group_b,model,rank_a,pass1_a,rank_b,pass1_b,spearman,"));
+    assert!(csv.contains("\noh,swe,m1,2,0.5,1,0.75,0.5,"), "{csv}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1367,6 +1371,7 @@ fn a_reference_benchmark_stands_beside_pass_at_1() {
             ("stage2".into(), 61.5),
             ("stage9".into(), 70.0),
         ],
+        1,
     );
     assert_eq!(unknown, ["stage9"]);
     let rows = &report.reference.as_ref().unwrap().rows;
@@ -1387,7 +1392,7 @@ fn a_reference_benchmark_stands_beside_pass_at_1() {
     assert!(rows[0].pass1_change.is_none());
     let md = render(&report, ReportFormat::Md);
     assert!(
-        md.contains("| stage2 | 61.50 | +0.50 | 50.0 | +25.0 ("),
+        md.contains("| stage2 | 61.5 | +0.5 | 50.0 | +25.0 ("),
         "{md}"
     );
 
@@ -1429,11 +1434,11 @@ fn a_reference_benchmark_stands_beside_pass_at_1() {
         let out = run(&[&"report", &traces, &"--reference", &file]);
         assert_eq!(out.code, Some(2), "{name}: {}", out.stderr);
     }
-    // A header after a comment, a percent sign, a quoted label.
+    // A header after a comment (one with a digit in its name), a percent sign, a quoted label.
     let ok = write_file(
         dir.path(),
         "ok.csv",
-        "# leaderboard\nlabel,score\n\"nobody\",61.2%\n",
+        "# leaderboard\nlabel,pass@1\n\"nobody\",61.2%\n",
     );
     let out = run(&[&"report", &traces, &"--reference", &ok]);
     assert!(out.success(), "{}", out.stderr);
@@ -1576,6 +1581,11 @@ fn html_page_shows_the_json_numbers_escaped() {
         "{page}"
     );
     assert!(md.contains(&format!("| {pass1} |")), "{md}");
+    // A point of a metric's chart names its label when hovered.
+    assert!(
+        page.contains("<title>A: 25.0 % (95 % interval 0.0 – 50.0)</title>"),
+        "{page}"
+    );
     // Every estimate: value (lo – hi) in %, from the JSON.
     for l in labels {
         for e in l["estimates"].as_array().unwrap() {
@@ -1759,4 +1769,49 @@ fn report_html_writes_the_page_of_the_json() {
         &"javascript:alert(1)",
     ]);
     assert_eq!(out.code, Some(2), "{}", out.stderr);
+}
+
+#[test]
+fn reference_scores_keep_the_decimals_they_were_written_with() {
+    // Fractions of a benchmark: 0.123 → 0.127 is +0.004, not 0.12 → 0.13 and +0.00.
+    let trajs: Vec<Trajectory> = ["stage1", "stage2"]
+        .iter()
+        .map(|l| traj(l, "a", Some(0), 0, vec![edit()]))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut report = Report::build(&trajs, None, &[1]);
+    report.with_reference(
+        "f.csv",
+        &[("stage1".into(), 0.123), ("stage2".into(), 0.127)],
+        3,
+    );
+    let md = render(&report, ReportFormat::Md);
+    assert!(md.contains("| stage1 | 0.123 | – |"), "{md}");
+    assert!(md.contains("| stage2 | 0.127 | +0.004 |"), "{md}");
+    let csv = render(&report, ReportFormat::Csv);
+    assert!(csv.contains("\nf.csv,stage2,0.127,0.004"), "{csv}");
+    assert!(
+        csv.contains("\nstage1,1,0,0,,\n"),
+        "the network table: {csv}"
+    );
+    // Through the CLI: the decimals come from the file, exponents included.
+    let traces = crate::util::fixture_path("traces/v1");
+    let label = run(&[&"report", &traces, &"--format", &"json"]).json()["labels"][0]["label"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let file = write_file(dir.path(), "r.csv", &format!("{label},1.5e-3\n"));
+    let out = run(&[
+        &"report",
+        &traces,
+        &"--reference",
+        &file,
+        &"--format",
+        &"json",
+    ]);
+    assert!(out.success(), "{}", out.stderr);
+    let reference = &out.json()["reference"];
+    assert_eq!(reference["decimals"], 4);
+    let out = run(&[&"report", &traces, &"--reference", &file]);
+    assert!(out.stdout.contains("| 0.0015 |"), "{}", out.stdout);
 }

@@ -27,8 +27,9 @@ fn opt(v: &Option<String>) -> String {
 }
 
 /// CSV: tables `summary`, `behaviour` (long form), `protocol`, `tasks` (with results),
-/// `trajectories`, `messages` (warnings and protocol differences) and `pair` (when asked
-/// for), each with a header row, separated by a blank line.
+/// `trajectories`, `messages` (warnings and protocol differences), `pair` (when asked for),
+/// the network audit per label, the reference benchmark and the rank agreement (when there),
+/// each with a header row, separated by a blank line (docs/report.md "Output").
 pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     let mut head: Vec<String> = ["label", "tasks", "runs", "min_runs", "max_runs"]
         .map(String::from)
@@ -322,6 +323,119 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                 r.a_higher.to_string(),
                 r.change,
             )?;
+        }
+    }
+    analyses(report, out)
+}
+
+/// The tables of the analyses Markdown and JSON show besides the metrics: the network audit
+/// per label; with `--reference`, the benchmark beside Pass@1; with `model@group` labels, the
+/// rank agreement (one row per shared model, the pair's coefficients on each).
+fn analyses(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out)?;
+    csv_row(
+        out,
+        &[
+            "label",
+            "trajectories",
+            "network_flagged",
+            "gold_seeking",
+            "pass1_bound",
+            "pass1_bound_gold",
+        ]
+        .map(String::from),
+    )?;
+    for l in &report.labels {
+        let n = &l.network;
+        csv_row(
+            out,
+            &[
+                l.label.clone(),
+                n.trajectories.to_string(),
+                n.flagged.to_string(),
+                n.gold_seeking.to_string(),
+                num(n.pass1_bound),
+                num(n.pass1_bound_gold),
+            ],
+        )?;
+    }
+    if let Some(r) = &report.reference {
+        writeln!(out)?;
+        csv_row(
+            out,
+            &[
+                "reference_file",
+                "label",
+                "score",
+                "score_change",
+                "pass@1",
+                "pass@1_change",
+                "lo",
+                "hi",
+                "p_value",
+            ]
+            .map(String::from),
+        )?;
+        for row in &r.rows {
+            let c = row.pass1_change.as_ref();
+            csv_row(
+                out,
+                &[
+                    r.file.clone(),
+                    row.label.clone(),
+                    num(row.score),
+                    num(row.score_change),
+                    num(row.pass1),
+                    num(c.map(|c| c.delta)),
+                    num(c.map(|c| c.interval.lo)),
+                    num(c.map(|c| c.interval.hi)),
+                    num(c.map(|c| c.p_value)),
+                ],
+            )?;
+        }
+    }
+    if !report.rank_agreement.is_empty() {
+        writeln!(out)?;
+        csv_row(
+            out,
+            &[
+                "group_a",
+                "group_b",
+                "model",
+                "rank_a",
+                "pass1_a",
+                "rank_b",
+                "pass1_b",
+                "spearman",
+                "spearman_lo",
+                "spearman_hi",
+                "kendall",
+                "kendall_lo",
+                "kendall_hi",
+            ]
+            .map(String::from),
+        )?;
+        for r in &report.rank_agreement {
+            for m in &r.models {
+                csv_row(
+                    out,
+                    &[
+                        r.groups.0.clone(),
+                        r.groups.1.clone(),
+                        m.model.clone(),
+                        m.a.0.to_string(),
+                        m.a.1.to_string(),
+                        m.b.0.to_string(),
+                        m.b.1.to_string(),
+                        num(r.spearman),
+                        num(r.spearman_interval.map(|i| i.lo)),
+                        num(r.spearman_interval.map(|i| i.hi)),
+                        num(r.kendall),
+                        num(r.kendall_interval.map(|i| i.lo)),
+                        num(r.kendall_interval.map(|i| i.hi)),
+                    ],
+                )?;
+            }
         }
     }
     Ok(())

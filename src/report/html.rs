@@ -731,6 +731,14 @@ fn plot(
             let points: Vec<Point> = data
                 .iter()
                 .map(|d| {
+                    // One series per chart of a metric: its points are the labels (x).
+                    let label = match label.as_str() {
+                        "" => x_names
+                            .get(d.x as usize)
+                            .map_or("", String::as_str)
+                            .to_string(),
+                        named => named.to_string(),
+                    };
                     let tip = match d.interval {
                         Some((lo, hi)) => format!(
                             "{label}: {} {unit} (95 % interval {} – {})",

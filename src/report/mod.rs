@@ -214,8 +214,8 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     };
     let mut report = Report::build_with(&trajectories, results.as_ref(), &options);
     if let Some(path) = &args.reference {
-        let scores = read_reference(path)?;
-        for unknown in report.with_reference(&path.display().to_string(), &scores) {
+        let (scores, decimals) = read_reference(path)?;
+        for unknown in report.with_reference(&path.display().to_string(), &scores, decimals) {
             report.warnings.push(format!(
                 "--reference names {unknown:?}, which no trajectory has: not shown"
             ));
@@ -314,12 +314,13 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
 /// skipped; the first other line is a header when its score field holds no digit; a score may
 /// end in `%`; a label may be in double quotes). Errors (exit 2): a malformed line, a label
 /// given twice, no score at all.
-fn read_reference(path: &std::path::Path) -> Result<Vec<(String, f64)>, CliError> {
+fn read_reference(path: &std::path::Path) -> Result<(Vec<(String, f64)>, usize), CliError> {
     let text = std::fs::read_to_string(path).map_err(CliError::unreadable(format!(
         "reading --reference {}",
         path.display()
     )))?;
     let mut rows: Vec<(String, f64)> = Vec::new();
+    let mut decimals = 0;
     let mut first = true;
     for (i, line) in text.trim_start_matches('\u{feff}').lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default().trim();
@@ -338,17 +339,18 @@ fn read_reference(path: &std::path::Path) -> Result<Vec<(String, f64)>, CliError
             .split_once([',', '\t'])
             .ok_or_else(|| bad("is not `label,score`"))?;
         let score = score.trim();
-        if is_first && !score.contains(|c: char| c.is_ascii_digit()) {
-            continue; // the header
+        let number = score.strip_suffix('%').unwrap_or(score).trim();
+        let value = number.parse::<f64>().ok().filter(|v| v.is_finite());
+        // A header names its column (`score`, `pass@1`, `SWE-bench %`): not a number and not
+        // starting like one, so a malformed first number (`40.5x`) is an error, not a header.
+        let starts_like_a_number =
+            score.starts_with(|c: char| c.is_ascii_digit() || "+-.".contains(c));
+        if is_first && value.is_none() && !starts_like_a_number {
+            continue;
         }
-        let value = score
-            .strip_suffix('%')
-            .unwrap_or(score)
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|v| v.is_finite())
-            .ok_or_else(|| bad("is not `label,score` with a finite number as the score"))?;
+        let value =
+            value.ok_or_else(|| bad("is not `label,score` with a finite number as the score"))?;
+        decimals = decimals.max(decimals_of(number));
         let label = label.trim();
         let label = label
             .strip_prefix('"')
@@ -365,7 +367,17 @@ fn read_reference(path: &std::path::Path) -> Result<Vec<(String, f64)>, CliError
             path.display()
         )));
     }
-    Ok(rows)
+    Ok((rows, decimals))
+}
+
+/// Decimals a number was written with: digits after the point, plus the places a negative
+/// exponent shifts them (`1.5e-3` → 4); at most 6.
+fn decimals_of(number: &str) -> usize {
+    let (mantissa, exponent) = number
+        .split_once(['e', 'E'])
+        .map_or((number, 0), |(m, e)| (m, e.parse::<i64>().unwrap_or(0)));
+    let after = mantissa.split_once('.').map_or(0, |(_, f)| f.len()) as i64;
+    (after - exponent).clamp(0, 6) as usize
 }
 
 fn read_task_set(path: &std::path::Path) -> Result<Vec<String>, CliError> {

@@ -80,9 +80,10 @@ fn reference_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> 
         out,
         &["label", "reference", "change", "Pass@1", "change (points)"].map(String::from),
     )?;
+    let d = r.decimals;
     let num = |v: Option<f64>, signed: bool| match v {
-        Some(v) if signed => format!("{v:+.2}"),
-        Some(v) => format!("{v:.2}"),
+        Some(v) if signed => format!("{v:+.d$}"),
+        Some(v) => format!("{v:.d$}"),
         None => "–".to_string(),
     };
     for row in &r.rows {

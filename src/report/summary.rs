@@ -137,6 +137,9 @@ pub struct NetworkSummary {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReferenceTable {
     pub file: String,
+    /// Decimals to show the scores and their changes with: the most any score of the file
+    /// was written with (`0.123` → 3; `1.5e-3` → 4), at most 6.
+    pub decimals: usize,
     pub rows: Vec<ReferenceRow>,
 }
 
@@ -157,7 +160,12 @@ pub struct ReferenceRow {
 impl Report {
     /// Puts a benchmark's `(label, score)` rows beside the labels; returns the file's labels
     /// that no trajectory has (for a warning).
-    pub fn with_reference(&mut self, file: &str, scores: &[(String, f64)]) -> Vec<String> {
+    pub fn with_reference(
+        &mut self,
+        file: &str,
+        scores: &[(String, f64)],
+        decimals: usize,
+    ) -> Vec<String> {
         let score = |l: &str| scores.iter().find(|(x, _)| x == l).map(|(_, s)| *s);
         let mut rows: Vec<ReferenceRow> = Vec::new();
         for (i, l) in self.labels.iter().enumerate() {
@@ -177,6 +185,7 @@ impl Report {
         }
         self.reference = Some(ReferenceTable {
             file: file.to_string(),
+            decimals,
             rows,
         });
         scores

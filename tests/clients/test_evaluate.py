@@ -134,6 +134,13 @@ def test_from_reference_prefixes_to_the_report_then_resumed(tmp_path, agent):
         "prefix coverage: task 66.7%, demonstration 33.3%" in w for w in report["warnings"]), report["warnings"]
     assert "| stage2 | 3 | 6 | 2 | 83.3 | 100.0 | 2/3 (66.7%) |" in demo.stdout, demo.stdout
     assert (results / "report.md").read_text() in demo.stdout
+    # The same numbers as a page (report --html): the change from stage1 to stage2 with its p.
+    page = (results / "report.html").read_text()
+    assert "<script" not in page and "83.3" in page, page[:2000]
+    change = next(c for c in report["changes"] if c["metric"] == "pass@1")
+    assert (change["from"], change["to"]) == ("stage1", "stage2")
+    assert change["delta"] == pytest.approx(5 / 6 - 1 / 6)
+    assert f"{change['p_value']:.3f}" in page
 
     # 4. Resume after an interruption: slugify of stage2's second run has a trace but no
     # prediction. Only it runs again, its old trace goes, and only that run is judged again.
