@@ -248,6 +248,24 @@ async fn passthrough_keeps_every_tool_call_with_tool_calls_all() {
     );
     assert!(steps[1]["parse"].get("more_actions").is_none());
 
+    // The viewer shows the further call on the reply's card, with its own observation.
+    let steps = asap_proxy::view::steps::read(&proxy.trace_files()[0]).unwrap();
+    assert_eq!(steps.steps.len(), 2);
+    let more = &steps.steps[0].more;
+    assert_eq!(more.len(), 1);
+    assert_eq!(more[0].step, 1);
+    assert_eq!(more[0].action.as_ref().unwrap().tool, "str_replace_editor");
+    assert_eq!(
+        more[0].observation.as_deref(),
+        Some("The file /testbed/inventory.py has been edited.")
+    );
+    assert_eq!(more[0].flags, ["edit"]);
+    assert_eq!(
+        steps.steps[0].observation.as_deref(),
+        Some("inventory.py\ntests")
+    );
+    assert!(steps.steps[1].more.is_empty());
+
     let report = run(&[&"report", &proxy.log_dir.path(), &"--format", &"json"]);
     assert!(report.success(), "{}", report.stderr);
     let t = &report.json()["trajectories"][0]["behaviour"];
@@ -347,7 +365,40 @@ async fn base_against_post_trained_is_reported_as_not_scaffold_controlled() {
         md.contains("- mode: base proxy; post passthrough\n"),
         "{md}"
     );
+    assert!(md.contains("- tool calls: base –; post all\n"), "{md}");
+    assert!(
+        md.contains("| tool calls (passthrough) | – | all |"),
+        "{md}"
+    );
     assert!(!md.contains("## Protocol differences"), "{md}");
+    // The page and the CSV say it too.
+    let page = dir.path().join("pair.html");
+    let csv = run(&[
+        &"report",
+        &lb,
+        &lp,
+        &"--results",
+        &results,
+        &"--pair",
+        &"base",
+        &"post",
+        &"--format",
+        &"csv",
+        &"--html",
+        &page,
+    ]);
+    assert!(csv.success(), "{}", csv.stderr);
+    let page = std::fs::read_to_string(&page).unwrap();
+    assert!(page.contains("<strong>Not scaffold-controlled:"), "{page}");
+    assert!(
+        csv.stdout
+            .contains("\npair_statement,\"Not scaffold-controlled:"),
+        "{}",
+        csv.stdout
+    );
+    assert!(csv
+        .stdout
+        .contains("\npair_protocol_note,mode: base proxy; post passthrough\n"));
     // Explicit submission: base never (it only listed files), post in both pairs: +100 points
     // in every bootstrap draw; the sign flips give ±1 when both tasks flip alike, 0 otherwise,
     // so p is about ½.
@@ -395,4 +446,65 @@ async fn base_against_post_trained_is_reported_as_not_scaffold_controlled() {
         pair["pass_at_1_change"]["interval"],
         json!({"lo": 0.0, "hi": 1.0})
     );
+}
+
+/// SWE-agent takes one tool call a turn: it answers a reply of several with the reply as
+/// plain content and an error, and asks again. The session goes on (the content finds it), and
+/// `report` counts the rejected reply as a parsable turn that is not a valid tool call and
+/// whose calls never ran: no edit from it.
+#[tokio::test]
+async fn a_reply_of_several_calls_the_scaffold_rejects_counts_no_action() {
+    let (_backend, proxy) = serve_with(
+        vec![
+            two_calls(),
+            chat("One at a time.", "bash", json!({"command": "ls /testbed"})),
+            chat("Done.", "submit", json!({})),
+        ],
+        |a| {
+            a.mode = Some(asap_proxy::config::Mode::Passthrough);
+            a.tool_calls = Some(asap_proxy::config::ToolCalls::All);
+        },
+    )
+    .await;
+    let mut body = request("swe-agent-1");
+    let (status, r) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{r}");
+    let content = r["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": content}));
+    messages.push(json!({"role": "user", "content": "Your last output included multiple tool calls!\nPlease make sure your output includes a thought and exactly _ONE_ function call."}));
+    let (status, r) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{r}");
+    let message = r["choices"][0]["message"].clone();
+    let id = message["tool_calls"][0]["id"].clone();
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(message);
+    messages.push(json!({"role": "tool", "tool_call_id": id, "content": "inventory.py"}));
+    let (status, _) = proxy.post(&body).await;
+    assert_eq!(status, 200);
+    assert_eq!(proxy.trace_files().len(), 1, "one session");
+
+    let out = run(&[
+        &"report",
+        &proxy.log_dir.path(),
+        &"--format",
+        &"json",
+        &"--steps",
+    ]);
+    assert!(out.success(), "{}", out.stderr);
+    let t = &out.json()["trajectories"][0];
+    let b = &t["behaviour"];
+    assert_eq!(b["turns"], 3, "{b}");
+    assert_eq!(b["parsable_turns"], 3, "{b}");
+    assert_eq!(
+        b["valid_tool_calls"], 2,
+        "the rejected reply is not valid: {b}"
+    );
+    assert_eq!(b["edits"], 0, "the rejected edit never ran: {b}");
+    assert_eq!(b["explicit_submission"], true, "{b}");
+    assert_eq!(t["steps"][0]["parse_error"], "multiple_tool_calls");
+    assert_eq!(t["steps"].as_array().unwrap().len(), 3, "{}", t["steps"]);
 }

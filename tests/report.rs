@@ -1815,3 +1815,63 @@ fn reference_scores_keep_the_decimals_they_were_written_with() {
     let out = run(&[&"report", &traces, &"--reference", &file]);
     assert!(out.stdout.contains("| 0.0015 |"), "{}", out.stdout);
 }
+
+#[test]
+fn further_tool_calls_are_actions_not_requests() {
+    // Two replies of three tool calls each (passthrough `--tool-calls all`), no submission:
+    // two requests, under a step limit of 3, so the scaffold stopped on its own.
+    let call = |step: usize, continued: bool| Attempt {
+        step,
+        continued,
+        ..shell("ls", "a.py")
+    };
+    let t = Trajectory {
+        attempts: vec![
+            call(0, false),
+            call(1, true),
+            call(2, true),
+            call(3, false),
+            call(4, true),
+            call(5, true),
+        ],
+        ..traj("m", "t", Some(0), 0, vec![])
+    };
+    let b = Behaviour::of(&t, Some(3));
+    assert_eq!(b.turns, 2);
+    assert_eq!(b.parsable_turns, 2);
+    assert_eq!(b.ending, Ending::StoppedWithoutSubmission);
+    assert_eq!(Behaviour::of(&t, Some(2)).ending, Ending::StepCap);
+}
+
+#[test]
+fn a_pair_with_a_label_of_mixed_modes_is_neither_controlled_nor_base_against_post() {
+    let mode = |t: Trajectory, m: &str| {
+        let mut t = t;
+        t.protocol.mode = Some(m.into());
+        t
+    };
+    let trajs = vec![
+        mode(traj("post", "t", Some(0), 0, vec![submit()]), "passthrough"),
+        mode(traj("mix", "t", Some(0), 0, vec![submit()]), "passthrough"),
+        mode(traj("mix", "u", Some(0), 0, vec![submit()]), "proxy"),
+        mode(traj("base", "t", Some(0), 0, vec![submit()]), "proxy"),
+    ];
+    let report = Report::build(&trajs, None, &[1]);
+    let p = compare(&report, "post", "mix").unwrap();
+    assert!(!p.scaffold_controlled && !p.base_vs_post);
+    assert_eq!(p.statement, Some(asap_proxy::report::pair::MIXED_MODES));
+    let p = compare(&report, "base", "post").unwrap();
+    assert!(!p.scaffold_controlled && p.base_vs_post);
+    let p = compare(&report, "base", "base").unwrap();
+    assert!(p.scaffold_controlled && p.statement.is_none());
+    // No matched pair: no Pass@1 over the pairs (not a mean of nothing).
+    let results = Results::from_entries(vec![entry(None, "t", Some(0), true)]);
+    let trajs_b = vec![
+        traj("a", "t", Some(0), 0, vec![submit()]),
+        traj("b", "u", Some(0), 0, vec![submit()]),
+    ];
+    let report = Report::build(&trajs_b, Some(&results), &[1]);
+    let p = compare(&report, "a", "b").unwrap();
+    assert_eq!(p.pairs, 0);
+    assert_eq!(p.pass_at_1, None);
+}

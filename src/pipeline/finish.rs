@@ -67,7 +67,12 @@ pub async fn finish(
         Err(e) if record.error.is_none() => record.set_error(e),
         Err(_) => {}
         Ok(reply) => {
-            if let (None, Some((prepared, nudges))) = (&reply.tool_call, ending.remember) {
+            // A reply of several tool calls too: a scaffold that takes one call a turn
+            // (SWE-agent) sends it back as plain content to say so, with no minted id.
+            let several = !reply.more_tool_calls.is_empty();
+            if let (true, Some((prepared, nudges))) =
+                (reply.tool_call.is_none() || several, ending.remember)
+            {
                 let content = reply.content.as_deref().unwrap_or_default();
                 prepared.remember_turn(scope.sessions, content, ending.session, nudges);
             }

@@ -19,7 +19,17 @@ use crate::session::NudgeKind;
 
 /// Parse failure classes that still mean "the model wrote an action in the format": the tag
 /// and structure were right, only the tool name or a parameter was wrong.
-pub const PARSABLE_FAILURES: [&str; 3] = ["unknown_tool", "missing_parameter", "invalid_parameter"];
+pub const PARSABLE_FAILURES: [&str; 4] = [
+    "unknown_tool",
+    "missing_parameter",
+    "invalid_parameter",
+    MULTIPLE_TOOL_CALLS,
+];
+
+/// The class the report gives a reply of several tool calls that the scaffold did not run
+/// (SWE-agent takes one call a turn and asks again): complete actions, so a parsable turn,
+/// but not a valid tool call, and not accepted.
+pub const MULTIPLE_TOOL_CALLS: &str = "multiple_tool_calls";
 
 /// The proxy's termination reasons that are a loop rule: `degenerate_loop`, and the rules of
 /// proxies before issue 17 (`same_action_thrice`, `alternation`), read from old traces.
@@ -311,7 +321,7 @@ impl Behaviour {
         let requests = trajectory
             .attempts
             .iter()
-            .filter(|t| t.attempt == 0)
+            .filter(|t| t.attempt == 0 && !t.continued)
             .count();
         b.ending = match b.termination.as_deref() {
             Some("step_cap") => Ending::StepCap,

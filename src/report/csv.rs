@@ -138,6 +138,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         let mut settings: Vec<(&str, String, usize)> = Vec::new();
         for (name, m) in [
             ("mode", &p.mode),
+            ("tool_calls", &p.tool_calls),
             ("format", &p.format),
             ("prefix_k", &p.prefix_k),
             ("prefix_set", &p.prefix_set),
@@ -247,6 +248,14 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     }
     for line in &report.warnings {
         csv_row(out, &["warning".into(), line.clone()])?;
+    }
+    if let Some(p) = &report.pair {
+        if let Some(statement) = p.statement {
+            csv_row(out, &["pair_statement".into(), statement.into()])?;
+        }
+        for note in &p.protocol_notes {
+            csv_row(out, &["pair_protocol_note".into(), note.clone()])?;
+        }
     }
 
     if let Some(p) = &report.pair {

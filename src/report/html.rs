@@ -20,6 +20,31 @@ use super::behaviour::{Aggregate, Ending};
 /// `--viewer-url`'s default: where `asap-proxy view` listens by default (docs/viewer.md).
 pub const DEFAULT_VIEWER_URL: &str = "http://127.0.0.1:8200";
 
+/// Checks `--viewer-url`: the viewer's base address, to which `/ui/session/{id}` is
+/// appended: `http` or `https` (any case), a host, no query or fragment (the path would land
+/// inside them), and not ending in `/ui` (it would be doubled).
+///
+/// Errors: a message naming what is wrong.
+pub fn check_viewer_url(url: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("--viewer-url {url:?}: {why}"));
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return bad("not an http:// or https:// URL");
+    };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return bad("not an http:// or https:// URL");
+    }
+    if rest.split('/').next().is_none_or(str::is_empty) {
+        return bad("no host");
+    }
+    if rest.contains(['?', '#']) {
+        return bad("a query or fragment (the session path would land inside it)");
+    }
+    if rest.trim_end_matches('/').ends_with("/ui") {
+        return bad("give the viewer's base address, without /ui");
+    }
+    Ok(())
+}
+
 const TEMPLATE: &str = include_str!("../../templates/report/report.html");
 
 /// Series colours, one per label (cycled).
@@ -257,8 +282,9 @@ fn counts(map: Option<&Value>) -> String {
 
 /// The protocol table: the Markdown's settings first, then any other setting the JSON has.
 fn protocol_rows(labels: &[&Value]) -> Vec<Row> {
-    const SETTINGS: [(&str, &str); 8] = [
+    const SETTINGS: [(&str, &str); 9] = [
         ("mode", "mode"),
+        ("tool calls (passthrough)", "tool_calls"),
         ("format", "format"),
         ("prefix K", "prefix_k"),
         ("prefix set", "prefix_set"),
@@ -902,6 +928,29 @@ fn pass_plot(labels: &[&Value]) -> Option<Plot> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn viewer_urls_that_make_broken_links_are_refused() {
+        for ok in [
+            DEFAULT_VIEWER_URL,
+            "https://host:8200/",
+            "HTTP://X",
+            "http://x/proxy",
+        ] {
+            assert!(check_viewer_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://",
+            "ftp://x",
+            "x",
+            "http://x?y=1",
+            "http://x#f",
+            "http://x/ui/",
+            "http://x/ui",
+        ] {
+            assert!(check_viewer_url(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn titles_follow_the_markdown() {

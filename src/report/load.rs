@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use super::behaviour::MULTIPLE_TOOL_CALLS;
 use super::protocol::{self, SessionProtocol};
 use super::{Attempt, Trajectory};
 use crate::conversation::{tool_output_text, Conversation};
@@ -106,6 +107,9 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
         task_text: session.task_text.clone(),
         protocol: SessionProtocol {
             mode: session.mode.map(|m| m.as_str().to_string()),
+            // Passthrough before `--tool-calls` kept the first call.
+            tool_calls: (session.mode == Some(crate::trace::SessionMode::Passthrough))
+                .then(|| session.tool_calls.clone().unwrap_or_else(|| "first".into())),
             prefix_k: session.prefix_k,
             // With K 0 no prefix is rendered: the set loaded does not shape the prompts.
             prefix_set: match session.prefix_k {
@@ -131,6 +135,8 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
         ..Trajectory::default()
     };
     let mut first_results = FirstResults::default();
+    // Replies of several tool calls: the index of their turn and the ids they sent.
+    let mut several: Vec<(usize, Vec<String>)> = Vec::new();
     while let Some(record) = reader.next_record() {
         let record = record.map_err(invalid)?;
         match &record.body {
@@ -154,6 +160,16 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
                         ..Attempt::default()
                     });
                     let continued: Vec<Attempt> = continued.collect();
+                    if !continued.is_empty() {
+                        let sent = call.response.as_ref().map(|r| {
+                            r.tool_call
+                                .iter()
+                                .chain(&r.more_tool_calls)
+                                .map(|c| c.id.clone())
+                                .collect()
+                        });
+                        several.push((trajectory.attempts.len(), sent.unwrap_or_default()));
+                    }
                     trajectory.attempts.push(turn);
                     trajectory.attempts.extend(continued);
                 }
@@ -172,6 +188,7 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
             _ => {}
         }
     }
+    drop_rejected_calls(&mut trajectory.attempts, &several, &first_results);
     classify(&mut trajectory, reader.request(), &first_results);
     Ok((Some(trajectory), notes))
 }
@@ -181,6 +198,8 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
 #[derive(Debug, Default)]
 struct FirstResults {
     by_step: HashMap<usize, String>,
+    /// Every proxy-minted id a tool result answered.
+    answered: std::collections::HashSet<String>,
 }
 
 impl FirstResults {
@@ -195,14 +214,11 @@ impl FirstResults {
             if message.get("role").and_then(Value::as_str) != Some("tool") {
                 continue;
             }
-            let Some(step) = message
-                .get("tool_call_id")
-                .and_then(Value::as_str)
-                .and_then(CallId::parse)
-                .map(|id| id.step)
-            else {
+            let id = message.get("tool_call_id").and_then(Value::as_str);
+            let Some(step) = id.and_then(CallId::parse).map(|id| id.step) else {
                 continue;
             };
+            self.answered.insert(id.unwrap_or_default().to_string());
             if self.by_step.contains_key(&step) {
                 continue;
             }
@@ -267,6 +283,29 @@ fn turn(record: &Record) -> Option<Attempt> {
         action,
         ..Attempt::default()
     })
+}
+
+/// A reply of several tool calls (passthrough `--tool-calls all`) that the scaffold did not
+/// run: another turn followed and no result of any of its calls came back (SWE-agent takes one
+/// call a turn and asks again, with the reply as plain content). Its further calls are
+/// dropped and its turn gets the class [`MULTIPLE_TOOL_CALLS`]: parsable, not valid, not
+/// accepted. The last reply of a trajectory counts as run (nothing says otherwise).
+/// `several`: the index of each such reply's turn and the ids it sent (by id, not by step: after
+/// a rejection the next reply has the same step).
+fn drop_rejected_calls(
+    attempts: &mut Vec<Attempt>,
+    several: &[(usize, Vec<String>)],
+    first: &FirstResults,
+) {
+    // From the last, so the indexes of the earlier ones stay right.
+    for (i, ids) in several.iter().rev() {
+        let end = i + 1 + attempts[i + 1..].iter().take_while(|t| t.continued).count();
+        let followed = end < attempts.len();
+        if followed && !ids.iter().any(|id| first.answered.contains(id)) {
+            attempts[*i].parse_error = Some(MULTIPLE_TOOL_CALLS.to_string());
+            attempts.drain(i + 1..end);
+        }
+    }
 }
 
 /// Fills what needs the profile's tools: shell commands, edits, submissions, observations.

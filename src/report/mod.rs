@@ -77,9 +77,10 @@ pub struct Trajectory {
 }
 
 /// `report --steps`: adds to each trajectory of the JSON document (matched by session) its
-/// `profile`, `termination`, `error` and `steps`, one per completion call: `step`,
-/// `attempt`, `action` (neutral form, or null), `parse_error` (class, or null), `nudge`
-/// (kind, or null), `terminated`, `is_edit`, `is_submit`.
+/// `profile`, `termination`, `error` and `steps`, one per completion call and one per further
+/// tool call of a reply (`continued`): `step`, `attempt`, `action` (neutral form, or null),
+/// `parse_error` (class, or null), `nudge` (kind, or null), `terminated`, `is_edit`,
+/// `is_submit`, `continued`.
 pub fn add_steps(json: &mut serde_json::Value, trajectories: &[Trajectory]) {
     let Some(rows) = json
         .get_mut("trajectories")
@@ -108,6 +109,7 @@ pub fn add_steps(json: &mut serde_json::Value, trajectories: &[Trajectory]) {
                     "terminated": turn.terminated,
                     "is_edit": turn.is_edit,
                     "is_submit": turn.is_submit,
+                    "continued": turn.continued,
                 })
             })
             .collect();
@@ -169,14 +171,11 @@ pub struct Attempt {
 pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     let (dirs, result_files) =
         trace_paths_and_results(&args.dirs, &args.results).map_err(CliError::Usage)?;
-    if !["http://", "https://"]
-        .iter()
-        .any(|scheme| args.viewer_url.starts_with(scheme))
-    {
-        return Err(CliError::Usage(format!(
-            "--viewer-url {:?} is not an http:// or https:// URL",
-            args.viewer_url
-        )));
+    html::check_viewer_url(&args.viewer_url).map_err(CliError::Usage)?;
+    if args.k.contains(&0) {
+        return Err(CliError::Usage(
+            "--k: Pass@k needs k of 1 or more (leave --k out for every k up to the runs)".into(),
+        ));
     }
     let files = crate::trace::read::trace_files(&dirs).map_err(CliError::input)?;
     let (trajectories, skipped) = load_all(&files)?;
@@ -243,11 +242,11 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
             );
             // Base through the proxy against post-trained through passthrough: the
             // protocols differ by design; the report says so instead of refusing.
-            if compared.scaffold_controlled {
-                report.protocol_differences = differences;
-            } else {
+            if compared.base_vs_post {
                 report.protocol_differences.clear();
                 compared.protocol_notes = differences;
+            } else {
+                report.protocol_differences = differences;
             }
             report.pair = Some(compared);
         }

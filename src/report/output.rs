@@ -426,8 +426,11 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "## Protocol\n")?;
     table_head(out, &head_with("setting", report))?;
     type Setting = fn(&LabelSummary) -> String;
-    let settings: [(&str, Setting); 8] = [
+    let settings: [(&str, Setting); 9] = [
         ("mode", |l| counts(&l.protocol.mode)),
+        ("tool calls (passthrough)", |l| {
+            counts(&l.protocol.tool_calls)
+        }),
         ("format", |l| counts(&l.protocol.format)),
         ("prefix K", |l| counts(&l.protocol.prefix_k)),
         ("prefix set", |l| counts(&l.protocol.prefix_set)),
@@ -564,8 +567,8 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 /// scaffold-controlled.
 fn pair_table(out: &mut dyn Write, p: &super::PairReport) -> io::Result<()> {
     writeln!(out, "\n## Pair: {} → {}\n", cell(&p.a), cell(&p.b))?;
-    if !p.scaffold_controlled {
-        writeln!(out, "**{}**\n", super::pair::NOT_SCAFFOLD_CONTROLLED)?;
+    if let Some(statement) = p.statement {
+        writeln!(out, "**{statement}**\n")?;
         for note in &p.protocol_notes {
             writeln!(out, "- {}", cell(note))?;
         }

@@ -33,6 +33,12 @@ pub const NOT_SCAFFOLD_CONTROLLED: &str = "Not scaffold-controlled: one label ra
      tools itself, with none of them). The differences below measure the model and the \
      interface together, as in the paper's comparison of base and post-trained models.";
 
+/// The statement of a pair where a label mixes modes: neither controlled nor the paper's
+/// base-versus-post-trained comparison.
+pub const MIXED_MODES: &str = "Not scaffold-controlled: a label of the pair mixes runs through \
+     the proxy and through passthrough (or runs of unknown mode); its rates blend two \
+     interfaces.";
+
 /// One behaviour compared between A and B over the matched pairs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PairRow {
@@ -72,9 +78,15 @@ pub struct PairReport {
     pub pass_at_1: Option<(f64, f64)>,
     /// The interval and p-value of Pass@1's B − A.
     pub pass_at_1_change: Option<PairChange>,
-    /// Whether both labels ran under one mode; false for proxy against passthrough
-    /// ([`NOT_SCAFFOLD_CONTROLLED`]).
+    /// Whether both labels ran all under one and the same mode; false for proxy against
+    /// passthrough ([`NOT_SCAFFOLD_CONTROLLED`]) and for a label that mixes modes
+    /// ([`MIXED_MODES`]).
     pub scaffold_controlled: bool,
+    /// One label all through the proxy, the other all through passthrough: the paper's base
+    /// against post-trained comparison, whose protocol differences are expected.
+    pub base_vs_post: bool,
+    /// What the reader must know when not scaffold-controlled; `None` when controlled.
+    pub statement: Option<&'static str>,
     /// The protocol differences of the two labels when not scaffold-controlled (expected
     /// there, so reported rather than refused).
     pub protocol_notes: Vec<String>,
@@ -189,7 +201,8 @@ pub fn compare(report: &Report, a: &str, b: &str) -> Result<PairReport, String> 
     };
     let (pass_a, pass_b) = (pass_parts(|t| t.1), pass_parts(|t| t.2));
     let mean = |p: &Parts| p.iter().map(|x| x.0).sum::<f64>() / p.len().max(1) as f64;
-    let pass_at_1 = with.then(|| (mean(&pass_a), mean(&pass_b)));
+    // No pair, no Pass@1 (not a mean of nothing).
+    let pass_at_1 = (with && !tasks.is_empty()).then(|| (mean(&pass_a), mean(&pass_b)));
     let pass_at_1_change = with.then(|| change(&pass_a, &pass_b, "pass@1")).flatten();
     let modes = |label: &str| {
         report
@@ -197,9 +210,16 @@ pub fn compare(report: &Report, a: &str, b: &str) -> Result<PairReport, String> 
             .map(|l| l.protocol.mode.keys().cloned().collect::<Vec<_>>())
             .unwrap_or_default()
     };
-    let passthrough = |m: &[String]| m == ["passthrough"];
     let (mode_a, mode_b) = (modes(a), modes(b));
-    let scaffold_controlled = passthrough(&mode_a) == passthrough(&mode_b);
+    let scaffold_controlled = mode_a == mode_b && mode_a.len() == 1;
+    let one = |m: &[String], mode: &str| m.len() == 1 && m[0] == mode;
+    let base_vs_post = (one(&mode_a, "proxy") && one(&mode_b, "passthrough"))
+        || (one(&mode_a, "passthrough") && one(&mode_b, "proxy"));
+    let statement = match (scaffold_controlled, base_vs_post) {
+        (true, _) => None,
+        (false, true) => Some(NOT_SCAFFOLD_CONTROLLED),
+        (false, false) => Some(MIXED_MODES),
+    };
     Ok(PairReport {
         a: a.to_string(),
         b: b.to_string(),
@@ -210,6 +230,8 @@ pub fn compare(report: &Report, a: &str, b: &str) -> Result<PairReport, String> 
         pass_at_1,
         pass_at_1_change,
         scaffold_controlled,
+        base_vs_post,
+        statement,
         protocol_notes: Vec::new(),
     })
 }

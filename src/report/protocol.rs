@@ -39,6 +39,8 @@ pub fn prefix_source(
 pub struct SessionProtocol {
     /// `proxy` or `passthrough` (in passthrough no rule runs, whatever `rules` says).
     pub mode: Option<String>,
+    /// Passthrough: the tool calls of a reply kept, `first` or `all`; `None` in proxy mode.
+    pub tool_calls: Option<String>,
     /// Configured K (`serve --prefix-k`).
     pub prefix_k: Option<usize>,
     /// The prefix set loaded, as [`prefix_set_name`] writes it (`None`: a trace from before
@@ -79,6 +81,8 @@ pub struct LabelProtocol {
     pub prefix_k: BTreeMap<String, usize>,
     /// Trajectories by prefix set ([`prefix_set_name`]; `unknown` for old traces).
     pub prefix_set: BTreeMap<String, usize>,
+    /// Passthrough trajectories by tool calls kept (`first`, `all`); proxy ones not counted.
+    pub tool_calls: BTreeMap<String, usize>,
     /// Trajectories by prefix source (`task`, `demonstration`, `none`).
     pub prefix_coverage: BTreeMap<PrefixSource, usize>,
     /// Rules as [`Rules::describe`] lines (or `unknown`).
@@ -95,6 +99,9 @@ impl LabelProtocol {
         let or_unknown = |v: Option<String>| v.unwrap_or_else(|| UNKNOWN.into());
         *self.mode.entry(or_unknown(p.mode.clone())).or_default() += 1;
         *self.format.entry(format.to_string()).or_default() += 1;
+        if let Some(kept) = &p.tool_calls {
+            *self.tool_calls.entry(kept.clone()).or_default() += 1;
+        }
         *self
             .prefix_k
             .entry(or_unknown(p.prefix_k.map(|k| k.to_string())))
@@ -146,6 +153,13 @@ impl LabelProtocol {
         let keys = |m: &BTreeMap<String, usize>| m.keys().cloned().collect::<Vec<_>>().join(" + ");
         vec![
             ("mode", keys(&self.mode)),
+            // Only passthrough runs keep tool calls: `–` for a label without one.
+            (
+                "tool calls",
+                Some(keys(&self.tool_calls))
+                    .filter(|k| !k.is_empty())
+                    .unwrap_or_else(|| "–".into()),
+            ),
             ("format", keys(&self.format)),
             ("prefix K", keys(&self.prefix_k)),
             ("prefix set", keys(&self.prefix_set)),
@@ -169,6 +183,7 @@ impl LabelProtocol {
         };
         for (name, m) in [
             ("mode", &self.mode),
+            ("tool calls", &self.tool_calls),
             ("format", &self.format),
             ("prefix K", &self.prefix_k),
             ("prefix set", &self.prefix_set),

@@ -177,6 +177,10 @@ impl AppState {
                     Mode::Proxy => "proxy",
                     Mode::Passthrough => "passthrough",
                 },
+                tool_calls: (config.mode == Mode::Passthrough).then_some(match config.tool_calls {
+                    crate::config::ToolCalls::First => "first",
+                    crate::config::ToolCalls::All => "all",
+                }),
                 prefix_k: config.prompt.prefix_k,
                 prefix_set: Some(prefixes.id()),
                 limits: config.limits,

@@ -119,6 +119,11 @@ pub struct SessionRecord {
     /// `proxy` or `passthrough` (`None`: not recorded).
     #[serde(default)]
     pub mode: Option<SessionMode>,
+    /// Passthrough only: the tool calls of a reply kept, `first` or `all` (`--tool-calls`);
+    /// absent in proxy mode and in traces before it was recorded (passthrough then kept the
+    /// first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<String>,
     /// The reference prefix rendered (id, how it matched, K), if any.
     #[serde(default, deserialize_with = "lenient::lenient")]
     pub prefix: Option<PrefixInfo>,
@@ -676,6 +681,9 @@ pub struct TraceSettings {
     /// `serve --label`.
     pub label: Option<String>,
     pub mode: &'static str,
+    /// Passthrough: `first` or `all` (recorded as [`SessionRecord::tool_calls`]); `None` in
+    /// proxy mode.
+    pub tool_calls: Option<&'static str>,
     pub prefix_k: usize,
     /// The prefix set loaded (recorded as [`SessionRecord::prefix_set`]).
     pub prefix_set: Option<PrefixSetId>,
@@ -868,6 +876,7 @@ impl TraceWriter {
             profile: record.profile.clone(),
             format: self.settings.format.clone(),
             mode: Some(SessionMode::from_name(self.settings.mode)),
+            tool_calls: self.settings.tool_calls.map(str::to_string),
             prefix: record.prefix.clone(),
             prefix_set: self.settings.prefix_set.clone(),
             prefix_k: Some(self.settings.prefix_k),

@@ -139,6 +139,18 @@ pub struct StepView {
     /// The report's per-turn flags: `edit`, `test`, `failed test`, `submit`.
     pub flags: Vec<&'static str>,
     pub prompt: Option<PromptView>,
+    /// The reply's further tool calls (passthrough `--tool-calls all`), each an action of the
+    /// next step, as the report counts them (none when the scaffold did not run them).
+    pub more: Vec<MoreCallView>,
+}
+
+/// A further tool call of a reply: its step, action, observation and the report's flags.
+#[derive(Debug, Clone, Serialize)]
+pub struct MoreCallView {
+    pub step: u64,
+    pub action: Option<ActionView>,
+    pub observation: Option<String>,
+    pub flags: Vec<&'static str>,
 }
 
 /// Every call of a trace file, in order, and what went wrong reading it.
@@ -160,7 +172,7 @@ pub fn read(path: &Path) -> Result<Steps, ReadError> {
         .flatten()
         .map(|t| t.attempts)
         .unwrap_or_default();
-    let mut turns = turns.into_iter();
+    let mut turns = turns.into_iter().peekable();
     let mut reader = TraceReader::open(path)?;
     let mut out = Steps::default();
     while let Some(record) = reader.next_record() {
@@ -175,8 +187,17 @@ pub fn read(path: &Path) -> Result<Steps, ReadError> {
             Body::Step(_) | Body::SideCall(_) => {
                 let turn = if is_turn(&record) { turns.next() } else { None };
                 let index = out.steps.len();
-                out.steps
-                    .push(step_view(index, &record, reader.prompt(), turn.as_ref()));
+                let mut view = step_view(index, &record, reader.prompt(), turn.as_ref());
+                // The report's attempts for the reply's further calls follow its own.
+                while let Some(more) = turns.next_if(|t| t.continued) {
+                    view.more.push(MoreCallView {
+                        step: more.step as u64,
+                        action: more.action.as_ref().map(action_view),
+                        observation: more.observation.clone(),
+                        flags: flags(&more),
+                    });
+                }
+                out.steps.push(view);
             }
             Body::Nudge(nudge) => {
                 if let Some(last) = out.steps.last_mut() {
@@ -287,6 +308,7 @@ fn step_view(index: usize, record: &Record, prompt: &str, turn: Option<&Attempt>
         elided,
         flags: turn.map(flags).unwrap_or_default(),
         prompt: call.prompt.as_ref().map(|p| prompt_view(p, prompt)),
+        more: Vec::new(),
     }
 }
 
@@ -320,6 +342,7 @@ impl StepView {
             elided: None,
             flags: Vec::new(),
             prompt: None,
+            more: Vec::new(),
         }
     }
 }
