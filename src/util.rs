@@ -4,6 +4,20 @@
 
 use sha2::{Digest, Sha256};
 
+/// `text` percent-encoded as one URL path segment (all but ASCII letters, digits and `-_.~`,
+/// RFC 3986's unreserved characters): session ids in the viewer's and the report's links.
+pub fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Unix time in seconds.
 pub fn now_s() -> u64 {
     std::time::SystemTime::now()

@@ -348,16 +348,21 @@ async fn base_against_post_trained_is_reported_as_not_scaffold_controlled() {
     )
     .unwrap();
     let (lb, lp) = (base.log_dir.path(), post.log_dir.path());
-    let md = run(&[
-        &"report",
-        &lb,
-        &lp,
-        &"--results",
-        &results,
-        &"--pair",
-        &"base",
-        &"post",
-    ]);
+    // `report` over both labels with their results, the pair, and `more` arguments.
+    let report = |more: &[&dyn AsRef<std::ffi::OsStr>]| {
+        let base: [&dyn AsRef<std::ffi::OsStr>; 8] = [
+            &"report",
+            &lb,
+            &lp,
+            &"--results",
+            &results,
+            &"--pair",
+            &"base",
+            &"post",
+        ];
+        run(&[&base[..], more].concat())
+    };
+    let md = report(&[]);
     assert!(md.success(), "{}", md.stderr);
     let md = md.stdout;
     assert!(md.contains("**Not scaffold-controlled:"), "{md}");
@@ -373,20 +378,7 @@ async fn base_against_post_trained_is_reported_as_not_scaffold_controlled() {
     assert!(!md.contains("## Protocol differences"), "{md}");
     // The page and the CSV say it too.
     let page = dir.path().join("pair.html");
-    let csv = run(&[
-        &"report",
-        &lb,
-        &lp,
-        &"--results",
-        &results,
-        &"--pair",
-        &"base",
-        &"post",
-        &"--format",
-        &"csv",
-        &"--html",
-        &page,
-    ]);
+    let csv = report(&[&"--format", &"csv", &"--html", &page]);
     assert!(csv.success(), "{}", csv.stderr);
     let page = std::fs::read_to_string(&page).unwrap();
     assert!(page.contains("<strong>Not scaffold-controlled:"), "{page}");
@@ -402,19 +394,7 @@ async fn base_against_post_trained_is_reported_as_not_scaffold_controlled() {
     // Explicit submission: base never (it only listed files), post in both pairs: +100 points
     // in every bootstrap draw; the sign flips give ±1 when both tasks flip alike, 0 otherwise,
     // so p is about ½.
-    let json = run(&[
-        &"report",
-        &lb,
-        &lp,
-        &"--results",
-        &results,
-        &"--pair",
-        &"base",
-        &"post",
-        &"--format",
-        &"json",
-    ])
-    .json();
+    let json = report(&[&"--format", &"json"]).json();
     let pair = &json["pair"];
     assert_eq!(pair["scaffold_controlled"], false);
     assert_eq!(pair["pairs"], 2);

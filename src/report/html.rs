@@ -133,7 +133,7 @@ pub fn render(doc: &Value, viewer_url: &str) -> Result<String, minijinja::Error>
     env.add_filter("session_href", move |session: Option<String>| {
         minijinja::Value::from_safe_string(escape_attribute(&format!(
             "{viewer}/ui/session/{}",
-            path_segment(&session.unwrap_or_default())
+            crate::util::path_segment(&session.unwrap_or_default())
         )))
     });
     env.add_template("report.html", TEMPLATE)?;
@@ -238,19 +238,6 @@ fn escape_attribute(text: &str) -> String {
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             c => out.push(c),
-        }
-    }
-    out
-}
-
-/// `text` percent-encoded as one URL path segment (all but ASCII letters, digits, `-_.~`).
-fn path_segment(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
         }
     }
     out
@@ -973,9 +960,7 @@ mod tests {
     }
 
     #[test]
-    fn session_ids_are_one_path_segment() {
-        assert_eq!(path_segment("0a1b-2c"), "0a1b-2c");
-        assert_eq!(path_segment("a b/<c>"), "a%20b%2F%3Cc%3E");
+    fn attributes_are_escaped() {
         assert_eq!(
             escape_attribute("http://h/?a=1&b=\"'<>"),
             "http://h/?a=1&amp;b=&quot;&#39;&lt;&gt;"

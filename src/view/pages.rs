@@ -36,7 +36,9 @@ impl Pages {
         env.set_lstrip_blocks(true);
         env.set_auto_escape_callback(|_| AutoEscape::Html);
         env.add_filter("kib", |bytes: u64| -> String { kib(bytes) });
-        env.add_filter("pathseg", |text: &str| -> String { path_segment(text) });
+        env.add_filter("pathseg", |text: &str| -> String {
+            crate::util::path_segment(text)
+        });
         for (name, source) in TEMPLATES {
             env.add_template(name, source)?;
         }
@@ -61,20 +63,6 @@ pub fn pages() -> Result<&'static Pages, &'static str> {
         .map_err(String::as_str)
 }
 
-/// `text` percent-encoded for one URL path segment (everything but ASCII letters, digits,
-/// `-`, `_`, `.`, `~`).
-fn path_segment(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// Bytes as `123 B`, `4.5 KiB`, `1.2 MiB`.
 fn kib(bytes: u64) -> String {
     match bytes {
@@ -95,8 +83,8 @@ mod tests {
 
     #[test]
     fn path_segments_are_percent_encoded() {
-        assert_eq!(path_segment("0a1b2c3d4e5f"), "0a1b2c3d4e5f");
-        assert_eq!(path_segment("a b/<c>"), "a%20b%2F%3Cc%3E");
+        assert_eq!(crate::util::path_segment("0a1b2c3d4e5f"), "0a1b2c3d4e5f");
+        assert_eq!(crate::util::path_segment("a b/<c>"), "a%20b%2F%3Cc%3E");
     }
 
     #[test]
