@@ -187,17 +187,22 @@ fn two_calls() -> Scripted {
     }
 }
 
+/// A passthrough proxy with `--tool-calls all` in front of the scripted chat backend.
+async fn serve_all_calls(script: Vec<Scripted>) -> (FakeBackend, Proxy) {
+    serve_with(script, |a| {
+        a.mode = Some(asap_proxy::config::Mode::Passthrough);
+        a.tool_calls = Some(asap_proxy::config::ToolCalls::All);
+    })
+    .await
+}
+
 /// `--tool-calls all`: every call of the reply reaches the scaffold, each minted for its own
 /// step; the trace keeps the further ones, and `report` counts each as an action (the edit,
 /// its observation) but the reply as one turn. `first` (the default) keeps one and notes it.
 #[tokio::test]
 async fn passthrough_keeps_every_tool_call_with_tool_calls_all() {
     let (_backend, proxy) =
-        serve_with(vec![two_calls(), chat("Done.", "submit", json!({}))], |a| {
-            a.mode = Some(asap_proxy::config::Mode::Passthrough);
-            a.tool_calls = Some(asap_proxy::config::ToolCalls::All);
-        })
-        .await;
+        serve_all_calls(vec![two_calls(), chat("Done.", "submit", json!({}))]).await;
     let mut body = request("swe-agent-1");
     let (status, r) = proxy.post(&body).await;
     assert_eq!(status, 200, "{r}");
@@ -434,17 +439,11 @@ async fn base_against_post_trained_is_reported_as_not_scaffold_controlled() {
 /// whose calls never ran: no edit from it.
 #[tokio::test]
 async fn a_reply_of_several_calls_the_scaffold_rejects_counts_no_action() {
-    let (_backend, proxy) = serve_with(
-        vec![
-            two_calls(),
-            chat("One at a time.", "bash", json!({"command": "ls /testbed"})),
-            chat("Done.", "submit", json!({})),
-        ],
-        |a| {
-            a.mode = Some(asap_proxy::config::Mode::Passthrough);
-            a.tool_calls = Some(asap_proxy::config::ToolCalls::All);
-        },
-    )
+    let (_backend, proxy) = serve_all_calls(vec![
+        two_calls(),
+        chat("One at a time.", "bash", json!({"command": "ls /testbed"})),
+        chat("Done.", "submit", json!({})),
+    ])
     .await;
     let mut body = request("swe-agent-1");
     let (status, r) = proxy.post(&body).await;
