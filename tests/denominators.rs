@@ -55,8 +55,7 @@ fn options(ks: &[usize], tasks: Option<&[&str]>) -> Options {
     Options {
         ks: ks.to_vec(),
         tasks: tasks.map(|t| t.iter().map(|s| s.to_string()).collect()),
-        step_limit: None,
-        order: Vec::new(),
+        ..Options::default()
     }
 }
 

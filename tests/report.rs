@@ -1875,3 +1875,63 @@ fn a_pair_with_a_label_of_mixed_modes_is_neither_controlled_nor_base_against_pos
     assert_eq!(p.pairs, 0);
     assert_eq!(p.pass_at_1, None);
 }
+
+#[test]
+fn rank_groups_file_maps_labels_to_models_and_groups() {
+    // The data of `rank_agreement_by_hand` under labels outside the convention, mapped by
+    // `--rank-groups`: the same ρ = 0.5.
+    let solved = [
+        ("s1", 3, "m1", "swe"),
+        ("s2", 2, "m2", "swe"),
+        ("s3", 1, "m3", "swe"),
+        ("o1", 2, "m1", "oh"),
+        ("o2", 3, "m2", "oh"),
+        ("o3", 1, "m3", "oh"),
+    ];
+    let mut trajs = Vec::new();
+    let mut entries = Vec::new();
+    for (label, c, _, _) in solved {
+        for (i, task) in ["a", "b", "c", "d"].iter().enumerate() {
+            trajs.push(traj(label, task, Some(0), i as u64, vec![edit()]));
+            entries.push(entry(Some(label), task, Some(0), i < c));
+        }
+    }
+    let options = asap_proxy::report::summary::Options {
+        rank_groups: solved
+            .iter()
+            .map(|(l, _, m, g)| (l.to_string(), m.to_string(), g.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    let report = Report::build_with(&trajs, Some(&Results::from_entries(entries)), &options);
+    assert_eq!(report.rank_agreement.len(), 1);
+    let r = &report.rank_agreement[0];
+    assert_eq!(r.groups, ("oh".to_string(), "swe".to_string()));
+    assert!((r.spearman.unwrap() - 0.5).abs() < 1e-12);
+
+    // Through the CLI: a header, a comment; a malformed line or a label given twice is exit 2;
+    // a label no trajectory has is a warning.
+    let traces = crate::util::fixture_path("traces/v1");
+    let dir = tempfile::tempdir().unwrap();
+    let good = write_file(
+        dir.path(),
+        "g.csv",
+        "label,model,group\n# mapping\nnobody,m1,swe\n",
+    );
+    let out = run(&[&"report", &traces, &"--rank-groups", &good]);
+    assert!(out.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--rank-groups names \"nobody\""),
+        "{}",
+        out.stderr
+    );
+    for (name, text) in [
+        ("short.csv", "a,m1\n"),
+        ("empty.csv", "a,,swe\n"),
+        ("twice.csv", "a,m1,swe\na,m2,oh\n"),
+    ] {
+        let file = write_file(dir.path(), name, text);
+        let out = run(&[&"report", &traces, &"--rank-groups", &file]);
+        assert_eq!(out.code, Some(2), "{name}: {}", out.stderr);
+    }
+}

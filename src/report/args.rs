@@ -99,6 +99,11 @@ pub struct ReportArgs {
     /// where a benchmark flattens, does ASAP still move? Unreadable or malformed: exit 2.
     #[arg(long, value_name = "FILE")]
     pub reference: Option<PathBuf>,
+    /// For the rank agreement: `label,model,group` lines (a group is a scaffold or benchmark;
+    /// a header line and `#` comments skipped), for labels not named `model@group`.
+    /// Malformed, or a label given twice: exit 2.
+    #[arg(long, value_name = "FILE")]
+    pub rank_groups: Option<PathBuf>,
     /// Also write the report as one self-contained HTML page (tables, SVG plots of every
     /// metric across the labels with its 95 % interval, the trajectories linked to the
     /// viewer; no script, nothing fetched), built from the same numbers as `--format json`.

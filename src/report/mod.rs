@@ -205,13 +205,27 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
             labels_of(&trajectories).join(", ")
         )));
     }
+    let rank_groups = args
+        .rank_groups
+        .as_deref()
+        .map(read_rank_groups)
+        .transpose()?
+        .unwrap_or_default();
     let options = summary::Options {
         ks: args.k.clone(),
         tasks,
         step_limit: args.step_limit,
         order: args.order.clone(),
+        rank_groups,
     };
     let mut report = Report::build_with(&trajectories, results.as_ref(), &options);
+    for (label, _, _) in &options.rank_groups {
+        if report.label(label).is_none() {
+            report.warnings.push(format!(
+                "--rank-groups names {label:?}, which no trajectory has: left out"
+            ));
+        }
+    }
     if let Some(path) = &args.reference {
         let (scores, decimals) = read_reference(path)?;
         for unknown in report.with_reference(&path.display().to_string(), &scores, decimals) {
@@ -377,6 +391,50 @@ fn decimals_of(number: &str) -> usize {
         .map_or((number, 0), |(m, e)| (m, e.parse::<i64>().unwrap_or(0)));
     let after = mantissa.split_once('.').map_or(0, |(_, f)| f.len()) as i64;
     (after - exponent).clamp(0, 6) as usize
+}
+
+/// `--rank-groups FILE`: `label,model,group` lines (comma or tab; `#` comments and blank lines
+/// skipped; a first line `label,model,group` is the header). Errors (exit 2): a line without
+/// three non-empty fields, a label given twice.
+fn read_rank_groups(path: &std::path::Path) -> Result<Vec<(String, String, String)>, CliError> {
+    let text = std::fs::read_to_string(path).map_err(CliError::unreadable(format!(
+        "reading --rank-groups {}",
+        path.display()
+    )))?;
+    let mut rows: Vec<(String, String, String)> = Vec::new();
+    for (i, line) in text.trim_start_matches('\u{feff}').lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split([',', '\t']).map(str::trim).collect();
+        if rows.is_empty()
+            && fields
+                .iter()
+                .map(|f| f.to_ascii_lowercase())
+                .eq(["label", "model", "group"])
+        {
+            continue;
+        }
+        let bad = |why: &str| {
+            CliError::Usage(format!(
+                "--rank-groups {} line {}: {line:?} {why}",
+                path.display(),
+                i + 1
+            ))
+        };
+        let [label, model, group] = fields[..] else {
+            return Err(bad("is not `label,model,group`"));
+        };
+        if label.is_empty() || model.is_empty() || group.is_empty() {
+            return Err(bad("has an empty field"));
+        }
+        if rows.iter().any(|(l, _, _)| l == label) {
+            return Err(bad("gives a label a second time"));
+        }
+        rows.push((label.into(), model.into(), group.into()));
+    }
+    Ok(rows)
 }
 
 fn read_task_set(path: &std::path::Path) -> Result<Vec<String>, CliError> {

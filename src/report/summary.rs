@@ -208,6 +208,9 @@ pub struct Options {
     pub step_limit: Option<usize>,
     /// Labels in this order first (`--order`), the rest after them in natural order.
     pub order: Vec<String>,
+    /// `--rank-groups`: (label, model, group) for the rank agreement, beside the
+    /// `model@group` naming convention (a label listed here is read from the file).
+    pub rank_groups: Vec<(String, String, String)>,
 }
 
 /// Compares labels as people number checkpoints: runs of digits as numbers (`stage2-end` <
@@ -419,13 +422,22 @@ impl Report {
             }
         }
         let changes = consecutive_changes(&labels);
-        let pass1: Vec<(&str, &Parts)> = labels
+        // Each label as `model@group`: from `--rank-groups`, else its own name.
+        let grouped = |label: &str| {
+            options
+                .rank_groups
+                .iter()
+                .find(|(l, _, _)| l == label)
+                .map_or_else(|| label.to_string(), |(_, m, g)| format!("{m}@{g}"))
+        };
+        let names: Vec<(String, &Parts)> = labels
             .iter()
             .filter_map(|l| match l.parts.iter().find(|(m, _)| m == "pass@1")? {
-                (_, Metric::Ratio(p)) => Some((l.label.as_str(), p)),
+                (_, Metric::Ratio(p)) => Some((grouped(&l.label), p)),
                 _ => None,
             })
             .collect();
+        let pass1: Vec<(&str, &Parts)> = names.iter().map(|(n, p)| (n.as_str(), *p)).collect();
         let rank_agreement = agreements(&pass1);
         let mut report = Report {
             changes,
