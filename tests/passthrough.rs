@@ -399,7 +399,11 @@ async fn base_against_post_trained_is_reported_as_not_scaffold_controlled() {
     // Explicit submission: base never (it only listed files), post in both pairs: +100 points
     // in every bootstrap draw; the sign flips give ±1 when both tasks flip alike, 0 otherwise,
     // so p is about ½.
-    let json = report(&[&"--format", &"json"]).json();
+    // A second --pair: both comparisons, in the order given; `pair` is the first.
+    let json = report(&[&"--pair", &"base", &"base", &"--format", &"json"]).json();
+    assert_eq!(json["pairs"].as_array().unwrap().len(), 2);
+    assert_eq!(json["pairs"][1]["scaffold_controlled"], true);
+    assert_eq!(json["pair"], json["pairs"][0]);
     let pair = &json["pair"];
     assert_eq!(pair["scaffold_controlled"], false);
     assert_eq!(pair["pairs"], 2);

@@ -664,7 +664,7 @@ fn pair_aligns_by_task_and_run_and_counts_flips() {
 fn full_report() -> Report {
     let (trajs, results) = pair_fixture();
     let mut report = Report::build(&trajs, Some(&results), &[1, 2]);
-    report.pair = Some(compare(&report, "A", "B").unwrap());
+    report.pairs = vec![compare(&report, "A", "B").unwrap()];
     report
 }
 
@@ -1556,7 +1556,7 @@ fn html_page_shows_the_json_numbers_escaped() {
         ],
     ));
     let mut report = Report::build(&trajs, Some(&results), &[1, 2]);
-    report.pair = Some(compare(&report, "A", "B").unwrap());
+    report.pairs = vec![compare(&report, "A", "B").unwrap()];
     let doc = output::to_json(&report);
     let page = html::render(&doc, "http://viewer.test:8200/").unwrap();
 
@@ -1676,9 +1676,9 @@ fn html_page_takes_absent_and_new_json_fields() {
                "interval": {"lo": 0.0, "hi": 0.25}}),
         json!({"metric": "brand_new", "value": 0.5, "interval": {"lo": 0.25, "hi": 0.75}}),
     ]);
-    doc["pair"]["rows"][0]["change"] =
+    doc["pairs"][0]["rows"][0]["change"] =
         json!({"interval": {"lo": -0.25, "hi": 0.5}, "p_value": 0.0123, "tasks": 2});
-    doc["pair"]["pass_at_1_change"] =
+    doc["pairs"][0]["pass_at_1_change"] =
         json!({"interval": {"lo": 0.125, "hi": 0.75}, "p_value": 0.5, "tasks": 2});
     let page = page_of(&doc, DEFAULT_VIEWER_URL).unwrap();
     assert!(

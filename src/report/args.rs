@@ -70,9 +70,10 @@ pub struct ReportArgs {
     /// flags), with its profile and the proxy's termination reason and last error.
     #[arg(long)]
     pub steps: bool,
-    /// Paired comparison of two labels, aligned by task and run index.
-    #[arg(long, num_args = 2, value_names = ["A", "B"])]
-    pub pair: Option<Vec<String>>,
+    /// Paired comparison of two labels, aligned by task and run index; repeatable (each base
+    /// model against its post-trained version, or several checkpoints against one).
+    #[arg(long, num_args = 2, value_names = ["A", "B"], action = clap::ArgAction::Append)]
+    pub pair: Vec<String>,
     /// The task set every label is scored over: instance ids, one a line (blank lines and
     /// `#` comments skipped). Default: every instance id seen in the trajectories and results.
     /// A task a label lacks counts as resolved in none of its runs (with a warning).

@@ -249,7 +249,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     for line in &report.warnings {
         csv_row(out, &["warning".into(), line.clone()])?;
     }
-    if let Some(p) = &report.pair {
+    for p in &report.pairs {
         if let Some(statement) = p.statement {
             csv_row(out, &["pair_statement".into(), statement.into()])?;
         }
@@ -258,7 +258,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         }
     }
 
-    if let Some(p) = &report.pair {
+    if !report.pairs.is_empty() {
         writeln!(out)?;
         csv_row(
             out,
@@ -278,6 +278,8 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             ]
             .map(String::from),
         )?;
+    }
+    for p in &report.pairs {
         let controlled = p.scaffold_controlled.to_string();
         let mut line = |key: &str,
                         a: Option<f64>,

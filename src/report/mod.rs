@@ -234,10 +234,11 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
             ));
         }
     }
-    if let Some(pair) = &args.pair {
-        if let [a, b] = pair.as_slice() {
+    // Only the pairs are compared: the other labels' protocols do not matter.
+    let mut pair_differences: Vec<String> = Vec::new();
+    for pair in args.pair.chunks(2) {
+        if let [a, b] = pair {
             let mut compared = compare(&report, a, b).map_err(CliError::Usage)?;
-            // Only the pair is compared: the other labels' protocols do not matter.
             let differences = protocol::differences(
                 (
                     a,
@@ -257,13 +258,15 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
             // Base through the proxy against post-trained through passthrough: the
             // protocols differ by design; the report says so instead of refusing.
             if compared.base_vs_post {
-                report.protocol_differences.clear();
                 compared.protocol_notes = differences;
             } else {
-                report.protocol_differences = differences;
+                pair_differences.extend(differences);
             }
-            report.pair = Some(compared);
+            report.pairs.push(compared);
         }
+    }
+    if !report.pairs.is_empty() {
+        report.protocol_differences = pair_differences;
     }
     for line in &report.warnings {
         let _ = writeln!(stderr, "warning: {line}");

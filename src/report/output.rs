@@ -556,7 +556,7 @@ fn markdown(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         table_row(out, &cells)?;
     }
 
-    if let Some(p) = &report.pair {
+    for p in &report.pairs {
         pair_table(out, p)?;
     }
     Ok(())
@@ -784,6 +784,7 @@ pub fn to_json(report: &Report) -> Value {
         "reference": report.reference,
         "labels": labels,
         "trajectories": trajectories,
-        "pair": report.pair,
+        "pair": report.pairs.first(),
+        "pairs": report.pairs,
     })
 }

@@ -272,8 +272,8 @@ pub struct Report {
     pub labels: Vec<LabelSummary>,
     /// Sorted by (label in the order of `labels`, instance id, run).
     pub trajectories: Vec<TrajectoryRow>,
-    /// The paired comparison, when asked for.
-    pub pair: Option<PairReport>,
+    /// The paired comparisons asked for (`--pair A B`, repeatable), in the order given.
+    pub pairs: Vec<PairReport>,
     /// Each metric's change from each label to the next in the report's order, with a paired
     /// bootstrap interval and p-value ([`super::uncertainty`]); empty without results.
     pub changes: Vec<Change>,
@@ -450,7 +450,7 @@ impl Report {
             step_limit: options.step_limit,
             labels,
             trajectories: rows,
-            pair: None,
+            pairs: Vec::new(),
             protocol_differences,
             warnings,
         };
