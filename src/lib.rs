@@ -7,6 +7,7 @@
 //! [`context`], [`backend`], [`parse`], [`policy`], [`respond`] and [`trace`]; [`server`] is
 //! the HTTP layer over it; [`report`], [`replay`] and [`view`] are the tools over traces.
 
+pub mod anthropic;
 pub mod backend;
 pub mod cli;
 pub mod config;

@@ -15,6 +15,7 @@ mod dialects;
 mod formats;
 mod inputs;
 mod loops;
+mod messages;
 mod metrics;
 mod nudges;
 mod parse;

@@ -16,22 +16,7 @@ async fn post_stream(proxy: &Proxy, body: &Value) -> (u16, Vec<(String, Value)>)
     let resp = proxy.send(RESPONSES, body).await;
     let status = resp.status().as_u16();
     let text = resp.text().await.unwrap();
-    let mut events = Vec::new();
-    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
-        let mut name = String::new();
-        let mut data = String::new();
-        for line in block.lines() {
-            if let Some(n) = line.strip_prefix("event:") {
-                name = n.trim().to_string();
-            } else if let Some(d) = line.strip_prefix("data:") {
-                data.push_str(d.trim_start());
-            }
-        }
-        if !data.is_empty() {
-            events.push((name, serde_json::from_str(&data).unwrap()));
-        }
-    }
-    (status, events)
+    (status, crate::util::sse_events(&text))
 }
 
 fn tools() -> Value {

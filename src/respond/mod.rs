@@ -6,8 +6,10 @@
 //! is HTTP 200 with the thought as content and no tool call, so the scaffold's own
 //! format-error path runs (SWE-agent, OpenHands and mini-swe-agent all have one).
 
+mod messages;
 mod responses;
 
+pub use messages::MessageBuilder;
 pub use responses::{output_items, ResponseBuilder};
 
 use serde_json::Value;

@@ -19,12 +19,15 @@ use serde_json::{json, Value};
 
 use super::limits::{self, Admission};
 use super::AppState;
+use crate::anthropic::MessagesRequest;
 use crate::backend::RequestClock;
 use crate::error::ProxyError;
 use crate::openai::chat::{AsapHeaders, ChatCompletionRequest};
 use crate::openai::responses::ResponsesRequest;
 use crate::pipeline::{run_turn, RequestMeta, Scope, StartSignal, TurnOutcome};
-use crate::respond::{completion_id, completion_object, ChunkBuilder, Reply, ResponseBuilder};
+use crate::respond::{
+    completion_id, completion_object, ChunkBuilder, MessageBuilder, Reply, ResponseBuilder,
+};
 use crate::util::now_s;
 
 /// `POST /v1/chat/completions`.
@@ -67,6 +70,89 @@ pub async fn responses(
     answer(state, request, api, clock, admission, &headers).await
 }
 
+/// `POST /v1/messages` (Anthropic Messages API): the request in its chat form through the same
+/// turn, answered as a message object or as Messages SSE events; every error in the API's
+/// shape ([`crate::anthropic::error_body`]).
+pub async fn messages(
+    State(state): State<Arc<AppState>>,
+    clock: Option<Extension<Arc<RequestClock>>>,
+    admission: Option<Extension<Admission>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let answered = async {
+        let body = super::read_body(body, state.server.max_body_bytes)?;
+        let decoded = MessagesRequest::from_slice(&body)?;
+        let mut request = decoded.chat;
+        request.raw_body = decoded.chat_body.into();
+        let api = Api::Messages(MessageBuilder::new(model_of(&request)));
+        answer(state, request, api, clock, admission, &headers).await
+    }
+    .await;
+    answered.unwrap_or_else(anthropic_error)
+}
+
+/// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`, N the prompt the proxy would
+/// render for the request counted as `--tokenizer` or the backend counts it (else the
+/// estimate of 1 token per 2 bytes, see README "Context window").
+pub async fn count_tokens(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let counted = async {
+        let body = super::read_body(body, state.server.max_body_bytes)?;
+        // `max_tokens` is not part of a count request: any value decodes.
+        let mut value: Value = serde_json::from_slice(&body)
+            .map_err(|e| ProxyError::invalid(format!("invalid request body: {e}")))?;
+        if let Some(o) = value.as_object_mut() {
+            o.entry("max_tokens").or_insert(json!(1));
+            o.remove("stream");
+        }
+        let decoded = MessagesRequest::from_slice(value.to_string().as_bytes())?;
+        let prepared = scope_of(&state).prepare(&decoded.chat, &RequestMeta::default())?;
+        let counter = crate::context::TokenCounter {
+            tokenizer: state.context.tokenizer.as_ref(),
+            backend: &state.backend,
+            model: decoded.chat.model.as_deref(),
+            clock: None,
+        };
+        let (tokens, _) = crate::context::CountTokens::count(&counter, &prepared.prompt).await;
+        Ok::<_, ProxyError>(Json(json!({"input_tokens": tokens})).into_response())
+    }
+    .await;
+    counted.unwrap_or_else(anthropic_error)
+}
+
+/// The pipeline's view of the server's state.
+fn scope_of(state: &AppState) -> Scope<'_> {
+    Scope {
+        mode: state.mode,
+        profiles: &state.profiles,
+        renderer: &state.renderer,
+        prompt_config: &state.prompt_config,
+        backend: &state.backend,
+        trace: &state.trace,
+        sessions: &state.sessions,
+        prefixes: &state.prefixes,
+        max_tokens: state.max_tokens,
+        limits: state.limits,
+        on_terminate: state.on_terminate,
+        tool_calls: state.tool_calls,
+        context: &state.context,
+    }
+}
+
+/// An error as the Messages API answers it: its status, `{"type": "error", "error": {…}}`.
+fn anthropic_error(e: ProxyError) -> Response {
+    let status = e.status();
+    let body = crate::anthropic::error_body(&e);
+    // Logged and headed (Retry-After, WWW-Authenticate) as every error; only the body differs.
+    let mut response = e.into_response();
+    *response.body_mut() = axum::body::Body::from(body.to_string());
+    *response.status_mut() = status;
+    response
+}
+
 fn model_of(request: &ChatCompletionRequest) -> String {
     request.model.clone().unwrap_or_else(|| "base-model".into())
 }
@@ -75,6 +161,7 @@ fn model_of(request: &ChatCompletionRequest) -> String {
 enum Api {
     Chat(ChunkBuilder),
     Responses(ResponseBuilder),
+    Messages(MessageBuilder),
 }
 
 impl Api {
@@ -85,6 +172,7 @@ impl Api {
                 Json(completion_object(reply, &c.id, &c.model, c.created)).into_response()
             }
             Self::Responses(b) => Json(b.response(reply)).into_response(),
+            Self::Messages(b) => Json(b.message(reply)).into_response(),
         }
     }
 
@@ -93,6 +181,11 @@ impl Api {
         match self {
             Self::Chat(c) => vec![data_event(&c.role())],
             Self::Responses(b) => b
+                .start_events()
+                .iter()
+                .map(|(kind, body)| named_event(kind, body))
+                .collect(),
+            Self::Messages(b) => b
                 .start_events()
                 .iter()
                 .map(|(kind, body)| named_event(kind, body))
@@ -124,6 +217,14 @@ impl Api {
                     "error": error,
                 });
                 vec![named_event("error", &body)]
+            }
+            (Self::Messages(b), Ok(reply)) => b
+                .rest_events(reply)
+                .iter()
+                .map(|(kind, body)| named_event(kind, body))
+                .collect(),
+            (Self::Messages(_), Err(e)) => {
+                vec![named_event("error", &crate::anthropic::error_body(e))]
             }
         }
     }
@@ -236,22 +337,7 @@ async fn turn(
     let backstop = admission.deadline;
     let task = tokio::spawn(budget.scope(async move {
         let _held = (admission, in_flight);
-        let scope = Scope {
-            mode: state.mode,
-            profiles: &state.profiles,
-            renderer: &state.renderer,
-            prompt_config: &state.prompt_config,
-            backend: &state.backend,
-            trace: &state.trace,
-            sessions: &state.sessions,
-            prefixes: &state.prefixes,
-            max_tokens: state.max_tokens,
-            limits: state.limits,
-            on_terminate: state.on_terminate,
-            tool_calls: state.tool_calls,
-            context: &state.context,
-        };
-        run_turn(&scope, request, &meta).await
+        run_turn(&scope_of(&state), request, &meta).await
     }));
     let joined = match backstop {
         None => task.await,

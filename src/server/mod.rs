@@ -287,6 +287,8 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/chat/completions", post(handlers::chat_completions))
         .route("/v1/responses", post(handlers::responses))
         .route("/responses", post(handlers::responses))
+        .route("/v1/messages", post(handlers::messages))
+        .route("/v1/messages/count_tokens", post(handlers::count_tokens))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limits::admit,

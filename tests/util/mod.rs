@@ -123,3 +123,23 @@ pub fn write_file(dir: &std::path::Path, name: &str, text: &str) -> String {
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_string()
 }
+
+/// `(event name, data)` of each server-sent event of `text` (`event:` and `data:` lines).
+pub fn sse_events(text: &str) -> Vec<(String, Value)> {
+    let mut events = Vec::new();
+    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let mut name = String::new();
+        let mut data = String::new();
+        for line in block.lines() {
+            if let Some(n) = line.strip_prefix("event:") {
+                name = n.trim().to_string();
+            } else if let Some(d) = line.strip_prefix("data:") {
+                data.push_str(d.trim_start());
+            }
+        }
+        if !data.is_empty() {
+            events.push((name, serde_json::from_str(&data).unwrap()));
+        }
+    }
+    events
+}

@@ -1,0 +1,238 @@
+//! `POST /v1/messages` (Anthropic Messages API) over real HTTP: a Claude Code-shaped tool loop
+//! whose session rides on the `tool_use` ids, the streamed event sequence, errors in the API's
+//! shape, `count_tokens`, and `report` over the trace.
+
+use serde_json::{json, Value};
+
+use crate::util::backend::Scripted;
+use crate::util::cli::run;
+use crate::util::proxy::{serve, serve_with, Proxy};
+use crate::util::read_trace;
+
+const MESSAGES: &str = "/v1/messages";
+
+/// Claude Code's shell and edit tools, as it declares them (abridged descriptions).
+fn tools() -> Value {
+    json!([
+        {"name": "Bash", "description": "Executes a given bash command.",
+         "input_schema": {"type": "object", "properties": {
+             "command": {"type": "string", "description": "The command to execute"},
+             "timeout": {"type": "number"},
+             "description": {"type": "string"}},
+           "required": ["command"], "additionalProperties": false}},
+        {"name": "Edit", "description": "Performs exact string replacements in files.",
+         "input_schema": {"type": "object", "properties": {
+             "file_path": {"type": "string"}, "old_string": {"type": "string"},
+             "new_string": {"type": "string"}, "replace_all": {"type": "boolean"}},
+           "required": ["file_path", "old_string", "new_string"], "additionalProperties": false}},
+        {"name": "TodoWrite", "description": "Update the todo list.",
+         "input_schema": {"type": "object", "properties": {"todos": {"type": "array"}},
+           "required": ["todos"]}}
+    ])
+}
+
+fn first_body() -> Value {
+    json!({
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 32000,
+        "system": [
+            {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "You are an interactive CLI tool that helps users with software engineering tasks."}
+        ],
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>This is a reminder.</system-reminder>"},
+            {"type": "text", "text": "Fix the failing test in calc.py: add() subtracts.", "cache_control": {"type": "ephemeral"}}
+        ]}],
+        "tools": tools(),
+        "metadata": {"user_id": "user_abc_account__session_123"},
+        "temperature": 1
+    })
+}
+
+/// A base model continuing the document: look, fix with sed, submit.
+fn script() -> Vec<Scripted> {
+    vec![
+        Scripted::text("I will look at the code first.\n<bash>cat calc.py</bash>\n"),
+        Scripted::text(
+            "add() uses a minus sign. Fix it.\n<bash>sed -i 's/a - b/a + b/' calc.py</bash>\n",
+        ),
+        Scripted::text("The fix is in place.\n<submit/>\n"),
+    ]
+}
+
+/// Appends the assistant message `answer` and one `tool_result` per `tool_use` block.
+fn continue_with(body: &mut Value, answer: &Value, output: &str) {
+    let results: Vec<Value> = answer["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| json!({"type": "tool_result", "tool_use_id": b["id"], "content": output}))
+        .collect();
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(json!({"role": "user", "content": results}));
+}
+
+async fn post(proxy: &Proxy, body: &Value) -> (u16, Value) {
+    proxy.post_to(MESSAGES, body).await
+}
+
+#[tokio::test]
+async fn a_claude_code_shaped_session_runs_on_tool_use_ids() {
+    let (backend, proxy) = serve(script()).await;
+    let mut body = first_body();
+    let (status, first) = post(&proxy, &body).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["type"], "message");
+    assert_eq!(first["role"], "assistant");
+    assert!(first["id"].as_str().unwrap().starts_with("msg_"));
+    assert_eq!(first["stop_reason"], "tool_use");
+    assert_eq!(first["content"][0]["type"], "text");
+    assert_eq!(
+        first["content"][0]["text"],
+        "I will look at the code first."
+    );
+    let call = &first["content"][1];
+    assert_eq!(call["type"], "tool_use");
+    assert_eq!(call["name"], "Bash");
+    assert_eq!(call["input"], json!({"command": "cat calc.py"}));
+    assert!(call["id"].as_str().unwrap().starts_with("call_asap_"));
+    assert!(first["usage"]["output_tokens"].is_u64());
+
+    continue_with(&mut body, &first, "def add(a, b):\n    return a - b\n");
+    let (status, second) = post(&proxy, &body).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(
+        second["content"][1]["input"]["command"],
+        "sed -i 's/a - b/a + b/' calc.py"
+    );
+    continue_with(&mut body, &second, "");
+    let (status, last) = post(&proxy, &body).await;
+    assert_eq!(status, 200, "{last}");
+    // No finish tool among Claude Code's: the submission is a text answer ending the turn.
+    assert_eq!(last["stop_reason"], "end_turn");
+    assert_eq!(last["content"].as_array().unwrap().len(), 1);
+    assert_eq!(last["content"][0]["type"], "text");
+
+    // One session, its steps in order; the prompt rendered the observation and the system
+    // text as the task's instructions.
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let steps: Vec<Value> = read_trace(&files[0])
+        .into_iter()
+        .filter(|r| r["type"] == "step")
+        .map(|r| r["data"].clone())
+        .collect();
+    let numbers: Vec<u64> = steps.iter().map(|s| s["step"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, [0, 1, 2]);
+    let prompts = backend.requests();
+    let prompt = prompts[1]["prompt"].as_str().unwrap();
+    assert!(prompt.contains("return a - b"), "{prompt}");
+    assert!(
+        prompt.contains("Fix the failing test in calc.py"),
+        "{prompt}"
+    );
+
+    // report reads it as any scaffold's: a shell edit, then the submission.
+    let out = run(&[&"report", &proxy.log_dir.path(), &"--format", &"json"]);
+    assert!(out.success(), "{}", out.stderr);
+    let b = &out.json()["trajectories"][0]["behaviour"];
+    assert_eq!(b["turns"], 3, "{b}");
+    assert_eq!(b["edits"], 1, "{b}");
+    assert_eq!(b["explicit_submission"], true, "{b}");
+}
+
+#[tokio::test]
+async fn streaming_follows_the_documented_event_order() {
+    let (_backend, proxy) = serve(script()).await;
+    let mut body = first_body();
+    body["stream"] = json!(true);
+    let resp = proxy.send(MESSAGES, &body).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events = crate::util::sse_events(&resp.text().await.unwrap());
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "ping",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    for (name, data) in &events {
+        assert_eq!(data["type"], *name, "each event's data names it");
+    }
+    assert_eq!(events[0].1["message"]["content"], json!([]));
+    assert_eq!(events[5].1["content_block"]["type"], "tool_use");
+    assert_eq!(events[5].1["content_block"]["input"], json!({}));
+    assert_eq!(events[6].1["delta"]["type"], "input_json_delta");
+    let input: Value =
+        serde_json::from_str(events[6].1["delta"]["partial_json"].as_str().unwrap()).unwrap();
+    assert_eq!(input, json!({"command": "cat calc.py"}));
+    assert_eq!(events[8].1["delta"]["stop_reason"], "tool_use");
+}
+
+#[tokio::test]
+async fn errors_take_the_messages_api_shape() {
+    let (_backend, proxy) = serve(script()).await;
+    let mut body = first_body();
+    body.as_object_mut().unwrap().remove("max_tokens");
+    let (status, error) = post(&proxy, &body).await;
+    assert_eq!(status, 400);
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens"),
+        "{error}"
+    );
+    let resp = proxy
+        .client
+        .post(proxy.url_of(MESSAGES))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+
+    // A prompt too long for the context window, worded as the API words it.
+    let (_backend, small) = serve_with(script(), |a| a.context_length = Some(64)).await;
+    let (status, error) = post(&small, &first_body()).await;
+    assert_eq!(status, 400, "{error}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("prompt is too long: "), "{message}");
+    assert!(message.ends_with(" maximum"), "{message}");
+}
+
+#[tokio::test]
+async fn count_tokens_counts_the_prompt_the_proxy_would_render() {
+    let (backend, proxy) = serve(script()).await;
+    let mut body = first_body();
+    body.as_object_mut().unwrap().remove("max_tokens");
+    let (status, counted) = proxy.post_to("/v1/messages/count_tokens", &body).await;
+    assert_eq!(status, 200, "{counted}");
+    let tokens = counted["input_tokens"].as_u64().unwrap();
+    assert!(tokens > 50, "{counted}");
+    assert!(
+        backend.requests().iter().all(|r| r.get("prompt").is_none()),
+        "counting asks the model nothing"
+    );
+    assert!(proxy.trace_files().is_empty(), "and writes no trace");
+}
