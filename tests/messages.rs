@@ -25,6 +25,14 @@ fn tools() -> Value {
              "file_path": {"type": "string"}, "old_string": {"type": "string"},
              "new_string": {"type": "string"}, "replace_all": {"type": "boolean"}},
            "required": ["file_path", "old_string", "new_string"], "additionalProperties": false}},
+        {"name": "Write", "description": "Writes a file to the local filesystem.",
+         "input_schema": {"type": "object", "properties": {
+             "file_path": {"type": "string"}, "content": {"type": "string"}},
+           "required": ["file_path", "content"], "additionalProperties": false}},
+        {"name": "Read", "description": "Reads a file from the local filesystem.",
+         "input_schema": {"type": "object", "properties": {
+             "file_path": {"type": "string"}, "offset": {"type": "number"}, "limit": {"type": "number"}},
+           "required": ["file_path"], "additionalProperties": false}},
         {"name": "TodoWrite", "description": "Update the todo list.",
          "input_schema": {"type": "object", "properties": {"todos": {"type": "array"}},
            "required": ["todos"]}}
@@ -49,12 +57,13 @@ fn first_body() -> Value {
     })
 }
 
-/// A base model continuing the document: look, fix with sed, submit.
+/// A base model continuing the document: look, fix with Claude Code's Edit, submit.
 fn script() -> Vec<Scripted> {
     vec![
         Scripted::text("I will look at the code first.\n<bash>cat calc.py</bash>\n"),
         Scripted::text(
-            "add() uses a minus sign. Fix it.\n<bash>sed -i 's/a - b/a + b/' calc.py</bash>\n",
+            "add() uses a minus sign. Fix it.\n<Edit>\n<file_path>calc.py</file_path>\n\
+             <old_string>a - b</old_string>\n<new_string>a + b</new_string>\n</Edit>\n",
         ),
         Scripted::text("The fix is in place.\n<submit/>\n"),
     ]
@@ -103,11 +112,16 @@ async fn a_claude_code_shaped_session_runs_on_tool_use_ids() {
     continue_with(&mut body, &first, "def add(a, b):\n    return a - b\n");
     let (status, second) = post(&proxy, &body).await;
     assert_eq!(status, 200, "{second}");
+    assert_eq!(second["content"][1]["name"], "Edit");
     assert_eq!(
-        second["content"][1]["input"]["command"],
-        "sed -i 's/a - b/a + b/' calc.py"
+        second["content"][1]["input"],
+        json!({"file_path": "calc.py", "old_string": "a - b", "new_string": "a + b"})
     );
-    continue_with(&mut body, &second, "");
+    continue_with(
+        &mut body,
+        &second,
+        "The file calc.py has been updated. Here's the result of running `cat -n` on a snippet of the edited file:\n     1\tdef add(a, b):\n     2\t    return a + b",
+    );
     let (status, last) = post(&proxy, &body).await;
     assert_eq!(status, 200, "{last}");
     // No finish tool among Claude Code's: the submission is a text answer ending the turn.
@@ -119,6 +133,7 @@ async fn a_claude_code_shaped_session_runs_on_tool_use_ids() {
     // text as the task's instructions.
     let files = proxy.trace_files();
     assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(read_trace(&files[0])[0]["data"]["profile"], "claude-code");
     let steps: Vec<Value> = read_trace(&files[0])
         .into_iter()
         .filter(|r| r["type"] == "step")
@@ -134,12 +149,14 @@ async fn a_claude_code_shaped_session_runs_on_tool_use_ids() {
         "{prompt}"
     );
 
-    // report reads it as any scaffold's: a shell edit, then the submission.
+    // report reads it as any scaffold's: Edit is an edit of the repository's calc.py, then the
+    // submission.
     let out = run(&[&"report", &proxy.log_dir.path(), &"--format", &"json"]);
     assert!(out.success(), "{}", out.stderr);
     let b = &out.json()["trajectories"][0]["behaviour"];
     assert_eq!(b["turns"], 3, "{b}");
     assert_eq!(b["edits"], 1, "{b}");
+    assert_eq!(b["autonomous_edit"], true, "{b}");
     assert_eq!(b["explicit_submission"], true, "{b}");
 }
 

@@ -125,7 +125,17 @@ pub fn edit_targets(action: &Action, tools: &ResolvedProfile) -> Vec<WriteTarget
             text("command").is_some_and(|c| tools.modifying_commands().iter().any(|m| m == c)),
         ),
         _ if tag == EDITOR_TAG => editor(text("command").is_some_and(|c| c != "view")),
-        _ => Vec::new(),
+        _ => tools.write_tool(tag).map_or_else(Vec::new, |w| {
+            let kind = match w.kind {
+                crate::profile::WritesAs::InPlace => WriteKind::InPlace,
+                crate::profile::WritesAs::Overwrite => WriteKind::Overwrite,
+                crate::profile::WritesAs::Create => WriteKind::Create,
+            };
+            vec![WriteTarget::new(
+                text(&w.path_parameter).unwrap_or_default(),
+                kind,
+            )]
+        }),
     }
 }
 

@@ -466,6 +466,54 @@ mod tests {
         )
     }
 
+    /// Claude Code's write tools are edits of the file they name; its other tools are not;
+    /// its refusals (`<tool_use_error>`) are failed edits.
+    #[test]
+    fn claude_code_write_tools_are_edits() {
+        let t = tools("claude-code-1.json");
+        let call = |tag: &str, args: serde_json::Value| Action::Call {
+            tag: tag.into(),
+            arguments: args.as_object().unwrap().clone(),
+        };
+        let edit = call(
+            "Edit",
+            json!({"file_path": "/repo/calc.py", "old_string": "-", "new_string": "+"}),
+        );
+        let targets = edit::edit_targets(&edit, &t);
+        assert_eq!(targets.len(), 1);
+        assert_eq!(targets[0].path.as_deref(), Some("/repo/calc.py"));
+        assert_eq!(targets[0].kind, edit::WriteKind::InPlace);
+        let write = call(
+            "Write",
+            json!({"file_path": "/repo/new.py", "content": "x"}),
+        );
+        assert_eq!(
+            edit::edit_targets(&write, &t)[0].kind,
+            edit::WriteKind::Overwrite
+        );
+        for other in [
+            call("Read", json!({"file_path": "/repo/calc.py"})),
+            call("TodoWrite", json!({"todos": []})),
+            call("Grep", json!({"pattern": "add"})),
+        ] {
+            assert!(!is_edit(&other, &t), "{other:?}");
+        }
+        assert!(is_edit(&bash("sed -i s/-/+/ calc.py"), &t));
+        assert!(t.can_edit());
+        assert!(is_successful_edit(
+            &edit,
+            Some("The file /repo/calc.py has been updated. Here's the result of running `cat -n`"),
+            &t
+        ));
+        assert!(!is_successful_edit(
+            &edit,
+            Some(
+                "<tool_use_error>String to replace not found in file.\nString: -</tool_use_error>"
+            ),
+            &t
+        ));
+    }
+
     fn bash(cmd: &str) -> Action {
         Action::Call {
             tag: "bash".into(),

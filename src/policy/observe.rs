@@ -28,6 +28,9 @@ pub const EDITOR_REFUSALS: &[&str] = &[
     "No edit history found",
     "Your proposed edit has introduced new syntax error",
     "Your edit was not applied",
+    // Claude Code's tools wrap every refusal (`String to replace not found in file`, `File has
+    // not been read yet`) in this tag.
+    "<tool_use_error>",
 ];
 
 /// Messages of the writing programs themselves (`sed`, `patch`, `git apply`), anywhere in a

@@ -26,7 +26,11 @@ use serde_json::{Map, Value};
 use crate::openai::chat::Tool;
 
 /// Built-in profiles in detection order: the most specific tool sets first.
-pub const PROFILE_ORDER: [(&str, &str); 11] = [
+pub const PROFILE_ORDER: [(&str, &str); 12] = [
+    (
+        "claude-code",
+        include_str!("../../profiles/claude-code.toml"),
+    ),
     (
         "openhands-sdk-text",
         include_str!("../../profiles/openhands-sdk-text.toml"),
@@ -83,6 +87,10 @@ pub struct Profile {
     pub shell_names: Vec<String>,
     #[serde(default)]
     pub editor: Option<EditorSpec>,
+    /// Tools that write one file named by a parameter (Claude Code's `Edit`, `Write`): each
+    /// call is an edit of that file, as the editor's modifying commands are.
+    #[serde(default)]
+    pub writes: Vec<WriteSpec>,
     #[serde(default)]
     pub submit: SubmitSpec,
     /// Scaffold metadata parameters never shown to the model (e.g. `security_risk`).
@@ -170,6 +178,27 @@ pub struct EditorSpec {
     /// Values of the editor's `command` parameter that modify files.
     #[serde(default)]
     pub modifying_commands: Vec<String>,
+}
+
+/// A tool that writes the file its `path_parameter` names.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteSpec {
+    pub tool: String,
+    pub path_parameter: String,
+    /// How it writes: `in_place` (the file must exist: a string replacement), `overwrite`
+    /// (writes the whole file, making it when missing) or `create` (fails on an existing file).
+    pub kind: WritesAs,
+}
+
+/// How a [`WriteSpec`] tool writes its file (the policy's `WriteKind`, which decides whether
+/// the file was the repository's or one the trajectory made).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WritesAs {
+    InPlace,
+    Overwrite,
+    Create,
 }
 
 /// How `<submit/>` reaches the scaffold: the first of `tools` the request offers; else the
@@ -301,6 +330,7 @@ mod tests {
             ("terminus-2-1.json", "terminus-2"),
             ("openhands-codeact-text-1.json", "openhands-codeact-text"),
             ("openhands-sdk-text-1.json", "openhands-sdk-text"),
+            ("claude-code-1.json", "claude-code"),
         ] {
             assert_eq!(
                 profiles

@@ -246,6 +246,7 @@ pub struct ResolvedProfile {
     pub generic_shell: bool,
     defaults: Map<String, Value>,
     modifying_commands: Vec<String>,
+    writes: Vec<super::WriteSpec>,
 }
 
 /// One tool as the model sees it.
@@ -454,6 +455,7 @@ impl ResolvedProfile {
                 .as_ref()
                 .map(|e| e.modifying_commands.clone())
                 .unwrap_or_default(),
+            writes: profile.writes.clone(),
         }
     }
 
@@ -472,6 +474,7 @@ impl ResolvedProfile {
             task_user_messages: None,
             defaults: Map::new(),
             modifying_commands: Vec::new(),
+            writes: Vec::new(),
         }
     }
 
@@ -531,14 +534,20 @@ impl ResolvedProfile {
     /// Whether the tools can change files (a shell or an editor): only then does a submit
     /// before any edit count as premature.
     pub fn can_edit(&self) -> bool {
-        self.tools
-            .iter()
-            .any(|t| matches!(t.role, ToolRole::Shell { .. } | ToolRole::Editor))
+        self.tools.iter().any(|t| {
+            matches!(t.role, ToolRole::Shell { .. } | ToolRole::Editor)
+                || self.write_tool(&t.tag).is_some()
+        })
     }
 
     /// Editor commands that modify files (profile `editor.modifying_commands`).
     pub fn modifying_commands(&self) -> &[String] {
         &self.modifying_commands
+    }
+
+    /// The profile's write tool named `tag` (its tag is its own name), if it is one.
+    pub fn write_tool(&self, tag: &str) -> Option<&super::WriteSpec> {
+        self.writes.iter().find(|w| w.tool == tag)
     }
 
     /// Maps a neutral action to the scaffold's call. `thought` is the text before the action:
