@@ -253,3 +253,30 @@ async fn count_tokens_counts_the_prompt_the_proxy_would_render() {
     );
     assert!(proxy.trace_files().is_empty(), "and writes no trace");
 }
+
+#[tokio::test]
+async fn the_api_key_may_come_as_x_api_key_and_a_refusal_is_in_the_apis_shape() {
+    let (_backend, proxy) = serve_with(script(), |a| a.api_key = vec!["k-msg".into()]).await;
+    let send = |key: Option<&'static str>| {
+        let mut request = proxy
+            .client
+            .post(proxy.url_of(MESSAGES))
+            .json(&first_body());
+        if let Some(key) = key {
+            request = request.header("x-api-key", key);
+        }
+        request.send()
+    };
+    let refused = send(None).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["error"]["type"], "authentication_error");
+    assert_eq!(send(Some("wrong")).await.unwrap().status().as_u16(), 401);
+    let ok = send(Some("k-msg")).await.unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+    // The chat route keeps OpenAI's shape.
+    let (status, error) = proxy.post(&crate::util::request("swe-agent-1")).await;
+    assert_eq!(status, 401);
+    assert_eq!(error["error"]["code"], "invalid_api_key", "{error}");
+}

@@ -143,7 +143,7 @@ fn scope_of(state: &AppState) -> Scope<'_> {
 }
 
 /// An error as the Messages API answers it: its status, `{"type": "error", "error": {…}}`.
-fn anthropic_error(e: ProxyError) -> Response {
+pub(super) fn anthropic_error(e: ProxyError) -> Response {
     let status = e.status();
     let body = crate::anthropic::error_body(&e);
     // Logged and headed (Retry-After, WWW-Authenticate) as every error; only the body differs.

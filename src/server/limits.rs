@@ -68,8 +68,22 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
+/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive), else of
+/// an `x-api-key` header (the Anthropic API's, which its SDK and Claude Code send).
 fn bearer(request: &Request) -> Option<&str> {
+    let anthropic = || {
+        request
+            .headers()
+            .get("x-api-key")?
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+    };
+    bearer_only(request).or_else(anthropic)
+}
+
+fn bearer_only(request: &Request) -> Option<&str> {
     let value = request
         .headers()
         .get(axum::http::header::AUTHORIZATION)?
@@ -82,8 +96,19 @@ fn bearer(request: &Request) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// A middleware's refusal in the shape of the request's API: the Messages API's on
+/// `/v1/messages…`, else OpenAI's.
+fn rejection(request: &Request, e: ProxyError) -> Response {
+    if request.uri().path().starts_with("/v1/messages") {
+        super::handlers::anthropic_error(e)
+    } else {
+        e.into_response()
+    }
+}
+
 /// Middleware: with `--api-key` set, every path but [`UNAUTHENTICATED_PATHS`] needs
-/// `Authorization: Bearer <key>` with one of the keys; otherwise 401 `invalid_api_key`. The
+/// `Authorization: Bearer <key>` (or `x-api-key: <key>`) with one of the keys; otherwise 401
+/// `invalid_api_key` (on `/v1/messages`, the Messages API's `authentication_error`). The
 /// presented token is never logged or echoed.
 pub async fn authenticate(
     State(state): State<Arc<AppState>>,
@@ -95,7 +120,7 @@ pub async fn authenticate(
     }
     match bearer(&request) {
         Some(token) if state.api_keys.accepts(token) => next.run(request).await,
-        _ => ProxyError::Unauthorized.into_response(),
+        _ => rejection(&request, ProxyError::Unauthorized),
     }
 }
 
@@ -135,14 +160,14 @@ pub async fn admit(
             Ok(permit) => Some(Arc::new(permit)),
             Err(_) => {
                 let limit = state.server.max_concurrency.unwrap_or_default();
-                return ProxyError::RateLimited {
+                let error = ProxyError::RateLimited {
                     message: format!(
                         "the proxy is serving its limit of {limit} concurrent requests \
                          (--max-concurrency); retry after {CONCURRENCY_RETRY_AFTER_S} s"
                     ),
                     retry_after_s: CONCURRENCY_RETRY_AFTER_S,
-                }
-                .into_response();
+                };
+                return rejection(&request, error);
             }
         },
     };
