@@ -207,8 +207,8 @@ async fn bad_input_is_an_openai_400() {
             "input[0].call_id",
         ),
         (
-            json!({"input": "hi", "tools": [{"type": "file_search"}]}),
-            "tools[0].type",
+            json!({"input": "hi", "tools": [{"type": "custom", "description": "no name"}]}),
+            "tools[0].name",
         ),
     ] {
         let (status, err) = post(&proxy, &body).await;
@@ -322,4 +322,79 @@ async fn request_fields_are_echoed_as_sent_and_defaults_follow_openai() {
     let (status, err) = post(&proxy, &json!({"input": "Hi", "truncation": "middle"})).await;
     assert_eq!(status, 400);
     assert_eq!(err["error"]["param"], "truncation");
+}
+
+/// Codex's request shape: a `custom` `apply_patch` tool with a Lark grammar beside a function
+/// shell, `store: false`, `include`, `prompt_cache_key`. The patch comes back as a
+/// `custom_tool_call` item with the raw input (streamed as `custom_tool_call_input` events),
+/// and sending it back as `custom_tool_call`/`custom_tool_call_output` keeps the session.
+#[tokio::test]
+async fn codex_custom_tool_calls_round_trip() {
+    let patch = "*** Begin Patch\n*** Update File: calc.py\n@@\n-    return a - b\n+    return a + b\n*** End Patch";
+    let (_backend, proxy) = serve(vec![
+        Scripted::text(&format!(
+            "Patch the sign.\n<apply_patch>\n<input>{patch}</input>\n</apply_patch>\n"
+        )),
+        Scripted::text(&format!(
+            "Patch the sign.\n<apply_patch>\n<input>{patch}</input>\n</apply_patch>\n"
+        )),
+        Scripted::text("Run the tests.\n<bash>pytest -q</bash>\n"),
+    ])
+    .await;
+    let mut body = json!({
+        "model": "gpt-5-codex",
+        "instructions": "You are Codex, based on GPT-5. You are running as a coding agent in the Codex CLI.",
+        "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "add() in calc.py subtracts; fix it."}]}],
+        "tools": [
+            {"type": "function", "name": "shell", "description": "Runs a shell command.",
+             "strict": false, "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false}},
+            {"type": "custom", "name": "apply_patch", "description": "Use the `apply_patch` tool to edit files.",
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch hunk+ end_patch\nbegin_patch: \"*** Begin Patch\" LF"}},
+            {"type": "web_search"}
+        ],
+        "tool_choice": "auto", "parallel_tool_calls": false,
+        "reasoning": {"effort": "medium", "summary": "auto"}, "store": false, "stream": false,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "0a1b2c"
+    });
+    let (status, first) = post(&proxy, &body).await;
+    assert_eq!(status, 200, "{first}");
+    let call = first["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "custom_tool_call")
+        .unwrap_or_else(|| panic!("{first}"))
+        .clone();
+    assert_eq!(call["name"], "apply_patch");
+    assert_eq!(call["input"], patch);
+    assert!(call["call_id"].as_str().unwrap().starts_with("call_asap_"));
+
+    // The same turn streamed: the input arrives through the custom tool events.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (_, events) = post_stream(&proxy, &streamed).await;
+    let done = events
+        .iter()
+        .find(|(n, _)| n == "response.custom_tool_call_input.done")
+        .unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(done.1["input"], patch);
+
+    let input = body["input"].as_array_mut().unwrap();
+    input.push(call.clone());
+    input.push(json!({"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "Success. Updated the following files:\nM calc.py"}));
+    let (status, next) = post(&proxy, &body).await;
+    assert_eq!(status, 200, "{next}");
+    let shell = next["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .unwrap_or_else(|| panic!("{next}"));
+    assert_eq!(shell["name"], "shell");
+    let files = proxy.trace_files();
+    assert_eq!(
+        files.len(),
+        2,
+        "the streamed retry is its own session; the loop one: {files:?}"
+    );
 }

@@ -29,9 +29,15 @@ const HANDLED: [&str; 11] = [
     "previous_response_id",
 ];
 
+/// The one parameter a `custom` tool (free-form input, Codex's `apply_patch`) has in the chat
+/// form: its raw input text.
+pub const CUSTOM_INPUT: &str = "input";
+
 /// A decoded Responses request.
 #[derive(Debug, Clone)]
 pub struct ResponsesRequest {
+    /// Names of the request's `custom` tools, whose calls go back as `custom_tool_call`.
+    pub custom_tools: Vec<String>,
     /// The same request in the chat form.
     pub chat: ChatCompletionRequest,
     /// The chat form as a JSON body, without the Responses-only fields (what passthrough mode
@@ -137,11 +143,19 @@ impl ResponsesRequest {
             Some(Value::Array(tools)) => tools,
             Some(_) => return Err(invalid("`tools` must be a list", "tools")),
         };
-        let chat_tools = tools
+        let chat_tools: Vec<Value> = tools
             .iter()
             .enumerate()
             .map(|(i, t)| chat_tool(i, t))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        let custom_tools = tools
+            .iter()
+            .filter(|t| t.get("type").and_then(Value::as_str) == Some("custom"))
+            .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_string))
+            .collect();
         if !chat_tools.is_empty() {
             chat.insert("tools".into(), Value::Array(chat_tools));
         }
@@ -173,6 +187,7 @@ impl ResponsesRequest {
         }
         let echo = echo_fields(&request, tools);
         Ok(Self {
+            custom_tools,
             chat,
             chat_body,
             echo,
@@ -286,10 +301,26 @@ fn input_messages(items: &[Value]) -> Result<Vec<Value>, ProxyError> {
                 let output = item.get("output").cloned().unwrap_or(Value::Null);
                 out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
             }
+            "custom_tool_call" => {
+                let call_id = string("call_id")?;
+                let name = string("name")?;
+                let input = string("input")?;
+                pending.get_or_insert_with(PendingAssistant::default).tool_calls.push(json!({
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json!({CUSTOM_INPUT: input}).to_string()},
+                }));
+            }
+            "custom_tool_call_output" => {
+                let call_id = string("call_id")?;
+                out.extend(pending.take().map(PendingAssistant::into_message));
+                let output = item.get("output").cloned().unwrap_or(Value::Null);
+                out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+            }
             "reasoning" => {}
             other => {
                 return Err(invalid(
-                    format!("input items of type `{other}` are not supported (supported: message, function_call, function_call_output, reasoning)"),
+                    format!("input items of type `{other}` are not supported (supported: message, function_call, function_call_output, custom_tool_call, custom_tool_call_output, reasoning)"),
                     format!("input[{i}].type"),
                 ))
             }
@@ -299,13 +330,15 @@ fn input_messages(items: &[Value]) -> Result<Vec<Value>, ProxyError> {
     Ok(out)
 }
 
-/// A flat Responses function tool as a chat tool.
-fn chat_tool(i: usize, tool: &Value) -> Result<Value, ProxyError> {
-    if tool.get("type").and_then(Value::as_str) != Some("function") {
-        return Err(invalid(
-            "only `function` tools are supported",
-            format!("tools[{i}].type"),
-        ));
+/// A flat Responses tool as a chat tool: a `function` tool as it is; a `custom` tool (free-form
+/// input, Codex's `apply_patch`) as a function of one string parameter, [`CUSTOM_INPUT`], its
+/// grammar (when it has one) appended to its description; `None` for the built-in tools
+/// (`web_search`, `local_shell`, `file_search`, …), which a base model behind the proxy cannot
+/// run: left out, as the Messages API's server tools are.
+fn chat_tool(i: usize, tool: &Value) -> Result<Option<Value>, ProxyError> {
+    let kind = tool.get("type").and_then(Value::as_str);
+    if !matches!(kind, Some("function" | "custom")) {
+        return Ok(None);
     }
     let Some(name) = tool.get("name").and_then(Value::as_str) else {
         return Err(invalid(
@@ -313,6 +346,33 @@ fn chat_tool(i: usize, tool: &Value) -> Result<Value, ProxyError> {
             format!("tools[{i}].name"),
         ));
     };
+    if kind == Some("custom") {
+        let mut description = tool
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let format = tool.get("format");
+        if let Some(definition) = format
+            .and_then(|f| f.get("definition"))
+            .and_then(Value::as_str)
+        {
+            let syntax = format
+                .and_then(|f| f.get("syntax"))
+                .and_then(Value::as_str)
+                .unwrap_or("grammar");
+            description.push_str(&format!(
+                "\n\nThe input must follow this {syntax} grammar:\n{definition}"
+            ));
+        }
+        return Ok(Some(json!({"type": "function", "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object",
+                "properties": {CUSTOM_INPUT: {"type": "string", "description": "The raw input."}},
+                "required": [CUSTOM_INPUT], "additionalProperties": false},
+        }})));
+    }
     let mut function = Map::new();
     function.insert("name".into(), json!(name));
     for key in ["description", "parameters", "strict"] {
@@ -320,7 +380,7 @@ fn chat_tool(i: usize, tool: &Value) -> Result<Value, ProxyError> {
             function.insert(key.into(), v.clone());
         }
     }
-    Ok(json!({"type": "function", "function": function}))
+    Ok(Some(json!({"type": "function", "function": function})))
 }
 
 /// `{"type": "function", "name": n}` becomes the chat form; strings pass through.
@@ -379,6 +439,49 @@ mod tests {
         assert!(forwarded.get("store").is_none());
     }
 
+    /// Codex's `apply_patch` is a custom tool with a grammar: one string parameter in the chat
+    /// form, its calls read back from `custom_tool_call` items; built-in tools are left out.
+    #[test]
+    fn custom_tools_take_their_raw_input() {
+        let r = decode(json!({
+            "model": "m",
+            "input": [
+                {"role": "user", "content": "Fix it."},
+                {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_p", "name": "apply_patch",
+                 "input": "*** Begin Patch\n*** End Patch", "status": "completed"},
+                {"type": "custom_tool_call_output", "call_id": "call_p", "output": "Done!"}
+            ],
+            "tools": [
+                {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+                 "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch"}},
+                {"type": "web_search"},
+                {"type": "function", "name": "shell", "parameters": {"type": "object"}}
+            ],
+            "store": false, "include": ["reasoning.encrypted_content"],
+            "prompt_cache_key": "k", "parallel_tool_calls": false
+        }))
+        .unwrap();
+        assert_eq!(r.custom_tools, ["apply_patch"]);
+        let names: Vec<&str> = r
+            .chat
+            .tools
+            .iter()
+            .map(|t| t.function.name.as_str())
+            .collect();
+        assert_eq!(names, ["apply_patch", "shell"]);
+        let patch = &r.chat.tools[0].function;
+        assert!(patch
+            .description
+            .contains("lark grammar:\nstart: begin_patch"));
+        let m = &r.chat.messages;
+        assert_eq!(
+            m[1].tool_calls[0].function.arguments["input"],
+            "*** Begin Patch\n*** End Patch"
+        );
+        assert_eq!(m[2].tool_call_id.as_deref(), Some("call_p"));
+        assert_eq!(m[2].content, "Done!");
+    }
+
     #[test]
     fn bad_inputs_name_their_field() {
         for (body, param) in [
@@ -395,10 +498,6 @@ mod tests {
             (
                 json!({"input": [{"type": "item_reference", "id": "x"}]}),
                 "input[0].type",
-            ),
-            (
-                json!({"input": "x", "tools": [{"type": "web_search"}]}),
-                "tools[0].type",
             ),
             (
                 json!({"input": "x", "max_output_tokens": 0}),

@@ -5,6 +5,7 @@ use serde_json::{json, Map, Value};
 
 use super::Reply;
 use crate::openai::response::FinishReason;
+use crate::openai::responses::CUSTOM_INPUT;
 
 fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
@@ -17,6 +18,9 @@ pub struct ResponseBuilder {
     pub created_at: u64,
     pub model: String,
     pub echo: Map<String, Value>,
+    /// The request's `custom` tools (Codex's `apply_patch`): their calls are answered as
+    /// `custom_tool_call` items with the raw `input`.
+    pub custom_tools: Vec<String>,
 }
 
 impl ResponseBuilder {
@@ -27,6 +31,7 @@ impl ResponseBuilder {
             created_at,
             model,
             echo,
+            custom_tools: Vec::new(),
         }
     }
 
@@ -75,7 +80,7 @@ impl ResponseBuilder {
 
     /// The non-streaming response object.
     pub fn response(&self, reply: &Reply) -> Value {
-        self.object(Some(reply), &output_items(reply))
+        self.object(Some(reply), &output_items(reply, &self.custom_tools))
     }
 
     /// `response.created` and `response.in_progress` (sequence numbers 0 and 1), sent before
@@ -98,7 +103,7 @@ impl ResponseBuilder {
     /// argument events, `output_item.done`; then `response.completed` (or
     /// `response.incomplete` at the token limit) with the whole response.
     pub fn rest_events(&self, reply: &Reply) -> Vec<(&'static str, Value)> {
-        let items = output_items(reply);
+        let items = output_items(reply, &self.custom_tools);
         let mut events: Vec<(&'static str, Value)> = Vec::new();
         let mut push = |kind: &'static str, mut body: Value| {
             if let Value::Object(o) = &mut body {
@@ -113,6 +118,8 @@ impl ResponseBuilder {
             added["status"] = json!("in_progress");
             if item["type"] == "function_call" {
                 added["arguments"] = json!("");
+            } else if item["type"] == "custom_tool_call" {
+                added["input"] = json!("");
             } else {
                 added["content"] = json!([]);
             }
@@ -120,7 +127,17 @@ impl ResponseBuilder {
                 "response.output_item.added",
                 json!({"output_index": index, "item": added}),
             );
-            if item["type"] == "function_call" {
+            if item["type"] == "custom_tool_call" {
+                let input = item["input"].clone();
+                push(
+                    "response.custom_tool_call_input.delta",
+                    json!({"item_id": item_id, "output_index": index, "delta": input}),
+                );
+                push(
+                    "response.custom_tool_call_input.done",
+                    json!({"item_id": item_id, "output_index": index, "input": input}),
+                );
+            } else if item["type"] == "function_call" {
                 let arguments = item["arguments"].clone();
                 push(
                     "response.function_call_arguments.delta",
@@ -173,8 +190,10 @@ impl ResponseBuilder {
 
 /// Output items of a reply: the thought as a `message` (when non-empty) and a `function_call`
 /// for a tool call, or one `message` for a content reply. `call_id` is the minted tool-call
-/// id, which carries the session and nudge state into the next request.
-pub fn output_items(reply: &Reply) -> Vec<Value> {
+/// id, which carries the session and nudge state into the next request. A call of one of
+/// `custom_tools` is a `custom_tool_call` item whose `input` is the call's `input` argument
+/// (the raw text a custom tool takes).
+pub fn output_items(reply: &Reply, custom_tools: &[String]) -> Vec<Value> {
     let status = if reply.finish_reason == FinishReason::Length {
         "incomplete"
     } else {
@@ -197,6 +216,25 @@ pub fn output_items(reply: &Reply) -> Vec<Value> {
                 items.push(message(content));
             }
             for call in std::iter::once(call).chain(&reply.more_tool_calls) {
+                if custom_tools.contains(&call.function.name) {
+                    let input = serde_json::from_str::<Value>(&call.function.arguments)
+                        .ok()
+                        .and_then(|a| {
+                            a.get(CUSTOM_INPUT)
+                                .and_then(Value::as_str)
+                                .map(str::to_string)
+                        })
+                        .unwrap_or_else(|| call.function.arguments.clone());
+                    items.push(json!({
+                        "type": "custom_tool_call",
+                        "id": new_id("ctc"),
+                        "call_id": call.id,
+                        "name": call.function.name,
+                        "input": input,
+                        "status": status,
+                    }));
+                    continue;
+                }
                 items.push(json!({
                     "type": "function_call",
                     "id": new_id("fc"),

@@ -62,11 +62,9 @@ pub async fn responses(
     let decoded = ResponsesRequest::from_slice(&body)?;
     let mut request = decoded.chat;
     request.raw_body = decoded.chat_body.into();
-    let api = Api::Responses(ResponseBuilder::new(
-        model_of(&request),
-        now_s(),
-        decoded.echo,
-    ));
+    let mut builder = ResponseBuilder::new(model_of(&request), now_s(), decoded.echo);
+    builder.custom_tools = decoded.custom_tools;
+    let api = Api::Responses(builder);
     answer(state, request, api, clock, admission, &headers).await
 }
 
