@@ -44,7 +44,7 @@ Results tree (--out):
   OUT/<label>/run-<i>/[shard-<s>/]        the scaffold's batch output (preds.json, trajectories)
   OUT/<label>/predictions/run-<i>.jsonl   SWE-bench predictions (model_name_or_path = label)
   OUT/<label>/judge/<label>.run<i>.json   the harness's report for run i (`report --results`)
-  OUT/report.md, OUT/report.json          `asap-proxy report` over every label
+  OUT/report.md, .json, .html             `asap-proxy report` over every label
 Environment: ASAP_PROXY_BIN, ASAP_FAKE_BACKEND_BIN (default: this checkout's release builds, made
 up to date with cargo), ASAP_CACHE (default ~/.cache/asap-proxy).
 """

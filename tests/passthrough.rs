@@ -380,6 +380,12 @@ async fn base_against_post_trained_is_reported_as_not_scaffold_controlled() {
         md.contains("| tool calls (passthrough) | – | all |"),
         "{md}"
     );
+    // A chat model is shown no prefix and runs under no rule: the protocol says so.
+    assert!(md.contains("| prefix K | 0 | none (passthrough) |"), "{md}");
+    assert!(
+        md.contains("- prefix K: base 0; post none (passthrough)\n"),
+        "{md}"
+    );
     assert!(!md.contains("## Protocol differences"), "{md}");
     // The page and the CSV say it too.
     let page = dir.path().join("pair.html");
@@ -404,6 +410,8 @@ async fn base_against_post_trained_is_reported_as_not_scaffold_controlled() {
     assert_eq!(json["pairs"].as_array().unwrap().len(), 2);
     assert_eq!(json["pairs"][1]["scaffold_controlled"], true);
     assert_eq!(json["pair"], json["pairs"][0]);
+    // base → post is no step of a sweep: no change between them (the pair compares them).
+    assert_eq!(json["changes"], json!([]), "{}", json["changes"]);
     let pair = &json["pair"];
     assert_eq!(pair["scaffold_controlled"], false);
     assert_eq!(pair["pairs"], 2);
@@ -490,4 +498,33 @@ async fn a_reply_of_several_calls_the_scaffold_rejects_counts_no_action() {
     assert_eq!(b["explicit_submission"], true, "{b}");
     assert_eq!(t["steps"][0]["parse_error"], "multiple_tool_calls");
     assert_eq!(t["steps"].as_array().unwrap().len(), 3, "{}", t["steps"]);
+}
+
+/// The last reply edits and submits at once (mini-swe-agent ends the run on the submission, so
+/// the edit's result never comes back): the edit ran, and counts as a successful one.
+#[tokio::test]
+async fn an_edit_in_the_reply_that_submits_counts_as_made() {
+    let body = json!({
+        "id": "chatcmpl-y", "object": "chat.completion", "created": 0, "model": "instruct-model",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": "Fix and submit.",
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "str_replace_editor", "arguments": "{\"command\": \"str_replace\", \"path\": \"/testbed/inventory.py\", \"old_str\": \"l.qty\", \"new_str\": \"l.qty * l.unit_price\"}"}},
+                {"id": "b", "type": "function", "function": {"name": "submit", "arguments": "{}"}}
+            ]}}]
+    });
+    let (_backend, proxy) = serve_all_calls(vec![Scripted::Raw {
+        status: 200,
+        body: body.to_string(),
+    }])
+    .await;
+    let (status, r) = proxy.post(&request("swe-agent-1")).await;
+    assert_eq!(status, 200, "{r}");
+    let out = run(&[&"report", &proxy.log_dir.path(), &"--format", &"json"]);
+    assert!(out.success(), "{}", out.stderr);
+    let b = &out.json()["trajectories"][0]["behaviour"];
+    assert_eq!(b["edits"], 1, "{b}");
+    assert_eq!(b["repo_edits"], 1, "{b}");
+    assert_eq!(b["autonomous_edit"], true, "{b}");
+    assert_eq!(b["explicit_submission"], true, "{b}");
 }

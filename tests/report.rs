@@ -1195,6 +1195,9 @@ fn intervals_and_consecutive_changes_by_hand() {
     assert!((change.delta - 1.0 / 12.0).abs() < 1e-12);
     assert!(change.interval.lo.abs() < 1e-12 && (change.interval.hi - 1.0 / 6.0).abs() < 1e-12);
     assert!((change.p_value - 1.0).abs() < 1e-12);
+    // Only t's values differ between A and B (u is 0 for both): the least p two sign patterns
+    // of one task allow is 2/2 = 1.
+    assert!((change.smallest_p - 1.0).abs() < 1e-12);
     // Pass@2 exists only for B (A has a task with one run): no change for it.
     assert!(report.changes.iter().all(|c| c.metric != "pass@2"));
 }
@@ -1789,7 +1792,7 @@ fn reference_scores_keep_the_decimals_they_were_written_with() {
     assert!(md.contains("| stage1 | 0.123 | – |"), "{md}");
     assert!(md.contains("| stage2 | 0.127 | +0.004 |"), "{md}");
     let csv = render(&report, ReportFormat::Csv);
-    assert!(csv.contains("\nf.csv,stage2,0.127,0.004"), "{csv}");
+    assert!(csv.contains("\nf.csv,stage2,0.127,0.004,"), "{csv}");
     assert!(
         csv.contains("\nstage1,1,0,0,,\n"),
         "the network table: {csv}"

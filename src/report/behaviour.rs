@@ -261,7 +261,8 @@ impl Behaviour {
             };
             let successful = accepted(turn)
                 && turn.is_edit
-                && observation.is_some_and(|o| !edit_failed(o, tool));
+                && (observation.is_some_and(|o| !edit_failed(o, tool))
+                    || (observation.is_none() && turn.ran_before_submit));
             if let Some(action) = &turn.action {
                 if turn.parse_error.is_none() {
                     issued.push((action, successful));

@@ -206,7 +206,16 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         csv_row(
             out,
             &[
-                "from", "to", "metric", "unit", "delta", "lo", "hi", "p_value", "tasks",
+                "from",
+                "to",
+                "metric",
+                "unit",
+                "delta",
+                "lo",
+                "hi",
+                "p_value",
+                "smallest_p",
+                "tasks",
             ]
             .map(String::from),
         )?;
@@ -222,6 +231,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                     c.interval.lo.to_string(),
                     c.interval.hi.to_string(),
                     c.p_value.to_string(),
+                    c.smallest_p.to_string(),
                     c.tasks.to_string(),
                 ],
             )?;

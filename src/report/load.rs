@@ -308,6 +308,21 @@ fn drop_rejected_calls(
     }
 }
 
+/// The calls of the trajectory's last reply that come before a submission of the same reply
+/// (passthrough `--tool-calls all`; mini-swe-agent ends the run on the submission, so their
+/// results never come back): [`Attempt::ran_before_submit`].
+fn mark_ran_before_submit(attempts: &mut [Attempt]) {
+    let Some(start) = attempts.iter().rposition(|t| !t.continued) else {
+        return;
+    };
+    let reply = &mut attempts[start..];
+    if let Some(submit) = reply.iter().rposition(|t| t.is_submit) {
+        for t in &mut reply[..submit] {
+            t.ran_before_submit = t.observation.is_none() && t.parse_error.is_none();
+        }
+    }
+}
+
 /// Fills what needs the profile's tools: shell commands, edits, submissions, observations.
 fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstResults) {
     let Some(profiles) = builtin_profiles() else {
@@ -365,4 +380,5 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstRe
                 .or_else(|| observations.get(turn.step).cloned().flatten());
         }
     }
+    mark_ran_before_submit(&mut trajectory.attempts);
 }

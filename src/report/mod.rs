@@ -156,6 +156,10 @@ pub struct Attempt {
     /// A further tool call of the previous completion (passthrough `--tool-calls all`): an
     /// action the scaffold ran, at its own step, but not a turn of the model.
     pub continued: bool,
+    /// In the trajectory's last reply, before a submission of the same reply: the scaffold
+    /// ran it and then ended the run, so its result never came back (an edit there counts as
+    /// successful; docs/report.md "Successful edit").
+    pub ran_before_submit: bool,
 }
 
 /// Runs `asap-proxy report`: reads the traces (with a progress bar on a terminal), reads

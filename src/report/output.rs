@@ -292,11 +292,23 @@ fn uncertainty_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<(
         out,
         "\n### Change from each label to the next\n\nIn points (steps for the median); the interval from a paired \
          bootstrap over the common tasks, p from a paired sign-flip randomization test \
-         ({RESAMPLES} draws each).\n"
+         ({RESAMPLES} draws each); \"smallest p\" is the least p the test can give with these \
+         tasks (2/2^m, m the tasks whose values differ): when it is large, an interval that \
+         excludes 0 is no evidence of a change.\n"
     )?;
     table_head(
         out,
-        &["from", "to", "metric", "change", "interval", "p", "tasks"].map(String::from),
+        &[
+            "from",
+            "to",
+            "metric",
+            "change",
+            "interval",
+            "p",
+            "smallest p",
+            "tasks",
+        ]
+        .map(String::from),
     )?;
     for c in &report.changes {
         table_row(
@@ -308,6 +320,7 @@ fn uncertainty_tables(out: &mut dyn Write, report: &Report) -> std::io::Result<(
                 scaled(c.delta, c.unit, true),
                 span_in(c.interval, c.unit, true),
                 format!("{:.3}", c.p_value),
+                format!("{:.3}", c.smallest_p),
                 c.tasks.to_string(),
             ],
         )?;

@@ -20,6 +20,8 @@ use super::uncertainty::{paired, Interval, Parts};
 pub struct PairChange {
     pub interval: Interval,
     pub p_value: f64,
+    /// The smallest p these tasks allow ([`super::uncertainty::smallest_p`]).
+    pub smallest_p: f64,
     /// Tasks with at least one matched pair.
     pub tasks: usize,
 }
@@ -161,6 +163,7 @@ pub fn compare(report: &Report, a: &str, b: &str) -> Result<PairReport, String> 
         paired(pa, pb, &["pair", a, b, key]).map(|(_, interval, p_value)| PairChange {
             interval,
             p_value,
+            smallest_p: super::uncertainty::smallest_p(pa, pb),
             tasks: pa.len(),
         })
     };

@@ -70,6 +70,9 @@ pub fn prefix_set_name(set: &crate::trace::PrefixSetId) -> String {
 /// Written where a session record lacks a field (traces from before it was recorded).
 pub const UNKNOWN: &str = "unknown";
 
+/// The prefix K, prefix set and rules of a passthrough session: none apply to a chat model.
+pub const PASSTHROUGH: &str = "none (passthrough)";
+
 /// One label's protocol: each setting with the number of trajectories that ran with it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct LabelProtocol {
@@ -97,6 +100,16 @@ impl LabelProtocol {
     /// Adds one trajectory's protocol; `format` is its interaction format.
     pub fn add(&mut self, format: &str, p: &SessionProtocol) {
         let or_unknown = |v: Option<String>| v.unwrap_or_else(|| UNKNOWN.into());
+        // A chat model in passthrough is shown no prefix and runs under no rule, whatever the
+        // configuration recorded: say so rather than repeat the configuration.
+        let passthrough = p.mode.as_deref() == Some("passthrough");
+        let unless_passthrough = |v: Option<String>| {
+            if passthrough {
+                PASSTHROUGH.to_string()
+            } else {
+                or_unknown(v)
+            }
+        };
         *self.mode.entry(or_unknown(p.mode.clone())).or_default() += 1;
         *self.format.entry(format.to_string()).or_default() += 1;
         if let Some(kept) = &p.tool_calls {
@@ -104,16 +117,21 @@ impl LabelProtocol {
         }
         *self
             .prefix_k
-            .entry(or_unknown(p.prefix_k.map(|k| k.to_string())))
+            .entry(unless_passthrough(p.prefix_k.map(|k| k.to_string())))
             .or_default() += 1;
         *self
             .prefix_set
-            .entry(or_unknown(p.prefix_set.clone()))
+            .entry(unless_passthrough(p.prefix_set.clone()))
             .or_default() += 1;
-        *self.prefix_coverage.entry(p.prefix_source).or_default() += 1;
+        let source = if passthrough {
+            PrefixSource::None
+        } else {
+            p.prefix_source
+        };
+        *self.prefix_coverage.entry(source).or_default() += 1;
         *self
             .rules
-            .entry(or_unknown(p.rules.as_ref().map(Rules::describe)))
+            .entry(unless_passthrough(p.rules.as_ref().map(Rules::describe)))
             .or_default() += 1;
         // A trajectory with no completion (its first request failed) asked no model: it says
         // nothing of the backend model, rather than "unknown".

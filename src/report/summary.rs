@@ -173,7 +173,13 @@ impl Report {
             rows.push(ReferenceRow {
                 label: l.label.clone(),
                 score: score(&l.label),
-                score_change: previous.and_then(|p| Some(score(&l.label)? - score(&p.label)?)),
+                // Rounded to the decimals the scores were written with: 41.2 − 41.5 is −0.3,
+                // not −0.29999999999999716.
+                score_change: previous.and_then(|p| {
+                    let change = score(&l.label)? - score(&p.label)?;
+                    let scale = 10f64.powi(i32::try_from(decimals).unwrap_or(6));
+                    Some((change * scale).round() / scale)
+                }),
                 pass1: l.pass_at_k.get(&1).copied(),
                 pass1_change: previous.and_then(|p| {
                     self.changes
@@ -603,6 +609,13 @@ fn consecutive_changes(labels: &[LabelSummary]) -> Vec<Change> {
         if ids(a) != ids(b) {
             continue;
         }
+        // A chat model through passthrough next to a base checkpoint is no step of a sweep
+        // (`--pair` compares them): no change between labels run in different modes.
+        let modes = |l: &LabelSummary| l.protocol.mode.keys().cloned().collect::<Vec<_>>();
+        let (ma, mb) = (modes(a), modes(b));
+        if !ma.is_empty() && !mb.is_empty() && ma != mb {
+            continue;
+        }
         for (metric, pa) in &a.parts {
             let Some((_, pb)) = b.parts.iter().find(|(m, _)| m == metric) else {
                 continue;
@@ -616,6 +629,7 @@ fn consecutive_changes(labels: &[LabelSummary]) -> Vec<Change> {
                     delta,
                     interval,
                     p_value,
+                    smallest_p: pa.smallest_p(pb),
                     tasks: pa.len(),
                 });
             }

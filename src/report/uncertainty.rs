@@ -85,6 +85,10 @@ pub struct Change {
     pub delta: f64,
     pub interval: Interval,
     pub p_value: f64,
+    /// The smallest p the sign-flip test can give with these tasks, `min(1, 2 / 2^m)`, `m` the
+    /// tasks whose two values differ ([`smallest_p`]): with few tasks an interval may exclude 0
+    /// while p cannot be small.
+    pub smallest_p: f64,
     /// Tasks paired.
     pub tasks: usize,
 }
@@ -232,6 +236,15 @@ impl Metric {
         }
     }
 
+    /// [`smallest_p`] of two metrics of the same kind (1 for different kinds).
+    pub fn smallest_p(&self, other: &Metric) -> f64 {
+        match (self, other) {
+            (Metric::Ratio(a), Metric::Ratio(b)) => smallest_p(a, b),
+            (Metric::Median(a), Metric::Median(b)) => smallest_p(a, b),
+            _ => 1.0,
+        }
+    }
+
     /// [`paired`] of two metrics of the same kind; `None` for different kinds.
     pub fn paired(&self, other: &Metric, names: &[&str]) -> Option<(f64, Interval, f64)> {
         match (self, other) {
@@ -240,6 +253,14 @@ impl Metric {
             _ => None,
         }
     }
+}
+
+/// The smallest two-sided p of an exact sign-flip test over `a` and `b` (aligned by task):
+/// `min(1, 2 / 2^m)`, `m` the tasks whose two values differ (only the two flips that give every
+/// such task the same side reach the extreme).
+pub fn smallest_p<T: PartialEq>(a: &[T], b: &[T]) -> f64 {
+    let m = a.iter().zip(b).filter(|(x, y)| x != y).count();
+    (2.0 / 2f64.powi(i32::try_from(m).unwrap_or(i32::MAX))).min(1.0)
 }
 
 /// The metric's value and bootstrap interval over tasks; `names` seed the draws (label,
