@@ -396,7 +396,8 @@ fn a_generic_shell_reads_like_the_paper() {
             .collect(),
         }
     );
-    // Not a shell: two required parameters, a required parameter that is not a string, no
+    // Not a shell: two required parameters, a required parameter that is neither a string nor
+    // an argument vector of strings, no
     // required parameter, a name that is not a shell's, or `bash` taken by another tool.
     for (case, tools) in [
         (
@@ -411,11 +412,11 @@ fn a_generic_shell_reads_like_the_paper() {
             ]),
         ),
         (
-            "an array command",
+            "an array command not of strings (an argument vector of strings is a shell: Codex)",
             json!([
                 function(
                     "shell",
-                    json!({"command": {"type": "array", "items": {"type": "string"}}}),
+                    json!({"command": {"type": "array", "items": {"type": "integer"}}}),
                     &["command"]
                 ),
                 notes.clone()

@@ -346,8 +346,11 @@ async fn codex_custom_tool_calls_round_trip() {
         "instructions": "You are Codex, based on GPT-5. You are running as a coding agent in the Codex CLI.",
         "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "add() in calc.py subtracts; fix it."}]}],
         "tools": [
-            {"type": "function", "name": "shell", "description": "Runs a shell command.",
-             "strict": false, "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false}},
+            {"type": "function", "name": "shell", "description": "Runs a shell command and returns its output.",
+             "strict": false, "parameters": {"type": "object", "properties": {
+                 "command": {"type": "array", "items": {"type": "string"}, "description": "The command to execute"},
+                 "workdir": {"type": "string"}, "timeout_ms": {"type": "number"}},
+               "required": ["command"], "additionalProperties": false}},
             {"type": "custom", "name": "apply_patch", "description": "Use the `apply_patch` tool to edit files.",
              "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch hunk+ end_patch\nbegin_patch: \"*** Begin Patch\" LF"}},
             {"type": "web_search"}
@@ -391,6 +394,9 @@ async fn codex_custom_tool_calls_round_trip() {
         .find(|i| i["type"] == "function_call")
         .unwrap_or_else(|| panic!("{next}"));
     assert_eq!(shell["name"], "shell");
+    // Codex's shell takes an argument vector: the command line goes as `bash -lc LINE`.
+    let arguments: Value = serde_json::from_str(shell["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments["command"], json!(["bash", "-lc", "pytest -q"]));
     let files = proxy.trace_files();
     assert_eq!(
         files.len(),

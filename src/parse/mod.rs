@@ -439,6 +439,13 @@ fn parse_action(
             notes.push(format!("ignored unknown parameter `{key}` of `<{name}>`"));
             continue;
         };
+        // The shell's command stays the command line, whatever the schema's type (Codex's
+        // argument vector is made from it when the call goes out).
+        if matches!(&spec.role, ToolRole::Shell { command_parameter } if *command_parameter == key)
+        {
+            arguments.insert(key, Value::String(value));
+            continue;
+        }
         match coerce(&value, param) {
             Ok(v) => {
                 arguments.insert(key, v);

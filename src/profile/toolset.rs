@@ -626,11 +626,20 @@ impl ResolvedProfile {
                 arguments: arguments.clone(),
             };
         };
-        let visible: Map<String, Value> = arguments
+        let mut visible: Map<String, Value> = arguments
             .iter()
             .filter(|(k, _)| spec.param(k).is_none_or(|p| !p.hidden))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        // A shell that takes its command as an argument vector (Codex's `shell`): the neutral
+        // action holds the command line, as every other shell's does.
+        if let ToolRole::Shell { command_parameter } = &spec.role {
+            if let Some(Value::Array(argv)) = visible.get(command_parameter) {
+                if let Some(line) = command_line(argv) {
+                    visible.insert(command_parameter.clone(), Value::String(line));
+                }
+            }
+        }
         match (&spec.role, &self.submit) {
             (
                 ToolRole::Submit,
@@ -672,6 +681,17 @@ impl ResolvedProfile {
             .iter()
             .find(|t| t.scaffold_name.as_deref() == Some(name))
         {
+            // A shell whose command is an argument vector gets `["bash", "-lc", LINE]`.
+            if let ToolRole::Shell { command_parameter } = &spec.role {
+                let argv = spec
+                    .param(command_parameter)
+                    .is_some_and(|p| p.schema.get("type").and_then(Value::as_str) == Some("array"));
+                if let (true, Some(Value::String(line))) = (argv, arguments.get(command_parameter))
+                {
+                    let vector = serde_json::json!(["bash", "-lc", line]);
+                    arguments.insert(command_parameter.clone(), vector);
+                }
+            }
             for p in &spec.params {
                 if let Some(default) = self.defaults.get(&p.name) {
                     arguments
@@ -700,11 +720,16 @@ fn shell_like(names: &[String], tools: &[Tool], hidden: &[String]) -> Option<sup
         }
         let params = params_of(tool, hidden);
         let mut required = params.iter().filter(|p| p.required);
+        // A string, or an argument vector of strings (Codex's `shell`: `["bash", "-lc", …]`).
+        let command_like = |schema: &Value| match schema.get("type").and_then(Value::as_str) {
+            Some("string") => true,
+            Some("array") => {
+                schema.pointer("/items/type").and_then(Value::as_str) == Some("string")
+            }
+            _ => false,
+        };
         match (required.next(), required.next()) {
-            (Some(only), None)
-                if !only.hidden
-                    && only.schema.get("type").and_then(Value::as_str) == Some("string") =>
-            {
+            (Some(only), None) if !only.hidden && command_like(&only.schema) => {
                 Some((index, tool, only.name.clone()))
             }
             _ => None,
@@ -718,6 +743,63 @@ fn shell_like(names: &[String], tools: &[Tool], hidden: &[String]) -> Option<sup
         tool: tool.function.name.clone(),
         command_parameter,
     })
+}
+
+#[cfg(test)]
+mod argv_tests {
+    use super::command_line;
+    use serde_json::json;
+
+    #[test]
+    fn argument_vectors_read_as_command_lines() {
+        let line = |v: serde_json::Value| command_line(v.as_array().unwrap());
+        assert_eq!(
+            line(json!(["bash", "-lc", "ls -la && pytest"])).unwrap(),
+            "ls -la && pytest"
+        );
+        assert_eq!(
+            line(json!(["/bin/sh", "-c", "echo hi"])).unwrap(),
+            "echo hi"
+        );
+        assert_eq!(
+            line(json!(["rg", "-n", "def add", "src/"])).unwrap(),
+            "rg -n 'def add' src/"
+        );
+        assert_eq!(line(json!(["echo", "it's"])).unwrap(), "echo 'it'\\''s'");
+        assert_eq!(line(json!(["ls", 3])), None);
+    }
+}
+
+/// An argument vector as one command line: the script of `bash -lc SCRIPT` (or `sh -c`,
+/// `zsh -lc`, …) as it is, else the words joined, each quoted for the shell when it needs it.
+/// `None` when an element is not a string.
+pub fn command_line(argv: &[Value]) -> Option<String> {
+    let words: Vec<&str> = argv.iter().map(Value::as_str).collect::<Option<_>>()?;
+    let shell = |w: &str| {
+        matches!(
+            w.rsplit('/').next().unwrap_or(w),
+            "bash" | "sh" | "zsh" | "dash"
+        )
+    };
+    if let [program, flag, script] = words[..] {
+        if shell(program) && matches!(flag, "-c" | "-lc" | "-cl") {
+            return Some(script.to_string());
+        }
+    }
+    let quoted: Vec<String> = words
+        .iter()
+        .map(|w| {
+            let plain = !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+            if plain {
+                w.to_string()
+            } else {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            }
+        })
+        .collect();
+    Some(quoted.join(" "))
 }
 
 /// The shell of a content dialect: the scaffold runs the command the reply names.
