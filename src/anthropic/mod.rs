@@ -2,7 +2,8 @@
 //! Responses API is ([`crate::openai::responses`]): one decoder, one session lookup, one
 //! pipeline.
 //!
-//! - [`MessagesRequest::from_slice`]: `system` (a string or text blocks), `messages` (content a
+//! - [`MessagesRequest::from_slice`]: `system` (a string or text blocks), `messages` (roles
+//!   `user`, `assistant`, and `system` as Claude Code sends one among them; content a
 //!   string or blocks: `text`, `tool_use`, `tool_result` with string or block content and
 //!   `is_error`; `image` and `document` become a placeholder; `thinking` and
 //!   `redacted_thinking` are dropped), `tools` (`input_schema`), `tool_choice`, `max_tokens`
@@ -250,6 +251,10 @@ fn chat_messages(i: usize, message: &Value) -> Result<Vec<Value>, ProxyError> {
         }
     }
     match role {
+        // Claude Code sends its environment notes as a `system` message among the others.
+        Some("system") => {
+            out.push(json!({"role": "system", "content": text.join("\n\n")}));
+        }
         Some("user") => {
             if !text.is_empty() || out.is_empty() {
                 out.push(json!({"role": "user", "content": text.join("\n\n")}));
@@ -266,7 +271,7 @@ fn chat_messages(i: usize, message: &Value) -> Result<Vec<Value>, ProxyError> {
         }
         _ => {
             return Err(invalid(
-                "must be \"user\" or \"assistant\"",
+                "must be \"user\", \"assistant\" or \"system\"",
                 format!("{path}.role"),
             ))
         }
