@@ -416,6 +416,22 @@ mod tests {
         assert_eq!(body["max_tokens"], 64);
     }
 
+    /// Claude Code 2.1 sends its environment notes as a `system` message among the others.
+    #[test]
+    fn a_system_message_among_the_messages_is_one() {
+        let r = decode(json!({"max_tokens": 8, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "<system-reminder>git status</system-reminder>"}]},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment\nbash", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "user", "content": "Fix calc.py"}
+        ]}))
+        .unwrap();
+        let body: Value = serde_json::from_slice(&r.chat_body).unwrap();
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "system", "content": "# Environment\nbash"})
+        );
+    }
+
     #[test]
     fn bad_requests_name_the_field() {
         let e = decode(json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}))
