@@ -129,17 +129,7 @@ impl MessagesRequest {
         if let Some(choice) = request.get("tool_choice").filter(|v| !v.is_null()) {
             chat.insert("tool_choice".into(), chat_tool_choice(choice)?);
         }
-        let chat_body =
-            serde_json::to_vec(&chat).map_err(|e| ProxyError::Internal(e.to_string()))?;
-        let mut decoded = chat;
-        for (key, value) in &request {
-            if !HANDLED.contains(&key.as_str()) && !decoded.contains_key(key) {
-                decoded.insert(key.clone(), value.clone());
-            }
-        }
-        let decoded =
-            serde_json::to_vec(&decoded).map_err(|e| ProxyError::Internal(e.to_string()))?;
-        let chat = ChatCompletionRequest::from_slice(&decoded)?;
+        let (chat, chat_body) = ChatCompletionRequest::from_converted(chat, &request, &HANDLED)?;
         Ok(Self { chat, chat_body })
     }
 }

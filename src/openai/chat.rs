@@ -123,6 +123,30 @@ impl ChatCompletionRequest {
         Ok(request)
     }
 
+    /// A request of another API converted to the chat form (`chat`, a chat request body), with
+    /// `original`'s fields that no conversion `handled` kept as extras (listed as ignored in the
+    /// trace): the decoded request, and the chat body alone (what passthrough forwards to a
+    /// chat backend). Used by the Responses and Messages APIs.
+    ///
+    /// Errors: the chat form does not decode (a 400 naming the field).
+    pub fn from_converted(
+        chat: Map<String, Value>,
+        original: &Map<String, Value>,
+        handled: &[&str],
+    ) -> Result<(Self, Vec<u8>), ProxyError> {
+        let chat_body =
+            serde_json::to_vec(&chat).map_err(|e| ProxyError::Internal(e.to_string()))?;
+        let mut decoded = chat;
+        for (key, value) in original {
+            if !handled.contains(&key.as_str()) && !decoded.contains_key(key) {
+                decoded.insert(key.clone(), value.clone());
+            }
+        }
+        let decoded =
+            serde_json::to_vec(&decoded).map_err(|e| ProxyError::Internal(e.to_string()))?;
+        Ok((Self::from_slice(&decoded)?, chat_body))
+    }
+
     /// Decodes a request body (`raw_body` stays empty). Errors carry the JSON path of the bad field (`messages[1].role`)
     /// so the 400 tells the client exactly what is wrong.
     /// Lone surrogate escapes (`\udce9`) are read as U+FFFD ([`super::lenient`]).
