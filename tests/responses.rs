@@ -403,4 +403,15 @@ async fn codex_custom_tool_calls_round_trip() {
         2,
         "the streamed retry is its own session; the loop one: {files:?}"
     );
+    // The patch is an edit (of the files it names, as `git apply` is), so the nudges and
+    // `report` see it.
+    let out = crate::util::cli::run(&[&"report", &proxy.log_dir.path(), &"--format", &"json"]);
+    assert!(out.success(), "{}", out.stderr);
+    let edits: Vec<Value> = out.json()["trajectories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["behaviour"]["edits"].clone())
+        .collect();
+    assert!(edits.contains(&json!(1)), "{edits:?}");
 }

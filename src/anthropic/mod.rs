@@ -11,8 +11,9 @@
 //!   Tools without `input_schema` (Anthropic's server tools: web search, code execution) are
 //!   left out: a base model behind the proxy cannot run them.
 //! - [`error_body`]: errors in the API's shape, `{"type": "error", "error": {"type",
-//!   "message"}}`, with a prompt too long worded as the API words it (`prompt is too long: N
-//!   tokens > M maximum`), which Claude Code reads to compact its history.
+//!   "message"}}`, with a request that does not fit worded as the API words it (`prompt is too
+//!   long: N tokens > M maximum`, which Claude Code reads to compact its history, or `input
+//!   length and `max_tokens` exceed context limit` when only `max_tokens` makes it not fit).
 //!
 //! Source: the Messages API reference (docs.anthropic.com, "Messages", "Streaming Messages",
 //! "Errors").
@@ -335,8 +336,12 @@ pub fn error_body(e: &ProxyError) -> Value {
     json!({"type": "error", "error": {"type": error_type(e), "message": message}})
 }
 
-/// `prompt is too long: N tokens > M maximum` from the OpenAI wording ("maximum context length
-/// is M tokens. However, you requested N tokens"), else with the message after it.
+/// The API's wording for a request that does not fit, from the proxy's OpenAI wording
+/// ("maximum context length is M tokens. However, you requested T tokens (P in the messages,
+/// K in the completion)"): `prompt is too long: P tokens > M maximum` when the prompt alone
+/// does not fit, else `input length and `max_tokens` exceed context limit: P + K > M, decrease
+/// input length or `max_tokens` and try again` (so a client lowers `max_tokens` rather than
+/// compacting a history that fits). Without the numbers, `prompt is too long: ` and the message.
 fn too_long(message: &str) -> String {
     let number_after = |marker: &str| {
         let rest = &message[message.find(marker)? + marker.len()..];
@@ -347,11 +352,27 @@ fn too_long(message: &str) -> String {
             .collect();
         digits.parse::<u64>().ok()
     };
-    match (
-        number_after("you requested"),
-        number_after("maximum context length is"),
-    ) {
-        (Some(n), Some(m)) => format!("prompt is too long: {n} tokens > {m} maximum"),
+    let number_before = |marker: &str| {
+        let head = &message[..message.find(marker)?];
+        let digits: String = head
+            .chars()
+            .rev()
+            .take_while(char::is_ascii_digit)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        digits.parse::<u64>().ok()
+    };
+    let limit = number_after("maximum context length is");
+    let prompt = number_before(" in the messages");
+    let completion = number_before(" in the completion");
+    match (limit, prompt, completion) {
+        (Some(m), Some(p), _) if p > m => format!("prompt is too long: {p} tokens > {m} maximum"),
+        (Some(m), Some(p), Some(k)) => format!(
+            "input length and `max_tokens` exceed context limit: {p} + {k} > {m}, decrease \
+             input length or `max_tokens` and try again"
+        ),
         _ => format!("prompt is too long: {message}"),
     }
 }
@@ -447,7 +468,14 @@ mod tests {
         assert_eq!(
             error_body(&e),
             json!({"type": "error", "error": {"type": "invalid_request_error",
-                "message": "prompt is too long: 9512 tokens > 8192 maximum"}})
+                "message": "prompt is too long: 9000 tokens > 8192 maximum"}})
+        );
+        // The prompt fits; with `max_tokens` it does not: the API's other wording.
+        let e = ProxyError::ContextLengthExceeded(crate::error::too_long_message(800, 344, 1024));
+        assert_eq!(
+            error_body(&e)["error"]["message"],
+            "input length and `max_tokens` exceed context limit: 344 + 1024 > 800, decrease \
+             input length or `max_tokens` and try again"
         );
         assert_eq!(
             error_type(&ProxyError::Unauthorized),

@@ -131,10 +131,8 @@ pub fn edit_targets(action: &Action, tools: &ResolvedProfile) -> Vec<WriteTarget
                 crate::profile::WritesAs::Overwrite => WriteKind::Overwrite,
                 crate::profile::WritesAs::Create => WriteKind::Create,
             };
-            vec![WriteTarget::new(
-                text(&w.path_parameter).unwrap_or_default(),
-                kind,
-            )]
+            let path = w.path_parameter.as_deref().and_then(text);
+            vec![WriteTarget::new(path.unwrap_or_default(), kind)]
         }),
     }
 }

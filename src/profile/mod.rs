@@ -180,12 +180,15 @@ pub struct EditorSpec {
     pub modifying_commands: Vec<String>,
 }
 
-/// A tool that writes the file its `path_parameter` names.
+/// A tool that writes the file its `path_parameter` names (none: files its input names in its
+/// own form, such as Codex's `apply_patch`; an in-place write of an unknown file, as `git
+/// apply` is).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WriteSpec {
     pub tool: String,
-    pub path_parameter: String,
+    #[serde(default)]
+    pub path_parameter: Option<String>,
     /// How it writes: `in_place` (the file must exist: a string replacement), `overwrite`
     /// (writes the whole file, making it when missing) or `create` (fails on an existing file).
     pub kind: WritesAs,
