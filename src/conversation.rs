@@ -85,7 +85,10 @@ pub struct Example {
 
 impl Conversation {
     /// Builds the neutral conversation from a request's messages.
-    pub fn from_messages(messages: &[ChatMessage], tools: &ResolvedProfile) -> Self {
+    pub fn from_messages(
+        messages: &[std::sync::Arc<ChatMessage>],
+        tools: &ResolvedProfile,
+    ) -> Self {
         let mut conv = Conversation::default();
         let mut system = Vec::new();
         let mut task = Vec::new();

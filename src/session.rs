@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::openai::chat::{ChatMessage, Role};
 
@@ -362,7 +362,7 @@ impl SessionIndex {
 
     /// The session of a history: from the latest proxy-minted id, or, when a later assistant
     /// turn has no tool call, from the content it had (within `scope`).
-    pub fn find(&self, scope: &str, messages: &[ChatMessage]) -> Option<SessionState> {
+    pub fn find(&self, scope: &str, messages: &[Arc<ChatMessage>]) -> Option<SessionState> {
         let inner = self.inner.lock().ok();
         for m in messages.iter().rev().filter(|m| m.role == Role::Assistant) {
             if let Some(call) = m
@@ -443,7 +443,7 @@ impl SessionIndex {
     /// The session whose compaction summary one of `messages` holds (within `scope`, the
     /// newest summary first): a client's first request after it compacted the context.
     /// Its `step_base` is the step the summary was written at.
-    pub fn find_summary(&self, scope: &str, messages: &[ChatMessage]) -> Option<SessionState> {
+    pub fn find_summary(&self, scope: &str, messages: &[Arc<ChatMessage>]) -> Option<SessionState> {
         let inner = self.inner.lock().ok()?;
         let found = inner.summaries.iter().rev().find(|s| {
             s.scope == scope
@@ -554,13 +554,15 @@ mod tests {
             &a,
             &NudgeState::default(),
         );
-        let msg = |role: Role, content: &str| ChatMessage {
-            role,
-            content: content.to_string(),
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-            name: None,
-            extra: serde_json::Map::new(),
+        let msg = |role: Role, content: &str| {
+            Arc::new(ChatMessage {
+                role,
+                content: content.to_string(),
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+                name: None,
+                extra: serde_json::Map::new(),
+            })
         };
         let history = vec![
             msg(Role::User, "task"),
@@ -619,13 +621,15 @@ mod tests {
         let text =
             "I read calc.py and fixed add(); the tests pass now. Next: answer the user plainly.";
         index.remember_summary("", text, &session, &nudges, (7, true));
-        let message = |content: String| ChatMessage {
-            role: Role::User,
-            content,
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-            name: None,
-            extra: Default::default(),
+        let message = |content: String| {
+            Arc::new(ChatMessage {
+                role: Role::User,
+                content,
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+                name: None,
+                extra: Default::default(),
+            })
         };
         let continued = [message(format!(
             "This session is being continued.\n\n{text}\n"

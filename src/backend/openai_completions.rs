@@ -356,7 +356,7 @@ impl OpenAiCompletions {
             cache_prompt: true,
         };
         let result = self
-            .post("completions", &body, prompt.len(), Some(params.max_tokens))
+            .post("completions", &body, Some(params.max_tokens))
             .await;
         self.observe(result.and_then(|(text, attempts)| decode(&text, model, attempts)))
     }
@@ -368,7 +368,7 @@ impl OpenAiCompletions {
         &self,
         body: &serde_json::Value,
     ) -> Result<(serde_json::Value, u32), ProxyError> {
-        let result = self.post("chat/completions", body, 0, None).await;
+        let result = self.post("chat/completions", body, None).await;
         self.observe(result.and_then(|(text, attempts)| {
             let value = serde_json::from_str(&text).map_err(|e| {
                 ProxyError::Backend(format!(
@@ -385,11 +385,10 @@ impl OpenAiCompletions {
     /// and the attempts made. Each attempt's timeout is the backend timeout, shortened to the
     /// request's deadline; the whole loop yields to the shutdown cut-off. `max_tokens` (of a
     /// completion call) words a context-overflow answer.
-    async fn post<T: serde::Serialize + ?Sized>(
+    async fn post<T: JsonBody + ?Sized>(
         &self,
         path: &str,
         body: &T,
-        size_hint: usize,
         max_tokens: Option<u32>,
     ) -> Result<(String, u32), ProxyError> {
         let url = format!("{}/{path}", self.base);
@@ -403,7 +402,7 @@ impl OpenAiCompletions {
                 .post(&url)
                 .timeout(timeout)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(encode_body(body, size_hint)?);
+                .body(encode_body(body)?);
             if let Some(key) = &self.api_key {
                 req = req.bearer_auth(key.expose());
             }
@@ -597,12 +596,27 @@ fn decode(text: &str, model: String, attempts: u32) -> Result<BackendCompletion,
 /// over as a one-shot body: reqwest keeps a copy of a reusable body for redirects until the
 /// response arrives, which would hold every waiting request's prompt twice (BENCHMARKS.md,
 /// RSS); this one is freed once sent. Content-Length is still set (exact size hint).
-fn encode_body<T: serde::Serialize + ?Sized>(
-    body: &T,
-    size_hint: usize,
-) -> Result<reqwest::Body, ProxyError> {
-    let mut json = Vec::with_capacity(size_hint + size_hint / 8 + 1024);
-    serde_json::to_writer(&mut json, body)
+/// A backend request body, encoded again for each attempt (a body is not kept between
+/// attempts: a waiting request holds its prompt, not a second copy of it as JSON).
+trait JsonBody {
+    fn encode(&self) -> Result<Vec<u8>, serde_json::Error>;
+}
+
+impl JsonBody for CompletionRequest<'_> {
+    fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        self.to_json()
+    }
+}
+
+impl JsonBody for serde_json::Value {
+    fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
+    }
+}
+
+fn encode_body<T: JsonBody + ?Sized>(body: &T) -> Result<reqwest::Body, ProxyError> {
+    let json = body
+        .encode()
         .map_err(|e| ProxyError::Internal(format!("encoding the backend request: {e}")))?;
     Ok(reqwest::Body::wrap(http_body_util::Full::new(
         bytes::Bytes::from(json),

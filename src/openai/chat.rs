@@ -5,8 +5,12 @@
 //! at top level and on messages (kept in `extra` so they can be logged); tool-call
 //! `arguments` as a JSON string, an object, `""` or absent; tool-call ids of any format.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
+
+use super::split::{BodySplit, MessageCache};
 
 use crate::error::ProxyError;
 
@@ -15,7 +19,9 @@ use crate::error::ProxyError;
 pub struct ChatCompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
-    pub messages: Vec<ChatMessage>,
+    /// Shared: a message of an earlier request with the same JSON text is taken from
+    /// [`MessageCache`], not decoded again.
+    pub messages: Vec<Arc<ChatMessage>>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub tools: Vec<Tool>,
     #[serde(default)]
@@ -42,6 +48,10 @@ pub struct ChatCompletionRequest {
     /// The body as received, for the trace (set by [`ChatCompletionRequest::from_slice`]).
     #[serde(skip)]
     pub raw_body: bytes::Bytes,
+    /// Where the parts of `raw_body` are (set with it by [`ChatCompletionRequest::from_bytes`]
+    /// when the body split: the trace's request delta reads it instead of parsing again).
+    #[serde(skip)]
+    pub split: Option<Arc<BodySplit>>,
 }
 
 /// Where a request names its task ([`ChatCompletionRequest::explicit_task`]).
@@ -159,8 +169,9 @@ impl ChatCompletionRequest {
     /// `raw_body` is the body after [`super::lenient::replace_lone_surrogates`].
     pub fn from_bytes(body: bytes::Bytes) -> Result<Self, ProxyError> {
         let body = super::lenient::replace_lone_surrogates_bytes(body);
-        let mut request = Self::decode(&body)?;
+        let (mut request, split) = Self::decode_split(&body)?;
         request.raw_body = body;
+        request.split = split;
         Ok(request)
     }
 
@@ -197,13 +208,56 @@ impl ChatCompletionRequest {
 
     /// [`ChatCompletionRequest::from_slice`] of a body whose lone surrogates were replaced.
     fn decode(body: &[u8]) -> Result<Self, ProxyError> {
+        Self::decode_split(body).map(|(request, _)| request)
+    }
+
+    /// The request, and the split of `body` when it was decoded through one.
+    fn decode_split(body: &[u8]) -> Result<(Self, Option<Arc<BodySplit>>), ProxyError> {
+        if let Some((request, split)) = Self::decode_cached(body) {
+            return Ok((Self::validate(request)?, Some(Arc::new(split))));
+        }
         // Path tracking costs an allocation per key; bodies are valid almost always, so decode
         // plainly first and decode again with tracking only to word an error.
         let request: Self = match serde_json::from_slice(body) {
             Ok(request) => request,
             Err(_) => Self::decode_error(body)?,
         };
-        Self::validate(request)
+        Ok((Self::validate(request)?, None))
+    }
+
+    /// `body` decoded through its [`BodySplit`]: the fields other than `messages` decoded
+    /// alone, each message taken from [`MessageCache`] or decoded and remembered. `None`
+    /// when anything does not decode (the plain decoder then words the error) or the cache's
+    /// lock is poisoned.
+    fn decode_cached(body: &[u8]) -> Option<(Self, BodySplit)> {
+        let text = std::str::from_utf8(body).ok()?;
+        let split = BodySplit::of(text)?;
+        let mut request: Self = serde_json::from_str(&split.without_messages(text)).ok()?;
+        let mut messages: Vec<Option<Arc<ChatMessage>>> = {
+            let mut cache = MessageCache::global().lock().ok()?;
+            split
+                .messages
+                .iter()
+                .map(|m| cache.get(m.digest, m.range.len()))
+                .collect()
+        };
+        let mut decoded = Vec::new();
+        for (slot, raw) in messages.iter_mut().zip(&split.messages) {
+            if slot.is_none() {
+                let message: Arc<ChatMessage> =
+                    Arc::new(serde_json::from_str(&text[raw.range.clone()]).ok()?);
+                *slot = Some(message.clone());
+                decoded.push((raw, message));
+            }
+        }
+        if !decoded.is_empty() {
+            let mut cache = MessageCache::global().lock().ok()?;
+            for (raw, message) in decoded {
+                cache.insert(raw.digest, raw.range.len(), message);
+            }
+        }
+        request.messages = messages.into_iter().collect::<Option<Vec<_>>>()?;
+        Some((request, split))
     }
 
     /// Decodes `body` with path tracking: the error names the JSON path of the bad field.

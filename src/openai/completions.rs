@@ -30,6 +30,41 @@ pub struct CompletionRequest<'a> {
     pub cache_prompt: bool,
 }
 
+impl CompletionRequest<'_> {
+    /// The body as JSON, byte for byte what `serde_json::to_vec` writes for it, with the prompt
+    /// escaped by [`crate::util::push_json_string`] (the prompt is almost all of the body).
+    ///
+    /// Errors: those of `serde_json::to_writer` into a `Vec` (none for these field types:
+    /// a non-finite float is written as `null`, as `serde_json` writes it).
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut out = Vec::with_capacity(self.prompt.len() + self.prompt.len() / 8 + 1024);
+        out.extend_from_slice(b"{\"model\":");
+        crate::util::push_json_string(&mut out, &self.model);
+        out.extend_from_slice(b",\"prompt\":");
+        crate::util::push_json_string(&mut out, self.prompt);
+        out.extend_from_slice(b",\"max_tokens\":");
+        serde_json::to_writer(&mut out, &self.max_tokens)?;
+        for (name, value) in [("temperature", self.temperature), ("top_p", self.top_p)] {
+            if let Some(value) = value {
+                out.extend_from_slice(format!(",\"{name}\":").as_bytes());
+                serde_json::to_writer(&mut out, &value)?;
+            }
+        }
+        if let Some(seed) = self.seed {
+            out.extend_from_slice(b",\"seed\":");
+            serde_json::to_writer(&mut out, &seed)?;
+        }
+        out.extend_from_slice(b",\"stop\":");
+        serde_json::to_writer(&mut out, &self.stop)?;
+        out.extend_from_slice(b",\"stream\":");
+        serde_json::to_writer(&mut out, &self.stream)?;
+        out.extend_from_slice(b",\"cache_prompt\":");
+        serde_json::to_writer(&mut out, &self.cache_prompt)?;
+        out.push(b'}');
+        Ok(out)
+    }
+}
+
 /// Non-streaming response body (also the shape each SSE chunk has).
 #[derive(Debug, Clone, Deserialize)]
 pub struct CompletionResponse {
@@ -120,6 +155,30 @@ pub struct PromptTokensDetails {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    proptest::proptest! {
+        #[test]
+        fn to_json_is_what_serde_json_writes(
+            prompt in "(\\PC|[\\x00-\\x1f\"\\\\])*",
+            temperature in proptest::option::of(-1e3f64..1e3),
+            top_p in proptest::option::of(proptest::num::f64::ANY),
+            seed in proptest::option::of(proptest::num::i64::ANY),
+            stream in proptest::bool::ANY,
+        ) {
+            let request = CompletionRequest {
+                model: "m\"1".into(),
+                prompt: &prompt,
+                max_tokens: 512,
+                temperature,
+                top_p,
+                seed,
+                stop: vec!["</action>".into(), "\n<obs".into()],
+                stream,
+                cache_prompt: true,
+            };
+            proptest::prop_assert_eq!(request.to_json().unwrap(), serde_json::to_vec(&request).unwrap());
+        }
+    }
 
     fn choice(v: Value) -> Choice {
         serde_json::from_value(v).unwrap()

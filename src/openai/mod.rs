@@ -8,3 +8,4 @@ pub mod completions;
 pub mod lenient;
 pub mod response;
 pub mod responses;
+pub mod split;

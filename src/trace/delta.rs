@@ -128,17 +128,6 @@ pub fn compact_json(json: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// A raw JSON value compacted by [`compact_json`].
-fn compact_raw(raw: &RawValue) -> std::borrow::Cow<'_, RawValue> {
-    match compact_json(raw.get()) {
-        std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(raw),
-        std::borrow::Cow::Owned(text) => match RawValue::from_string(text) {
-            Ok(value) => std::borrow::Cow::Owned(value),
-            Err(_) => std::borrow::Cow::Borrowed(raw),
-        },
-    }
-}
-
 /// A 128-bit XXH3 digest: these digests only ever compare texts within one process (they
 /// are never written), so a fast non-cryptographic hash does; the prompt's SHA-256 in the
 /// record still checks every rebuilt prompt.
@@ -150,7 +139,7 @@ fn digest16(bytes: &[u8]) -> Digest16 {
 /// field's (the body was parsed once already; this pass only finds the boundaries).
 struct Body<'a> {
     messages: Vec<&'a RawValue>,
-    rest: BTreeMap<String, &'a RawValue>,
+    rest: BTreeMap<std::borrow::Cow<'a, str>, &'a RawValue>,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Body<'a> {
@@ -169,7 +158,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Body<'a> {
                     messages: Vec::new(),
                     rest: BTreeMap::new(),
                 };
-                while let Some(key) = map.next_key::<String>()? {
+                while let Some(key) = map.next_key::<std::borrow::Cow<'a, str>>()? {
                     if key == "messages" {
                         body.messages = map.next_value()?;
                     } else {
@@ -181,6 +170,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for Body<'a> {
         }
         deserializer.deserialize_map(Fields(std::marker::PhantomData))
     }
+}
+
+/// The first occurrence of `needle` in `haystack` (what `str::find` returns). Only the
+/// needle's first 32 bytes are searched for (a two-way searcher set up for a whole 10 KiB
+/// observation costs more than the search); each hit is then compared in full.
+fn find_text(haystack: &[u8], needle: &str) -> Option<usize> {
+    let needle = needle.as_bytes();
+    let head = &needle[..needle.len().min(32)];
+    memchr::memmem::find_iter(haystack, head).find(|&at| haystack[at..].starts_with(needle))
 }
 
 /// The writer's memory of the last request of a session.
@@ -212,14 +210,41 @@ impl DeltaState {
         prompt: &str,
         stored_from: usize,
     ) -> Option<RequestDelta> {
-        let Body {
-            messages,
-            rest: top,
-        } = serde_json::from_slice(&input.body).ok()?;
-        let digests: Vec<Digest16> = messages
-            .iter()
-            .map(|m| digest16(m.get().as_bytes()))
-            .collect();
+        let body = std::str::from_utf8(&input.body).ok()?;
+        type Rest<'a> = BTreeMap<std::borrow::Cow<'a, str>, &'a str>;
+        // The decoder's split when it describes this body, else a pass of our own.
+        let from_split = input.split.as_deref().and_then(|split| {
+            let messages: Option<Vec<&str>> = split
+                .messages
+                .iter()
+                .map(|m| body.get(m.range.clone()))
+                .collect();
+            let rest: Option<Rest<'_>> = split
+                .rest
+                .iter()
+                .map(|(k, r)| Some((std::borrow::Cow::Borrowed(k.as_str()), body.get(r.clone())?)))
+                .collect();
+            let digests = split
+                .messages
+                .iter()
+                .map(|m| m.digest.to_le_bytes())
+                .collect();
+            Some((messages?, digests, rest?))
+        });
+        let (messages, digests, top): (Vec<&str>, Vec<Digest16>, Rest<'_>) = match from_split {
+            Some(parts) => parts,
+            None => {
+                let Body { messages, rest } = serde_json::from_str(body).ok()?;
+                (
+                    messages.iter().map(|m| m.get()).collect(),
+                    messages
+                        .iter()
+                        .map(|m| digest16(m.get().as_bytes()))
+                        .collect(),
+                    rest.into_iter().map(|(k, v)| (k, v.get())).collect(),
+                )
+            }
+        };
         let kept = self
             .messages
             .iter()
@@ -227,11 +252,19 @@ impl DeltaState {
             .take_while(|(a, b)| a == b)
             .count();
         let kept = if self.known { kept } else { 0 };
-        let rest: BTreeMap<&str, std::borrow::Cow<'_, RawValue>> = top
-            .iter()
-            .map(|(k, v)| (k.as_str(), compact_raw(v)))
-            .collect();
-        let rest_json = serde_json::to_string(&rest).ok()?;
+        // What serde_json writes for the map of compacted raw values.
+        let mut rest_json = Vec::with_capacity(top.values().map(|v| v.len() + 16).sum());
+        rest_json.push(b'{');
+        for (i, (key, value)) in top.iter().enumerate() {
+            if i > 0 {
+                rest_json.push(b',');
+            }
+            crate::util::push_json_string(&mut rest_json, key);
+            rest_json.push(b':');
+            rest_json.extend_from_slice(compact_json(value).as_bytes());
+        }
+        rest_json.push(b'}');
+        let rest_json = String::from_utf8(rest_json).ok()?;
         let rest_digest = digest16(rest_json.as_bytes());
         let mut headers = BTreeMap::new();
         if let Some(task) = &input.task_header {
@@ -261,14 +294,14 @@ impl DeltaState {
         let mut new_messages = Vec::with_capacity(messages.len() - kept);
         let mut content_refs = Vec::new();
         for (i, raw) in messages[kept..].iter().enumerate() {
-            let mut message: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+            let mut message: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
             if let Some(content) = message.get("content").and_then(Value::as_str) {
                 if content.len() >= MIN_REF_BYTES {
                     let mut end = (cursor + 2 * content.len() + 16 * 1024).min(prompt.len());
                     while !prompt.is_char_boundary(end) {
                         end -= 1;
                     }
-                    if let Some(at) = prompt[cursor..end].find(content) {
+                    if let Some(at) = find_text(&prompt.as_bytes()[cursor..end], content) {
                         content_refs.push(ContentRef {
                             message: i,
                             start: cursor + at,
@@ -286,7 +319,7 @@ impl DeltaState {
             messages: new_messages,
             content_refs,
             rest: rest_changed
-                .then(|| serde_json::value::to_raw_value(&rest).ok())
+                .then(|| RawValue::from_string(rest_json).ok())
                 .flatten(),
             headers: headers_changed.then_some(headers),
         })
@@ -388,6 +421,16 @@ pub fn prompt_record(prompt: &str, state: Option<&mut PromptState>) -> PromptRec
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        #[test]
+        fn find_text_is_str_find(
+            haystack in "[ab\u{e9}]{0,80}",
+            needle in "[ab\u{e9}]{1,40}",
+        ) {
+            proptest::prop_assert_eq!(find_text(haystack.as_bytes(), &needle), haystack.find(needle.as_str()));
+        }
+    }
+
     #[test]
     fn compact_json_removes_whitespace_between_tokens_only() {
         let pretty = "{\r\n\t\"a\" : [ 1 ,\r\n 2.50 ],\n  \"b\": \"x y\\\" \\n\\\\\", \"c\":1e3}";
@@ -418,6 +461,34 @@ mod tests {
             .unwrap();
         let sent: Value = serde_json::from_str(body).unwrap();
         assert_eq!(state.body(), sent);
+    }
+
+    #[test]
+    fn the_decoders_split_gives_the_delta_a_parse_of_the_body_gives() {
+        let observation = "x".repeat(100);
+        let bodies = [
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{observation}"}}],"z\u00e9":1,"a":{{ "b" : [1, 2] }}}}"#),
+            format!(r#"{{"messages":[{{"role":"user","content":"{observation}"}},{{"role":"assistant","content":"ok"}}],"model":"m","a":{{"b":[1,2]}}}}"#),
+            format!(r#"{{"messages":[{{"role":"user","content":"{observation}"}},{{"role":"assistant","content":"ok"}}],"model":"n","a":{{"b":[1,2]}}}}"#),
+        ];
+        let prompt = format!("# Task\n{observation}\n");
+        let (mut parsed, mut split) = (DeltaState::default(), DeltaState::default());
+        for (i, body) in bodies.iter().enumerate() {
+            let input = RequestInput {
+                body: bytes::Bytes::from(body.clone()),
+                ..RequestInput::default()
+            };
+            let with_split = RequestInput {
+                split: crate::openai::split::BodySplit::of(body).map(std::sync::Arc::new),
+                ..input.clone()
+            };
+            assert!(with_split.split.is_some());
+            let a = parsed.request_delta(&input, &prompt, 0);
+            let b = split.request_delta(&with_split, &prompt, 0);
+            assert_eq!(a, b, "{body}");
+            let refs = a.map(|d| (d.content_refs.len(), d.rest.is_some()));
+            assert_eq!(refs, Some((usize::from(i == 0), true)), "{body}");
+        }
     }
 
     #[test]

@@ -473,6 +473,9 @@ pub struct RequestInput {
     pub run: Option<usize>,
     /// A subagent sent it ([`crate::openai::chat::ChatCompletionRequest::is_subagent`]).
     pub subagent: bool,
+    /// Where the parts of `body` are, when the decoder split it (else the request delta
+    /// parses the body itself).
+    pub split: Option<std::sync::Arc<crate::openai::split::BodySplit>>,
 }
 
 /// One completion call (`step`), or a side call (`side_call`, with `kind`). Read back with
@@ -1130,6 +1133,7 @@ impl RequestInput {
     pub fn without_body(&self) -> Self {
         Self {
             body: bytes::Bytes::new(),
+            split: None,
             ..self.clone()
         }
     }
@@ -1148,6 +1152,7 @@ impl RequestInput {
             instance_id: request.explicit_task(headers).map(|(id, _)| id),
             run: request.explicit_run(headers),
             subagent: request.is_subagent(),
+            split: request.split.clone(),
         }
     }
 }
