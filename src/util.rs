@@ -82,14 +82,12 @@ pub fn push_json_string(out: &mut Vec<u8>, text: &str) {
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     // High bit of each byte of `word` that is zero.
     let zero_bytes = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS;
-    // Whether a byte of `word` is `"`, `\` or below 0x20. The 0x20 test is exact for bytes
-    // below 0x80; bytes from 0x80 (UTF-8 continuation and lead bytes) can only give a false
-    // positive, which the byte loop below sorts out.
-    let needs_escape = |word: u64| {
+    // High bits of the bytes of `word` that are `"`, `\` or below 0x20. A borrow can only set
+    // a false bit above a true one, so the lowest bit set is exact: the first byte to escape.
+    let to_escape = |word: u64| {
         zero_bytes(word ^ (ONES * u64::from(b'"')))
             | zero_bytes(word ^ (ONES * u64::from(b'\\')))
             | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS)
-            != 0
     };
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + bytes.len() / 8 + 2);
@@ -97,44 +95,52 @@ pub fn push_json_string(out: &mut Vec<u8>, text: &str) {
     // Start of the bytes not yet copied.
     let mut copied = 0;
     let mut i = 0;
-    while i < bytes.len() {
-        if let Some(chunk) = bytes.get(i..i + 8) {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            if !needs_escape(u64::from_le_bytes(word)) {
-                i += 8;
-                continue;
+    loop {
+        // The next byte to escape, from `i` on.
+        let at = match bytes.get(i..i + 8) {
+            Some(chunk) => {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(chunk);
+                let mask = to_escape(u64::from_le_bytes(word));
+                if mask == 0 {
+                    i += 8;
+                    continue;
+                }
+                i + (mask.trailing_zeros() / 8) as usize
             }
+            None => match bytes[i..]
+                .iter()
+                .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
+            {
+                Some(at) => i + at,
+                None => break,
+            },
+        };
+        let b = bytes[at];
+        out.extend_from_slice(&bytes[copied..at]);
+        copied = at + 1;
+        i = at + 1;
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\t' => b't',
+            b'\r' => b'r',
+            0x08 => b'b',
+            0x0C => b'f',
+            _ => b'u',
+        };
+        out.push(b'\\');
+        out.push(short);
+        if short == b'u' {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(&[
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xF)],
+            ]);
         }
-        let end = (i + 8).min(bytes.len());
-        for at in i..end {
-            let b = bytes[at];
-            let short = match b {
-                b'"' => b'"',
-                b'\\' => b'\\',
-                b'\n' => b'n',
-                b'\t' => b't',
-                b'\r' => b'r',
-                0x08 => b'b',
-                0x0C => b'f',
-                0x00..=0x1F => b'u',
-                _ => continue,
-            };
-            out.extend_from_slice(&bytes[copied..at]);
-            copied = at + 1;
-            out.push(b'\\');
-            out.push(short);
-            if short == b'u' {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.extend_from_slice(&[
-                    b'0',
-                    b'0',
-                    HEX[usize::from(b >> 4)],
-                    HEX[usize::from(b & 0xF)],
-                ]);
-            }
-        }
-        i = end;
     }
     out.extend_from_slice(&bytes[copied..]);
     out.push(b'"');

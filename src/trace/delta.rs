@@ -467,9 +467,15 @@ mod tests {
     fn the_decoders_split_gives_the_delta_a_parse_of_the_body_gives() {
         let observation = "x".repeat(100);
         let bodies = [
-            format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{observation}"}}],"z\u00e9":1,"a":{{ "b" : [1, 2] }}}}"#),
-            format!(r#"{{"messages":[{{"role":"user","content":"{observation}"}},{{"role":"assistant","content":"ok"}}],"model":"m","a":{{"b":[1,2]}}}}"#),
-            format!(r#"{{"messages":[{{"role":"user","content":"{observation}"}},{{"role":"assistant","content":"ok"}}],"model":"n","a":{{"b":[1,2]}}}}"#),
+            format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":"{observation}"}}],"z\u00e9":1,"a":{{ "b" : [1, 2] }}}}"#
+            ),
+            format!(
+                r#"{{"messages":[{{"role":"user","content":"{observation}"}},{{"role":"assistant","content":"ok"}}],"model":"m","a":{{"b":[1,2]}}}}"#
+            ),
+            format!(
+                r#"{{"messages":[{{"role":"user","content":"{observation}"}},{{"role":"assistant","content":"ok"}}],"model":"n","a":{{"b":[1,2]}}}}"#
+            ),
         ];
         let prompt = format!("# Task\n{observation}\n");
         let (mut parsed, mut split) = (DeltaState::default(), DeltaState::default());
