@@ -114,7 +114,7 @@ start_mock() { # delay_ms
 }
 
 PROXY_PID=
-start_proxy() {
+start_proxy() { # [extra serve flags...]
     [[ -n "$PROXY_PID" ]] && stop_pid "$PROXY_PID"
     rm -rf "$WORK/logs"
     # --max-steps: the 100- and 1,000-turn bodies are past the default cap of 100 actions,
@@ -123,7 +123,7 @@ start_proxy() {
     env RUST_LOG="${RUST_LOG:-info}" ${PROXY_ENV:-} taskset -c "$PROXY_CPU" "$PROXY_BIN" serve \
         --listen "127.0.0.1:$PROXY_PORT" --backend "http://127.0.0.1:$MOCK_PORT/v1" \
         --backend-model mock --log-dir "$WORK/logs" --max-steps 100000 \
-        --prefixes "$WORK/no-prefixes" 2>"$WORK/proxy.log" &
+        --prefixes "$WORK/no-prefixes" "$@" 2>"$WORK/proxy.log" &
     PROXY_PID=$!
     PIDS+=("$PROXY_PID")
     wait_http "http://127.0.0.1:$PROXY_PORT/health"
@@ -164,10 +164,12 @@ if [[ $QUICK == 1 ]]; then N1=200; N32=640; else N1=3000; N32=6400; fi
 # is the SWE-agent body's completions request of the same length.
 measure() {
     local turns=$1 stream=$2 c=$3 n=$4 route=${5:-ids} sfx="" proxy_body direct_body flag
+    local path=${route%+zstd} serve_flags=()
+    [[ $route == *+zstd ]] && serve_flags=(--trace-compression zstd)
     [[ $stream == yes ]] && sfx="-stream"
     direct_body="$B/completions-$turns$sfx.json"
-    if [[ $route != ids ]]; then
-        proxy_body="$B/$route-$turns.jsonl"
+    if [[ $path != ids ]]; then
+        proxy_body="$B/$path-$turns$sfx.jsonl"
         flag=-Z
     elif [[ $c -gt 1 ]]; then
         # Concurrent requests come from distinct sessions, as concurrent rollouts do.
@@ -182,7 +184,7 @@ measure() {
     oha_json "$WORK/direct.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" "$c" "$n" -D "$direct_body"
     read -r d50 d99 drps dok dtotal < <(oha_fields "$WORK/direct.json")
     # Proxy: fresh process (clean CPU and RSS counters), warm-up of every session, then the run.
-    start_proxy
+    start_proxy "${serve_flags[@]}"
     local warm_n=$((c * 4))
     [[ $flag == -Z ]] && warm_n=512
     oha_json "$WORK/warm.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" "$c" "$warm_n" "$flag" "$proxy_body"
@@ -246,11 +248,23 @@ echo "== paths that open a session on every request (foreign ids, mini text)" >&
 for route in foreign mini; do
     start_mock 0
     for turns in 20 100; do
-        measure "$turns" no 1 "$N1" "$route"
+        for stream in no yes; do
+            measure "$turns" "$stream" 1 "$N1" "$route"
+        done
     done
     start_mock 20
     for turns in 20 100; do
-        measure "$turns" no 32 "$N32" "$route"
+        for stream in no yes; do
+            measure "$turns" "$stream" 32 "$N32" "$route"
+        done
+    done
+done
+
+echo "== compressed traces (--trace-compression zstd)" >&2
+start_mock 0
+for route in ids+zstd foreign+zstd mini+zstd; do
+    for turns in 20 100; do
+        measure "$turns" no 1 "$N1" "$route"
     done
 done
 
@@ -269,6 +283,43 @@ k_cpu=$(python3 -c "print(f'{($cpu1 - $cpu0) * 1000 / $TICK / $k_total:.2f}')")
 k_hwm=$(( $(hwm_kib "$PROXY_PID") / 1024 ))
 echo "   direct p50 $k_d50 ms, proxy p50 $k_p50 ms, cpu $k_cpu ms/req ($k_ok/$k_total ok)" >&2
 
+# One session growing turn by turn (101 requests in order, each history one turn longer):
+# the trace's bytes per turn against the new content of that turn (the request's bytes beyond
+# the previous request's). Prints one summary line.
+growth_step() { # [serve flags...]
+    start_proxy "$@"
+    python3 - "$B/growth-100.jsonl" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" "$WORK/logs" "${*:-plain}" <<'EOF'
+import os, statistics, sys, urllib.request
+bodies = open(sys.argv[1], "rb").read().splitlines()
+url, logs, form = sys.argv[2], sys.argv[3], sys.argv[4]
+def size():
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(logs) for f in fs)
+rows, prev_body, prev_size = [], 0, 0
+for body in bodies:
+    req = urllib.request.Request(url, data=body, headers={"content-type": "application/json"})
+    urllib.request.urlopen(req).read()
+    now = size()
+    rows.append((len(body) - prev_body, now - prev_size))
+    prev_body, prev_size = len(body), now
+(first_new, first_trace), turns = rows[0], rows[1:]
+new = sum(n for n, _ in turns)
+trace = sum(t for _, t in turns)
+ratios = [t / n for n, t in turns]
+print(f"Growing 100-turn session ({form}): first request {first_new / 1024:.1f} KiB of body, "
+      f"{first_trace / 1024:.1f} KiB of trace; turns 1-100: new content {new / len(turns) / 1024:.2f} KiB/turn, "
+      f"trace {trace / len(turns) / 1024:.2f} KiB/turn, trace/new content {trace / new:.2f} overall, "
+      f"median {statistics.median(ratios):.2f}, max {max(ratios):.2f}.")
+EOF
+}
+echo "== growing session: trace bytes per turn" >&2
+start_mock 0
+growth_step >"$WORK/growth-plain.txt"
+growth_step --trace-compression zstd >"$WORK/growth-zstd.txt"
+GROWTH_PLAIN=$(cat "$WORK/growth-plain.txt")
+GROWTH_ZSTD=$(cat "$WORK/growth-zstd.txt")
+echo "   $GROWTH_PLAIN" >&2
+echo "   $GROWTH_ZSTD" >&2
+
 rss_step
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -286,8 +337,8 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo
     echo "Path: \`ids\` the next turn of a running session (proxy-minted ids); \`foreign\` the same"
     echo "conversation with ids that are not the proxy's and \`mini\` mini-swe-agent's text mode (no"
-    echo "ids): every such request opens a session. Trace = bytes written to the log directory per"
-    echo "request."
+    echo "ids): every such request opens a session. \`+zstd\`: with \`--trace-compression zstd\`."
+    echo "Trace = bytes written to the log directory per request."
     echo
     echo "| path | turns | body | stream | c | direct p50 | direct p99 | proxy p50 | proxy p99 | added p50 | added p99 | direct rps | proxy rps | proxy/direct | CPU ms/req | peak RSS MiB | trace KiB/req | ok (direct, proxy) |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -306,6 +357,10 @@ EOF
     echo "1,000 turns ($(( $(stat -c %s "$B/chat-1000.json") / 1024 )) KiB body), c=1: direct p50 $k_d50 ms, proxy p50 $k_p50 ms (p99 $k_p99), added p50 $(python3 -c "print(f'{$k_p50 - $k_d50:.2f}')") ms, proxy CPU $k_cpu ms/request, peak RSS $k_hwm MiB ($k_ok/$k_total ok)."
     echo
     echo "256 concurrent 100-turn requests (mock delay 2 s, 1,024 requests from 256 sessions): idle RSS $idle_rss MiB, peak RSS $r_hwm MiB; p50 $r_p50 ms, $r_rps rps ($r_ok/$r_total ok)."
+    echo
+    echo "$GROWTH_PLAIN"
+    echo
+    echo "$GROWTH_ZSTD"
 } >"$REPORT"
 
 mkdir -p "$RESULTS"

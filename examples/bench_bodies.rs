@@ -5,9 +5,11 @@
 //! - `chat-<N>.jsonl` / `chat-<N>-stream.jsonl` (with `--sessions K`): K such bodies, one
 //!   per line, each in its own session (for load tools that cycle through bodies: concurrent
 //!   requests then come from distinct sessions, as concurrent rollouts do);
-//! - `foreign-<N>.jsonl` / `mini-<N>.jsonl` (with `--sessions K`): K bodies of the paths
+//! - `foreign-<N>[-stream].jsonl` / `mini-<N>[-stream].jsonl` (with `--sessions K`): K bodies of the paths
 //!   that open a session on every request: the same conversation with tool-call ids that
 //!   are not the proxy's, and mini-swe-agent's text mode (no ids at all);
+//! - `growth-100.jsonl` (with `--sessions K`): the 101 requests of one growing 100-turn
+//!   session, in order (the trace's bytes per turn against each turn's new content);
 //! - `completions-<N>.json` / `completions-<N>-stream.json`: the `/v1/completions` body the
 //!   proxy sends to its backend for that chat request (same prompt, stop sequences and
 //!   parameters), for the direct-to-backend baseline.
@@ -121,17 +123,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             std::fs::write(args.out.join(format!("chat-{turns}{suffix}.jsonl")), lines)?;
         }
-        if args.sessions > 0 && turns <= 100 {
+        for stream in [false, true] {
+            if args.sessions == 0 || turns > 100 {
+                break;
+            }
+            let suffix = if stream { "-stream" } else { "" };
             let (mut foreign, mut mini) = (Vec::new(), Vec::new());
             for k in 0..args.sessions {
                 let tag = format!("{k:04}");
-                foreign.extend(swe_agent::foreign_id_bytes(turns, &tag, false));
+                foreign.extend(swe_agent::foreign_id_bytes(turns, &tag, stream));
                 foreign.push(b'\n');
-                mini.extend(swe_agent::mini_text_bytes(turns, &tag));
+                mini.extend(swe_agent::mini_text_bytes(turns, &tag, stream));
                 mini.push(b'\n');
             }
-            std::fs::write(args.out.join(format!("foreign-{turns}.jsonl")), foreign)?;
-            std::fs::write(args.out.join(format!("mini-{turns}.jsonl")), mini)?;
+            std::fs::write(
+                args.out.join(format!("foreign-{turns}{suffix}.jsonl")),
+                foreign,
+            )?;
+            std::fs::write(args.out.join(format!("mini-{turns}{suffix}.jsonl")), mini)?;
+        }
+        if args.sessions > 0 && turns == 100 {
+            let mut lines = Vec::new();
+            for body in swe_agent::growing_bytes(turns, "0b5e00000fff") {
+                lines.extend(body);
+                lines.push(b'\n');
+            }
+            std::fs::write(args.out.join(format!("growth-{turns}.jsonl")), lines)?;
         }
     }
     Ok(())

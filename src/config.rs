@@ -275,6 +275,11 @@ settings! {
         /// `fields`, for log collectors) [default: text].
         #[arg(long, env = "ASAP_LOG_FORMAT", value_enum)]
         pub log_format: Option<LogFormat>,
+        /// Trace files: `none` (`{session}.jsonl`) or `zstd` (`{session}.jsonl.zst`, one zstd
+        /// frame per record; `report`, `replay`, `view` and the replay backend read both). A
+        /// file keeps the form it was begun in [default: none].
+        #[arg(long, env = "ASAP_TRACE_COMPRESSION", value_enum)]
+        pub trace_compression: Option<TraceCompression>,
         #[command(flatten)]
         #[serde(skip)]
         pub prompt: PromptArgs,
@@ -350,6 +355,29 @@ impl Default for ServerLimits {
             shutdown_timeout_s: DEFAULT_SHUTDOWN_TIMEOUT_S,
         }
     }
+}
+
+/// How trace files are written (`--trace-compression`; docs/trace-format.md "Compressed
+/// files").
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceCompression {
+    /// `{session}.jsonl`: one JSON record per line.
+    #[default]
+    None,
+    /// `{session}.jsonl.zst`: the same lines, each record one zstd frame (RFC 8878), so a
+    /// file cut short by a crash loses at most its last record.
+    Zstd,
 }
 
 /// What the proxy does when a rule ends a trajectory (`--on-terminate`).
@@ -465,6 +493,8 @@ pub struct Config {
     pub templates: Option<PathBuf>,
     /// Log lines as text or JSON (`--log-format`).
     pub log_format: LogFormat,
+    /// Trace files plain or zstd-compressed (`--trace-compression`).
+    pub trace_compression: TraceCompression,
 }
 
 /// Prefix of `--backend` that selects the replay backend: `replay:DIR` or `replay:FILE`.
@@ -707,6 +737,7 @@ impl Config {
             backend_retries: s.backend_retries.unwrap_or(DEFAULT_BACKEND_RETRIES),
             templates: s.prompt.templates.clone(),
             log_format: s.log_format.unwrap_or_default(),
+            trace_compression: s.trace_compression.unwrap_or_default(),
             prompt: PromptConfig::resolve(&s.prompt),
         })
     }
@@ -815,6 +846,10 @@ mod tests {
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(c.prompt.profile, ProfileChoice::Named("swe-agent".into()));
         assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.trace_compression, TraceCompression::None);
+        std::fs::write(&path, "trace_compression = \"zstd\"\n").unwrap();
+        let c = Config::resolve(&args).unwrap();
+        assert_eq!(c.trace_compression, TraceCompression::Zstd);
     }
 
     #[test]
@@ -835,11 +870,12 @@ mod tests {
     #[test]
     fn file_keys_are_both_groups_without_the_flag_only_ones() {
         let keys = file_keys();
-        assert_eq!(keys.len(), 33);
+        assert_eq!(keys.len(), 34);
         for key in [
             "listen",
             "api_key",
             "log_format",
+            "trace_compression",
             "tool_calls",
             "profile",
             "prefixes",

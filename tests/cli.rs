@@ -49,6 +49,80 @@ async fn serve_binary_end_to_end_with_env_and_config_file() {
     assert_eq!(body["error"]["type"], "invalid_request_error");
 }
 
+/// `--trace-compression zstd`: the trace is `{session}.jsonl.zst`, and `report`, `replay
+/// --check` and the replay backend read it as they read a plain one.
+#[tokio::test]
+async fn a_compressed_trace_is_read_by_report_replay_and_the_replay_backend() {
+    let backend = FakeBackend::start(vec![Scripted::text("Look.\n\n<bash>ls</bash>\n")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let served = Served::start(
+        &[
+            "--backend",
+            &backend.url(),
+            "--log-dir",
+            logs.to_str().unwrap(),
+            "--trace-compression",
+            "zstd",
+        ],
+        &[],
+    );
+    let body = request("swe-agent-1");
+    let first = served.chat(&body).await;
+    drop(served);
+    let files: Vec<String> = std::fs::read_dir(&logs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files.len(), 1);
+    assert!(files[0].ends_with(".jsonl.zst"), "{files:?}");
+
+    let out = run(&[&"report", &logs, &"--format", &"json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        report["labels"][0]["network"]["trajectories"], 1,
+        "{report}"
+    );
+    assert_eq!(
+        report["trajectories"][0]["session"].as_str(),
+        files[0].strip_suffix(".jsonl.zst")
+    );
+    assert_eq!(report["trajectories"][0]["behaviour"]["turns"], 1);
+
+    let viewer = asap_proxy::view::Viewer::new(vec![logs.clone()], None);
+    let list = viewer.sessions();
+    assert_eq!(list.sessions.len(), 1, "{:?}", list.skipped);
+    let id = files[0].strip_suffix(".jsonl.zst").unwrap();
+    assert_eq!(viewer.session(id).unwrap().steps.steps.len(), 1);
+    assert_eq!(viewer.prompt(id, 0).unwrap(), backend.prompts()[0]);
+
+    let out = run(&[&"replay", &"--check", &logs]);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.ends_with(
+            "files 1  steps 1  prompt differences 0  parse differences 0  unreadable 0\n"
+        ),
+        "{}",
+        out.stdout
+    );
+
+    let replayed = Served::start(
+        &[
+            "--backend",
+            &format!("replay:{}", logs.display()),
+            "--log-dir",
+            dir.path().join("again").to_str().unwrap(),
+        ],
+        &[],
+    );
+    let again = replayed.chat(&body).await;
+    assert_eq!(
+        again["choices"][0]["message"]["tool_calls"][0]["function"],
+        first["choices"][0]["message"]["tool_calls"][0]["function"]
+    );
+}
+
 #[test]
 fn sigterm_shuts_down_cleanly() {
     let mut served = Served::start(&["--backend", "http://127.0.0.1:9/v1"], &[]);

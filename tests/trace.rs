@@ -663,3 +663,87 @@ async fn begun_records_are_written_in_begin_order_and_a_dropped_one_as_aborted()
     }
     assert_eq!(n, 4);
 }
+
+/// `--trace-compression zstd`: each record is one zstd frame of `{session}.jsonl.zst`; the
+/// reader rebuilds the same prompts and requests as from a plain file. A frame cut short by a
+/// crash is cut off at the next process's first write (else every frame after it would be
+/// unreadable), and a session begun plain stays plain when compression is turned on.
+#[tokio::test]
+async fn compressed_trace_files_read_like_plain_ones_and_a_torn_frame_is_cut_off() {
+    use asap_proxy::config::TraceCompression;
+    use asap_proxy::session::SessionId;
+    use asap_proxy::trace::{TraceSettings, TraceWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let settings = |compression| TraceSettings {
+        dir: dir.path().to_path_buf(),
+        compression,
+        ..TraceSettings::default()
+    };
+    let id = SessionId::from_recorded("eeeeeeeeeeee").unwrap();
+    let writer = TraceWriter::new(settings(TraceCompression::Zstd));
+    let mut expected = Vec::new();
+    for turn in 0..3 {
+        let (record, prompt, body) = made_up_step(turn);
+        writer.write_record(&id, record).await;
+        expected.push((prompt, body));
+    }
+    let path = writer.path(&id);
+    assert_eq!(path, dir.path().join("eeeeeeeeeeee.jsonl.zst"));
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.starts_with(&asap_proxy::trace::read::ZSTD_MAGIC));
+    // A crash in the middle of the last record's frame.
+    let whole = bytes.clone();
+    let torn = b"\x28\xb5\x2f\xfd\x00\x58";
+    std::fs::write(&path, [&bytes[..], &torn[..]].concat()).unwrap();
+    let reader = TraceReader::open(&path).unwrap();
+    assert_eq!(reader.invalid_lines(), &[] as &[usize]);
+    // A new process (a fresh writer) appends the next record after the whole frames.
+    let writer = TraceWriter::new(settings(TraceCompression::Zstd));
+    let (record, prompt, body) = made_up_step(3);
+    writer.write_record(&id, record).await;
+    expected.push((prompt, body));
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(
+        &bytes[..whole.len()],
+        &whole[..],
+        "the whole frames stay as written"
+    );
+    assert!(
+        !bytes.windows(torn.len()).any(|w| w == torn),
+        "the torn frame stayed"
+    );
+    let mut reader = TraceReader::open(&path).unwrap();
+    assert!(reader.session().is_some());
+    let mut n = 0;
+    while let Some(record) = reader.next_record() {
+        if record.unwrap().kind() == "step" {
+            assert_eq!(reader.prompt(), expected[n].0, "prompt {n}");
+            assert_eq!(reader.request().body(), expected[n].1, "request {n}");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 4);
+    assert!(!reader.torn_tail());
+    assert_eq!(
+        asap_proxy::trace::read::first_line(&path)
+            .map(|l| l.starts_with(b"{\"v\":1,\"type\":\"session\"")),
+        Some(true)
+    );
+    // A plain file of another session keeps its form under a compressing writer.
+    let plain = SessionId::from_recorded("ffffffffffff").unwrap();
+    let (record, _, _) = made_up_step(0);
+    TraceWriter::new(settings(TraceCompression::None))
+        .write_record(&plain, record)
+        .await;
+    let (record, _, _) = made_up_step(1);
+    writer.write_record(&plain, record).await;
+    assert_eq!(writer.path(&plain), dir.path().join("ffffffffffff.jsonl"));
+    assert!(!dir.path().join("ffffffffffff.jsonl.zst").exists());
+    assert_eq!(read_records(&writer.path(&plain)).len(), 3);
+    let files = asap_proxy::trace::read::trace_files(&[dir.path().to_path_buf()]).unwrap();
+    let stems: Vec<&str> = files
+        .iter()
+        .map(|p| asap_proxy::trace::read::trace_stem(p))
+        .collect();
+    assert_eq!(stems, ["eeeeeeeeeeee", "ffffffffffff"]);
+}

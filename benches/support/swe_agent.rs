@@ -407,6 +407,23 @@ pub fn chat_body(turns: usize, session: &str, stream: bool) -> Value {
     body
 }
 
+/// The requests of one growing session of `turns` turns: the first request, then each next
+/// turn's (its history one turn longer: the assistant's tool call and its observation), as
+/// compact JSON, `turns + 1` bodies. Each extends the one before, as a scaffold's requests
+/// do, so the trace's bytes per turn can be set against the new content of each turn.
+pub fn growing_bytes(turns: usize, session: &str) -> Vec<Vec<u8>> {
+    let full = chat_body(turns, session, false);
+    let all = full["messages"].as_array().cloned().unwrap_or_default();
+    let opening = all.len() - 2 * turns;
+    (0..=turns)
+        .map(|k| {
+            let mut body = full.clone();
+            body["messages"] = Value::Array(all[..opening + 2 * k].to_vec());
+            serde_json::to_vec(&body).unwrap_or_default()
+        })
+        .collect()
+}
+
 /// [`chat_body`] as compact JSON bytes (what the scaffold puts on the wire).
 pub fn chat_bytes(turns: usize, session: &str, stream: bool) -> Vec<u8> {
     serde_json::to_vec(&chat_body(turns, session, stream)).unwrap_or_default()
@@ -425,13 +442,18 @@ pub fn foreign_id_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
 /// block of the reply, the result as `<returncode>`/`<output>`) of `turns` turns, the same
 /// commands and outputs as [`chat_body`] (an editor view becomes `cat -n`): a content dialect
 /// without ids, whose first request in a process opens a session. `tag` varies the task text
-/// so bodies of different rollouts differ.
-pub fn mini_text_bytes(turns: usize, tag: &str) -> Vec<u8> {
+/// and seeds the turns, so bodies of different rollouts differ in every turn (as real
+/// rollouts do; the proxy's cache of decoded messages must not find one rollout's turns in
+/// another's).
+pub fn mini_text_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
     let fixture: Value = serde_json::from_str(include_str!(
         "../../tests/fixtures/requests/mini-swe-agent-v2-text-1.json"
     ))
     .unwrap_or(Value::Null);
-    let mut rng = Rng::new(0x5eed_0000 + turns as u64);
+    let seed = tag
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let mut rng = Rng::new(0x5eed_0000 + turns as u64 + (seed << 20));
     let system = fixture["messages"][0]["content"].clone();
     let instructions = fixture["messages"][1]["content"]
         .as_str()
@@ -457,5 +479,6 @@ pub fn mini_text_bytes(turns: usize, tag: &str) -> Vec<u8> {
         messages.push(json!({"role": "user",
             "content": format!("<returncode>0</returncode>\n<output>\n{observation}\n</output>")}));
     }
-    serde_json::to_vec(&json!({"model": "base-model", "messages": messages})).unwrap_or_default()
+    serde_json::to_vec(&json!({"model": "base-model", "messages": messages, "stream": stream}))
+        .unwrap_or_default()
 }

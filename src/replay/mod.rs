@@ -265,7 +265,7 @@ impl Replayer {
             return Ok(report);
         };
         let k = session.prefix_k.unwrap_or(DEFAULT_PREFIX_K);
-        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let stem = crate::trace::read::trace_stem(path);
         let mut file = FileReplay {
             path,
             config: PromptConfig {

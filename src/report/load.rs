@@ -103,10 +103,7 @@ pub fn trajectory_with_notes(path: &Path) -> Result<Loaded, LoadError> {
         return Ok((None, notes));
     }
     let mut trajectory = Trajectory {
-        session: path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        session: crate::trace::read::trace_stem(path).to_string(),
         label: match session.label.as_str() {
             "" => "unknown".into(),
             label => label.to_string(),

@@ -185,6 +185,7 @@ impl AppState {
                 prefix_set: Some(prefixes.id()),
                 limits: config.limits,
                 config_sha256: config.digest(),
+                compression: config.trace_compression,
             })
             .with_metrics(metrics.clone()),
             sessions: SessionIndex::new(DEFAULT_INDEX_CAPACITY),

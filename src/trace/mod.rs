@@ -700,6 +700,8 @@ pub struct TraceSettings {
     pub limits: Limits,
     /// See [`SessionRecord::config_sha256`].
     pub config_sha256: String,
+    /// New files plain or zstd-compressed (an existing file keeps its form).
+    pub compression: crate::config::TraceCompression,
 }
 
 /// What the writer remembers of a session between records (for deltas).
@@ -810,9 +812,21 @@ impl TraceWriter {
         &self.settings.dir
     }
 
-    /// The file of a session.
+    /// The file of a session: the one that exists (`{session}.jsonl` or
+    /// `{session}.jsonl.zst`: a file keeps the form it was begun in), else the form
+    /// [`TraceSettings::compression`] names.
     pub fn path(&self, session: &SessionId) -> PathBuf {
-        self.settings.dir.join(format!("{session}.jsonl"))
+        let plain = self.settings.dir.join(format!("{session}.jsonl"));
+        let zstd = self.settings.dir.join(format!("{session}.jsonl.zst"));
+        let (wanted, other) = match self.settings.compression {
+            crate::config::TraceCompression::None => (plain, zstd),
+            crate::config::TraceCompression::Zstd => (zstd, plain),
+        };
+        if !wanted.exists() && other.exists() {
+            other
+        } else {
+            wanted
+        }
     }
 
     /// Appends a step record (the session record first, for a new file; a `nudge` or
@@ -1010,15 +1024,26 @@ impl TraceWriter {
             .create_new(true)
             .open(&path)
             .is_ok();
+        let zstd = is_zstd(&path);
+        if !fresh && !state.wrote && zstd {
+            // A file from before a restart: a frame cut short by a crash would make every
+            // frame after it unreadable, so it goes (its record was never complete).
+            zstd_whole_frames(&path)?;
+        }
         let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
+        let mut out = Line {
+            file: &mut file,
+            session,
+            zstd,
+        };
         if fresh {
             let header = self.session_record(record);
-            write_line(&mut file, session, "session", &header)?;
-        } else if !state.wrote {
+            out.write("session", &header)?;
+        } else if !state.wrote && !zstd {
             // A file from before a restart (or dropped from the cache): end a torn last line
             // so the next record starts on its own line.
             if !ends_with_newline(&path)? {
-                file.write_all(b"\n")?;
+                out.file.write_all(b"\n")?;
             }
         }
         state.wrote = true;
@@ -1027,12 +1052,12 @@ impl TraceWriter {
         } else {
             "step"
         };
-        write_line(&mut file, session, kind, record)?;
+        out.write(kind, record)?;
         if let Some(nudge) = &record.nudge {
-            write_line(&mut file, session, "nudge", nudge)?;
+            out.write("nudge", nudge)?;
         }
         if let Some(termination) = &record.termination {
-            write_line(&mut file, session, "terminate", termination)?;
+            out.write("terminate", termination)?;
         }
         Ok(())
     }
@@ -1080,23 +1105,55 @@ impl Drop for Pending {
     }
 }
 
-/// Serialises one envelope and appends it with a single `write`.
-fn write_line<T: Serialize>(
-    file: &mut std::fs::File,
-    session: &SessionId,
-    kind: &'static str,
-    data: &T,
-) -> std::io::Result<()> {
-    let mut buf = serde_json::to_vec(&Envelope {
-        v: SCHEMA_VERSION,
-        r#type: kind,
-        session: session.as_str(),
-        time_ms: unix_ms(),
-        data,
-    })?;
-    one_line(&mut buf);
-    buf.push(b'\n');
-    file.write_all(&buf)
+/// zstd level of compressed trace files: level 1 is zstd's fastest standard level; a
+/// session-opening record (a whole 100-turn prompt and request) shrinks about sevenfold.
+pub const ZSTD_LEVEL: i32 = 1;
+
+/// Whether `path` is a compressed trace file (`.zst`).
+pub fn is_zstd(path: &std::path::Path) -> bool {
+    path.extension().is_some_and(|e| e == "zst")
+}
+
+/// Cuts a compressed trace file after its last whole zstd frame (a record being written when
+/// the process died). Reads the file once, at the first write of a session by a process.
+fn zstd_whole_frames(path: &std::path::Path) -> std::io::Result<()> {
+    let bytes = std::fs::read(path)?;
+    let whole = read::zstd_frames_len(&bytes);
+    if whole < bytes.len() {
+        tracing::warn!(path = %path.display(), cut = bytes.len() - whole, "trace file ended in a torn zstd frame; cut it off");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)?
+            .set_len(whole as u64)?;
+    }
+    Ok(())
+}
+
+/// Where a session's records go: a plain or a compressed file.
+struct Line<'a> {
+    file: &'a mut std::fs::File,
+    session: &'a SessionId,
+    zstd: bool,
+}
+
+impl Line<'_> {
+    /// Serialises one envelope and appends it with a single `write` (compressed: as one zstd
+    /// frame).
+    fn write<T: Serialize>(&mut self, kind: &'static str, data: &T) -> std::io::Result<()> {
+        let mut buf = serde_json::to_vec(&Envelope {
+            v: SCHEMA_VERSION,
+            r#type: kind,
+            session: self.session.as_str(),
+            time_ms: unix_ms(),
+            data,
+        })?;
+        one_line(&mut buf);
+        buf.push(b'\n');
+        if self.zstd {
+            buf = zstd::bulk::compress(&buf, ZSTD_LEVEL)?;
+        }
+        self.file.write_all(&buf)
+    }
 }
 
 /// Makes a serialised record one line whatever it embeds: a raw line break is never part of a

@@ -26,7 +26,7 @@ pub struct TraceFilesError {
     pub source: std::io::Error,
 }
 
-/// Every `*.jsonl` file under `paths` (files are taken as given; directories are searched
+/// Every trace file (`*.jsonl`, `*.jsonl.zst`) under `paths` (files are taken as given; directories are searched
 /// recursively, symbolic links followed), sorted, each file once: a file reached by several
 /// paths (a path given twice, a file inside a directory also given, a link) is read once, and
 /// a directory already searched (a link loop) is not searched again.
@@ -44,6 +44,22 @@ pub fn trace_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TraceFilesError> {
         .into_iter()
         .filter(|path| seen.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone())))
         .collect())
+}
+
+/// Whether `path` names a trace file: `*.jsonl`, or `*.jsonl.zst` (compressed).
+pub fn is_trace_file(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.ends_with(".jsonl") || name.ends_with(".jsonl.zst")
+}
+
+/// The name of a trace file without `.jsonl` or `.jsonl.zst` (a session id, for files the
+/// writer made); the file stem for other names.
+pub fn trace_stem(path: &Path) -> &str {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.strip_suffix(".jsonl.zst")
+        .or_else(|| name.strip_suffix(".jsonl"))
+        .or_else(|| path.file_stem().and_then(|s| s.to_str()))
+        .unwrap_or("")
 }
 
 fn collect(
@@ -68,11 +84,59 @@ fn collect(
         let child = entry.path();
         if child.is_dir() {
             collect(&child, files, dirs)?;
-        } else if child.extension().is_some_and(|e| e == "jsonl") {
+        } else if is_trace_file(&child) {
             files.push(child);
         }
     }
     Ok(())
+}
+
+/// The first bytes of a zstd frame (RFC 8878 section 3.1.1): a compressed trace file
+/// (`--trace-compression zstd`) starts with them, a plain one with `{`.
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+
+/// Length of the whole zstd frames at the start of `bytes` (each record of a compressed trace
+/// is one frame; what follows them is a frame cut short).
+pub fn zstd_frames_len(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    while at < bytes.len() {
+        match zstd::zstd_safe::find_frame_compressed_size(&bytes[at..]) {
+            Ok(len) if len > 0 && at + len <= bytes.len() => at += len,
+            _ => break,
+        }
+    }
+    at
+}
+
+/// The text of a compressed trace file: its whole frames decompressed, then what a frame cut
+/// short still yields (a torn last line, which the reader reports as such).
+pub fn zstd_text(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut text = Vec::with_capacity(bytes.len() * 8);
+    let Ok(mut decoder) = zstd::stream::read::Decoder::with_buffer(bytes) else {
+        return text;
+    };
+    // An error (a torn frame) keeps what was read before it.
+    let _ = decoder.read_to_end(&mut text);
+    text
+}
+
+/// The first line of a trace file (its session record), plain or compressed; `None` when
+/// the file cannot be read or has no line.
+pub fn first_line(path: &Path) -> Option<Vec<u8>> {
+    use std::io::{BufRead, BufReader, Read};
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut magic = [0u8; 4];
+    let n = file.read(&mut magic).ok()?;
+    let head = std::io::Cursor::new(magic[..n].to_vec()).chain(file);
+    let mut line = Vec::new();
+    if magic == ZSTD_MAGIC {
+        let decoder = zstd::stream::read::Decoder::new(head).ok()?;
+        BufReader::new(decoder).read_until(b'\n', &mut line).ok()?;
+    } else {
+        BufReader::new(head).read_until(b'\n', &mut line).ok()?;
+    }
+    Some(line)
 }
 
 /// Errors reading a trace file.
@@ -198,6 +262,13 @@ impl TraceReader {
     }
 
     fn read(path: &Path, bytes: &[u8], unversioned: bool) -> Result<Self, ReadError> {
+        let text;
+        let bytes = if bytes.starts_with(&ZSTD_MAGIC) {
+            text = zstd_text(bytes);
+            &text[..]
+        } else {
+            bytes
+        };
         let mut records = Vec::new();
         let mut invalid_lines = Vec::new();
         let mut torn_tail = false;

@@ -117,7 +117,7 @@ impl Viewer {
         self.files()
             .0
             .into_iter()
-            .filter(|p| p.file_stem().is_some_and(|s| s == id))
+            .filter(|p| crate::trace::read::trace_stem(p) == id)
             .collect()
     }
 

@@ -3,7 +3,6 @@
 //! file by modification time and size so a reload only reads files that changed.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -183,9 +182,7 @@ fn read(path: &Path) -> Loaded {
 /// The file's `session` record, read from its first line only (the writer puts it there),
 /// with the trace reader.
 pub(super) fn session_record(path: &Path) -> Option<SessionRecord> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut first = Vec::new();
-    BufReader::new(file).read_until(b'\n', &mut first).ok()?;
+    let first = crate::trace::read::first_line(path)?;
     let reader = TraceReader::from_bytes(path, &first).ok()?;
     reader.session().cloned()
 }

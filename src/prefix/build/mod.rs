@@ -557,10 +557,16 @@ pub fn read_trajectories(path: &Path) -> Result<(InputFormat, Vec<Trajectory>), 
     if path.is_dir() {
         return read_sdk_dir(path, &stem);
     }
-    let text = std::fs::read_to_string(path).map_err(|source| PrefixError::Read {
+    let read_error = |source| PrefixError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let mut bytes = std::fs::read(path).map_err(read_error)?;
+    if bytes.starts_with(&crate::trace::read::ZSTD_MAGIC) {
+        bytes = crate::trace::read::zstd_text(&bytes);
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|e| read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     let docs: Vec<Value> = match serde_json::from_str::<Value>(&text) {
         Ok(Value::Array(items)) => {
             return match classify_events(&items) {
@@ -791,6 +797,9 @@ fn file_stem(path: &Path) -> String {
             .file_name()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+    }
+    if crate::trace::read::is_trace_file(path) {
+        return crate::trace::read::trace_stem(path).to_string();
     }
     stem(path)
 }
