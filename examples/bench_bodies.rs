@@ -5,9 +5,10 @@
 //! - `chat-<N>.jsonl` / `chat-<N>-stream.jsonl` (with `--sessions K`): K such bodies, one
 //!   per line, each in its own session (for load tools that cycle through bodies: concurrent
 //!   requests then come from distinct sessions, as concurrent rollouts do);
-//! - `foreign-<N>[-stream].jsonl` / `mini-<N>[-stream].jsonl` (with `--sessions K`): K bodies of the paths
-//!   that open a session on every request: the same conversation with tool-call ids that
-//!   are not the proxy's, and mini-swe-agent's text mode (no ids at all);
+//! - `foreign-<N>[-stream].jsonl` / `mini-<N>[-stream].jsonl` / `terminus-<N>[-stream].jsonl`
+//!   (with `--sessions K`): K bodies of the paths that open a session on every request: the
+//!   same conversation with tool-call ids that are not the proxy's, mini-swe-agent's text
+//!   mode and Terminus-2's JSON keystrokes (content dialects, no ids at all);
 //! - `growth-100.jsonl` (with `--sessions K`): the 101 requests of one growing 100-turn
 //!   session, in order (the trace's bytes per turn against each turn's new content);
 //! - `completions-<N>.json` / `completions-<N>-stream.json`: the `/v1/completions` body the
@@ -128,19 +129,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 break;
             }
             let suffix = if stream { "-stream" } else { "" };
-            let (mut foreign, mut mini) = (Vec::new(), Vec::new());
+            let (mut foreign, mut mini, mut terminus) = (Vec::new(), Vec::new(), Vec::new());
             for k in 0..args.sessions {
                 let tag = format!("{k:04}");
                 foreign.extend(swe_agent::foreign_id_bytes(turns, &tag, stream));
                 foreign.push(b'\n');
                 mini.extend(swe_agent::mini_text_bytes(turns, &tag, stream));
                 mini.push(b'\n');
+                terminus.extend(swe_agent::terminus_text_bytes(turns, &tag, stream));
+                terminus.push(b'\n');
             }
-            std::fs::write(
-                args.out.join(format!("foreign-{turns}{suffix}.jsonl")),
-                foreign,
-            )?;
-            std::fs::write(args.out.join(format!("mini-{turns}{suffix}.jsonl")), mini)?;
+            let out = |name: &str| args.out.join(format!("{name}-{turns}{suffix}.jsonl"));
+            std::fs::write(out("foreign"), foreign)?;
+            std::fs::write(out("mini"), mini)?;
+            std::fs::write(out("terminus"), terminus)?;
         }
         if args.sessions > 0 && turns == 100 {
             let mut lines = Vec::new();

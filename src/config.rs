@@ -275,6 +275,11 @@ settings! {
         /// `fields`, for log collectors) [default: text].
         #[arg(long, env = "ASAP_LOG_FORMAT", value_enum)]
         pub log_format: Option<LogFormat>,
+        /// MiB of decoded request messages kept for the next requests, found by the digest of
+        /// their JSON text (a history's earlier messages are decoded once, not on every turn);
+        /// 0: none [default: 32].
+        #[arg(long, env = "ASAP_MESSAGE_CACHE_MIB")]
+        pub message_cache_mib: Option<usize>,
         /// Trace files: `none` (`{session}.jsonl`) or `zstd` (`{session}.jsonl.zst`, one zstd
         /// frame per record; `report`, `replay`, `view` and the replay backend read both). A
         /// file keeps the form it was begun in [default: none].
@@ -495,6 +500,9 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Trace files plain or zstd-compressed (`--trace-compression`).
     pub trace_compression: TraceCompression,
+    /// MiB of decoded messages the message cache holds (`--message-cache-mib`; `None`: the
+    /// cache's default).
+    pub message_cache_mib: Option<usize>,
 }
 
 /// Prefix of `--backend` that selects the replay backend: `replay:DIR` or `replay:FILE`.
@@ -738,6 +746,7 @@ impl Config {
             templates: s.prompt.templates.clone(),
             log_format: s.log_format.unwrap_or_default(),
             trace_compression: s.trace_compression.unwrap_or_default(),
+            message_cache_mib: s.message_cache_mib,
             prompt: PromptConfig::resolve(&s.prompt),
         })
     }
@@ -870,7 +879,7 @@ mod tests {
     #[test]
     fn file_keys_are_both_groups_without_the_flag_only_ones() {
         let keys = file_keys();
-        assert_eq!(keys.len(), 34);
+        assert_eq!(keys.len(), 35);
         for key in [
             "listen",
             "api_key",

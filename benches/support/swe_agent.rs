@@ -407,6 +407,47 @@ pub fn chat_body(turns: usize, session: &str, stream: bool) -> Value {
     body
 }
 
+/// A Terminus-2 request (JSON keystrokes in the reply's content, the terminal's output as the
+/// next user message; no tools, no ids) of `turns` turns, the commands and outputs of
+/// [`turn`] seeded by `tag` as in [`mini_text_bytes`]: the other content dialect without ids.
+pub fn terminus_text_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
+    let fixture: Value = serde_json::from_str(include_str!(
+        "../../tests/fixtures/requests/terminus-2-1.json"
+    ))
+    .unwrap_or(Value::Null);
+    let seed = tag
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let mut rng = Rng::new(0x7e2a_0000 + turns as u64 + (seed << 20));
+    let opening = fixture["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+        + &format!("\n\nTask Description:\n{} ({tag})\n", task_text(&mut rng));
+    let mut messages = vec![json!({"role": "user", "content": opening})];
+    for i in 0..turns {
+        let (thought, _, arguments, observation) = turn(&mut rng, i);
+        let command = match (arguments.get("command"), arguments.get("path")) {
+            (Some(Value::String(c)), None) => c.clone(),
+            (_, Some(Value::String(path))) => format!("cat -n {path}"),
+            _ => "ls".to_string(),
+        };
+        let reply = json!({
+            "analysis": thought,
+            "plan": format!("Run `{command}` and read its output."),
+            "commands": [{"keystrokes": format!("{command}\n"), "duration": 1.0}],
+            "task_complete": false,
+        });
+        messages.push(json!({"role": "assistant",
+            "content": serde_json::to_string_pretty(&reply).unwrap_or_default()}));
+        messages.push(json!({"role": "user",
+            "content": format!("New Terminal Output:\n\nroot@box:/app# {command}\n{observation}\nroot@box:/app# ")}));
+    }
+    serde_json::to_vec(&json!({"model": "base-model", "messages": messages,
+        "temperature": 0.7, "stream": stream}))
+    .unwrap_or_default()
+}
+
 /// The requests of one growing session of `turns` turns: the first request, then each next
 /// turn's (its history one turn longer: the assistant's tool call and its observation), as
 /// compact JSON, `turns + 1` bodies. Each extends the one before, as a scaffold's requests

@@ -18,10 +18,10 @@ use serde_json::value::RawValue;
 
 use super::chat::ChatMessage;
 
-/// Bytes of message JSON text the cache holds at most (two generations of half this each):
-/// the histories of about a hundred 300 KB rollouts. Past it the oldest generation is
-/// dropped; a message not found is decoded as any new one is.
-pub const MESSAGE_CACHE_BYTES: usize = 32 << 20;
+/// MiB of message JSON text the cache holds by default (`serve --message-cache-mib`; two
+/// generations of half each): the histories of about a hundred 300 KB rollouts. Past it the
+/// oldest generation is dropped; a message not found is decoded as any new one is.
+pub const MESSAGE_CACHE_MIB: usize = 32;
 
 /// One message of a body: where its JSON text is and its XXH3-128 digest (compared within
 /// one process only, never written).
@@ -124,17 +124,42 @@ impl BodySplit {
     }
 }
 
-/// Decoded messages by the digest of their JSON text, bounded by [`MESSAGE_CACHE_BYTES`]
+/// Decoded messages by the digest of their JSON text, bounded in bytes of that text
 /// (two generations: a lookup moves a message to the current one; when the current one is
 /// full it becomes the old one and the old one is dropped).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MessageCache {
     current: HashMap<u128, Arc<ChatMessage>>,
     current_bytes: usize,
     old: HashMap<u128, Arc<ChatMessage>>,
+    /// Bytes of JSON text held at most, both generations together.
+    capacity: usize,
+}
+
+impl Default for MessageCache {
+    fn default() -> Self {
+        Self::with_capacity(MESSAGE_CACHE_MIB << 20)
+    }
 }
 
 impl MessageCache {
+    /// An empty cache of at most `capacity` bytes of JSON text (0: holds nothing).
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            current: HashMap::new(),
+            current_bytes: 0,
+            old: HashMap::new(),
+            capacity,
+        }
+    }
+
+    /// Sets the process's cache to `capacity` bytes (emptied): `serve` at start-up.
+    pub fn configure_global(capacity: usize) {
+        if let Ok(mut cache) = Self::global().lock() {
+            *cache = Self::with_capacity(capacity);
+        }
+    }
+
     /// The process's cache.
     pub fn global() -> &'static Mutex<MessageCache> {
         static CACHE: std::sync::LazyLock<Mutex<MessageCache>> =
@@ -154,11 +179,15 @@ impl MessageCache {
 
     /// Remembers `message`, decoded from text of digest `digest` and `len` bytes.
     pub fn insert(&mut self, digest: u128, len: usize, message: Arc<ChatMessage>) {
-        if self.current_bytes + len > MESSAGE_CACHE_BYTES / 2 {
+        let half = self.capacity / 2;
+        if len > half {
+            return;
+        }
+        if self.current_bytes + len > half {
             self.old = std::mem::take(&mut self.current);
             self.current_bytes = 0;
         }
-        if len <= MESSAGE_CACHE_BYTES / 2 && self.current.insert(digest, message).is_none() {
+        if self.current.insert(digest, message).is_none() {
             self.current_bytes += len;
         }
     }
@@ -225,7 +254,7 @@ mod tests {
         let message: Arc<ChatMessage> =
             Arc::new(serde_json::from_str(r#"{"role":"user","content":"x"}"#).unwrap());
         let mut cache = MessageCache::default();
-        let half = MESSAGE_CACHE_BYTES / 2;
+        let half = (MESSAGE_CACHE_MIB << 20) / 2;
         cache.insert(1, half - 10, message.clone());
         cache.insert(2, 20, message.clone());
         // 1 moved to the old generation; a lookup brings it back (and retires 2's generation).
@@ -236,5 +265,12 @@ mod tests {
         cache.insert(4, half, message);
         assert!(cache.get(1, half - 10).is_none());
         assert!(cache.len() <= 2);
+        let mut none = MessageCache::with_capacity(0);
+        none.insert(
+            5,
+            1,
+            Arc::new(serde_json::from_str(r#"{"role":"user"}"#).unwrap()),
+        );
+        assert!(none.is_empty());
     }
 }

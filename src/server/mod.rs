@@ -163,6 +163,12 @@ impl AppState {
                 .with_metrics(metrics.clone()),
             ),
         };
+        crate::openai::split::MessageCache::configure_global(
+            config
+                .message_cache_mib
+                .unwrap_or(crate::openai::split::MESSAGE_CACHE_MIB)
+                .saturating_mul(1 << 20),
+        );
         Ok(Self {
             profiles,
             renderer,

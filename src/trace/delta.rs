@@ -3,7 +3,8 @@
 //! **Prompt.** `prompt(n) = prompt(n-1)[..prefix_bytes] + delta`, where `prompt(n-1)` is the
 //! full prompt of the previous `step` record of the file (side calls are stored whole and are
 //! not part of the chain). `prefix_bytes` is 0 when the prompt is stored whole: the first
-//! step, a new process, or a prompt that does not extend the previous one.
+//! step of a file, or a prompt that does not extend the previous one (a new process extends
+//! the file's records: [`rebase`]).
 //!
 //! **Request.** The body the client sent is rebuilt as `rest` (every top-level field except
 //! `messages`, stored when it changes) plus `messages`: the previous record's messages
@@ -535,6 +536,86 @@ mod tests {
         let mut state = PromptState::default();
         state.shared_prefix("ab\u{e9}");
         assert_eq!(state.shared_prefix("ab\u{e8}"), 2);
+    }
+}
+
+/// What a trace file's records leave for the next one to extend: the full prompt of its last
+/// `step` record and its last request, rebuilt by the reader. A process that did not write the
+/// file (a restart, a writer whose memory of the session was evicted) takes its first record
+/// of the session as a delta against it ([`rebase`]) instead of storing it whole.
+#[derive(Debug, Default, Clone)]
+pub struct FileChain {
+    /// Full prompt of the file's last `step` record (empty when it has none).
+    pub prompt: String,
+    /// The file's last request (`is_known` false when it has none).
+    pub request: RequestState,
+}
+
+/// `prompt` and `request`, taken by a writer that knew nothing of the session (a prompt
+/// stored whole, every message new), re-expressed against `chain`: the prompt keeps what it
+/// shares with the chain's (`step` records only: a side call's prompt is outside the chain),
+/// the request keeps the leading messages equal to the chain's (compared as JSON values, a
+/// referenced content read from `full_prompt`), and `rest` and `headers` are dropped when
+/// unchanged. Content references keep pointing into the full prompt, where the reader looks
+/// them up. Nothing changes when the chain is empty.
+pub fn rebase(
+    prompt: &mut PromptRecord,
+    request: &mut Option<RequestDelta>,
+    full_prompt: &str,
+    chain: &FileChain,
+    step: bool,
+) {
+    if step && !chain.prompt.is_empty() && prompt.prefix_bytes == 0 {
+        let mut shared = chain
+            .prompt
+            .as_bytes()
+            .iter()
+            .zip(full_prompt.as_bytes())
+            .take_while(|(a, b)| a == b)
+            .count();
+        while !full_prompt.is_char_boundary(shared) {
+            shared -= 1;
+        }
+        prompt.prefix_bytes = shared;
+        prompt.delta = full_prompt[shared..].to_string();
+    }
+    let (Some(delta), true) = (request.as_mut(), chain.request.is_known()) else {
+        return;
+    };
+    if delta.messages_from != 0 {
+        return;
+    }
+    let resolved = |i: usize, message: &Value| -> Value {
+        let mut message = message.clone();
+        for r in delta.content_refs.iter().filter(|r| r.message == i) {
+            if let Some(text) = full_prompt.get(r.start..r.start + r.len) {
+                message["content"] = Value::String(text.to_string());
+            }
+        }
+        message
+    };
+    let kept = delta
+        .messages
+        .iter()
+        .enumerate()
+        .zip(chain.request.messages())
+        .take_while(|((i, new), old)| resolved(*i, new) == **old)
+        .count();
+    delta.messages_from = kept;
+    delta.messages.drain(..kept);
+    delta.content_refs.retain(|r| r.message >= kept);
+    for r in &mut delta.content_refs {
+        r.message -= kept;
+    }
+    let same_rest = delta.rest.as_ref().is_some_and(|rest| {
+        serde_json::from_str::<Map<String, Value>>(rest.get())
+            .is_ok_and(|r| r == chain.request.rest)
+    });
+    if same_rest {
+        delta.rest = None;
+    }
+    if delta.headers.as_ref() == Some(&chain.request.headers) {
+        delta.headers = None;
     }
 }
 

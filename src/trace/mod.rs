@@ -49,8 +49,8 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// digests), so this bounds it to about 6-8 MB: 4 times the default `--max-concurrency`,
 /// so the sessions still running keep theirs. Small on purpose: the soak (docs/reliability.md
 /// section 8) fills it within its 2-minute warm-up, after which memory stays flat. The next
-/// record of an evicted session stores its request and prompt whole (still valid, just
-/// larger).
+/// record of an evicted session is a delta against its file's records, read back once
+/// ([`delta::rebase`]), as after a restart.
 pub const CACHED_SESSIONS: usize = 2048;
 
 /// The line format shared by all records.
@@ -539,6 +539,11 @@ pub struct StepRecord {
     /// Set on a termination: written as a `terminate` record after this one.
     #[serde(skip)]
     pub termination: Option<TerminateRecord>,
+    /// The writer knew nothing of the session when it took this record's deltas (the first
+    /// record of a process, or after its memory of the session was evicted): an existing
+    /// file's records are read to store it as a delta against them ([`delta::rebase`]).
+    #[serde(skip)]
+    pub chain_unknown: bool,
 }
 
 /// How a request's prefix was found (the trace's `prefix.matched_by`).
@@ -944,6 +949,7 @@ impl TraceWriter {
                 (state.begun, state.written) = keep;
             }
             let side_call = record.kind.is_some();
+            record.chain_unknown = !state.delta.is_known();
             let stored = delta::prompt_record(prompt, (!side_call).then_some(&mut state.prompt));
             record.request = record.input.as_deref().and_then(|input| {
                 state
@@ -1030,6 +1036,29 @@ impl TraceWriter {
             // frame after it unreadable, so it goes (its record was never complete).
             zstd_whole_frames(&path)?;
         }
+        let mut rebased;
+        let record = if !fresh && record.chain_unknown {
+            // A file this process's deltas do not know: extend its records rather than
+            // store the prompt and request whole (read once per session and process).
+            match read::TraceReader::open(&path)
+                .ok()
+                .and_then(read::TraceReader::into_chain)
+            {
+                Some(chain) => {
+                    rebased = record.clone();
+                    if let Some(prompt) = rebased.prompt.as_mut() {
+                        // Stored whole: the delta is the full prompt.
+                        let full = prompt.delta.clone();
+                        let step = record.kind.is_none();
+                        delta::rebase(prompt, &mut rebased.request, &full, &chain, step);
+                    }
+                    &rebased
+                }
+                None => record,
+            }
+        } else {
+            record
+        };
         let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
         let mut out = Line {
             file: &mut file,

@@ -367,6 +367,24 @@ impl TraceReader {
         &self.request
     }
 
+    /// The full prompt of the last `step` record returned (what the next `step` record's
+    /// prompt delta extends; empty before the first).
+    pub fn chain_prompt(&self) -> &str {
+        &self.chain
+    }
+
+    /// What the file's records leave for a next record to extend ([`super::delta::FileChain`]):
+    /// every record read; `None` when one does not rebuild.
+    pub fn into_chain(mut self) -> Option<super::delta::FileChain> {
+        while let Some(record) = self.next_record() {
+            record.ok()?;
+        }
+        Some(super::delta::FileChain {
+            prompt: std::mem::take(&mut self.chain),
+            request: self.request,
+        })
+    }
+
     /// The next record; for `step` and `side_call` records the prompt and request are
     /// rebuilt first (see [`TraceReader::prompt`], [`TraceReader::request`]).
     ///
