@@ -164,8 +164,14 @@ if [[ $QUICK == 1 ]]; then N1=200; N32=640; else N1=3000; N32=6400; fi
 # is the SWE-agent body's completions request of the same length.
 measure() {
     local turns=$1 stream=$2 c=$3 n=$4 route=${5:-ids} sfx="" proxy_body direct_body flag
-    local path=${route%+zstd} serve_flags=()
-    [[ $route == *+zstd ]] && serve_flags=(--trace-compression zstd)
+    # ROUTE is PATH[+zstd][+mcN]: +zstd compresses traces, +mcN sets --message-cache-mib N.
+    local path=${route%%+*} serve_flags=() part
+    for part in $(tr '+' ' ' <<<"${route#"$path"}"); do
+        case $part in
+            zstd) serve_flags+=(--trace-compression zstd) ;;
+            mc*) serve_flags+=(--message-cache-mib "${part#mc}") ;;
+        esac
+    done
     [[ $stream == yes ]] && sfx="-stream"
     direct_body="$B/completions-$turns$sfx.json"
     if [[ $path != ids ]]; then
@@ -244,8 +250,8 @@ for turns in 2 20 100; do
     done
 done
 
-echo "== paths that open a session on every request (foreign ids, mini text)" >&2
-for route in foreign mini; do
+echo "== paths that open a session on every request (foreign ids, mini text, Terminus-2)" >&2
+for route in foreign mini terminus; do
     start_mock 0
     for turns in 20 100; do
         for stream in no yes; do
@@ -262,11 +268,18 @@ done
 
 echo "== compressed traces (--trace-compression zstd)" >&2
 start_mock 0
-for route in ids+zstd foreign+zstd mini+zstd; do
+for route in ids+zstd foreign+zstd mini+zstd terminus+zstd; do
     for turns in 20 100; do
         measure "$turns" no 1 "$N1" "$route"
     done
 done
+
+# The c=32 rows cycle through 256 sessions: at 100 turns their histories (77 MB of JSON) are
+# more than the default message cache holds, so those rows measure its misses. The same row
+# with a cache that holds them:
+echo "== c=32, 100 turns, --message-cache-mib 128" >&2
+start_mock 20
+measure 100 no 32 "$N32" ids+mc128
 
 echo "== 1,000 turns, c=1, mock delay 0 ms" >&2
 start_mock 0
@@ -336,8 +349,9 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "CPU = proxy utime+stime per request. RSS = proxy VmHWM after the run."
     echo
     echo "Path: \`ids\` the next turn of a running session (proxy-minted ids); \`foreign\` the same"
-    echo "conversation with ids that are not the proxy's and \`mini\` mini-swe-agent's text mode (no"
-    echo "ids): every such request opens a session. \`+zstd\`: with \`--trace-compression zstd\`."
+    echo "conversation with ids that are not the proxy's, \`mini\` mini-swe-agent's text mode (no"
+    echo "ids) and \`terminus\` Terminus-2's JSON keystrokes (no ids): every such request opens a"
+    echo "session. \`+zstd\`: with \`--trace-compression zstd\`; \`+mc128\`: \`--message-cache-mib 128\`."
     echo "Trace = bytes written to the log directory per request."
     echo
     echo "| path | turns | body | stream | c | direct p50 | direct p99 | proxy p50 | proxy p99 | added p50 | added p99 | direct rps | proxy rps | proxy/direct | CPU ms/req | peak RSS MiB | trace KiB/req | ok (direct, proxy) |"

@@ -422,8 +422,11 @@ pub fn terminus_text_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
     let opening = fixture["messages"][0]["content"]
         .as_str()
         .unwrap_or_default()
-        .to_string()
-        + &format!("\n\nTask Description:\n{} ({tag})\n", task_text(&mut rng));
+        .replacen(
+            "Compile /app/hello.c with gcc into /app/hello and make sure running it prints `Hello, terminal!`.",
+            &format!("{} ({tag})", task_text(&mut rng)),
+            1,
+        );
     let mut messages = vec![json!({"role": "user", "content": opening})];
     for i in 0..turns {
         let (thought, _, arguments, observation) = turn(&mut rng, i);

@@ -263,7 +263,7 @@ impl ChatCompletionRequest {
     /// Decodes `body` with path tracking: the error names the JSON path of the bad field.
     fn decode_error(body: &[u8]) -> Result<Self, ProxyError> {
         let de = &mut serde_json::Deserializer::from_slice(body);
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        let request = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner();
             // `.`: the top level; `?`: no path (the body is not JSON at all).
@@ -273,7 +273,14 @@ impl ChatCompletionRequest {
                 None => format!("invalid request body: {inner}"),
             };
             ProxyError::InvalidRequest { message, param }
-        })
+        })?;
+        // What follows the object (`{…}}`, a second object): the plain decode refused it,
+        // so this one must too.
+        de.end().map_err(|e| ProxyError::InvalidRequest {
+            message: format!("invalid request body: {e}"),
+            param: None,
+        })?;
+        Ok(request)
     }
 
     /// The checks serde cannot express.
@@ -559,6 +566,58 @@ fn without_context_blocks(text: &str) -> std::borrow::Cow<'_, str> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The decoder without the split and the cache: serde_json on the whole body.
+    fn plain(body: &[u8]) -> Option<ChatCompletionRequest> {
+        serde_json::from_slice(body)
+            .ok()
+            .and_then(|r| ChatCompletionRequest::validate(r).ok())
+    }
+
+    #[test]
+    fn a_body_with_anything_after_the_object_is_refused() {
+        // The decoder that words errors once let `{…}}` through (found by the property below).
+        for body in [
+            r#"{"messages":[{"role":"user","content":"x"}]}}"#,
+            r#"{"messages":[{"role":"user","content":"x"}]} {"a":1}"#,
+        ] {
+            let err = ChatCompletionRequest::from_slice(body.as_bytes()).unwrap_err();
+            assert!(err.to_string().contains("trailing characters"), "{err}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Its messages decoded and remembered, a body with one byte inserted or deleted
+        /// anywhere is decoded through the split and the cache exactly when serde_json
+        /// decodes it whole, to the same request: the scanner's leniency never lets an
+        /// invalid body through.
+        #[test]
+        fn a_damaged_body_decodes_as_serde_json_decodes_it(
+            at in 0usize..400,
+            byte in proptest::sample::select(vec![b'"', b'\\', b',', b'}', b']', b'{', b'[', b':', b' ', b'1', b'x']),
+            delete in proptest::bool::ANY,
+        ) {
+            let body = json!({"model": "m", "messages": [
+                {"role": "system", "content": "Be \"brief\" \\ [ok]"},
+                {"role": "user", "content": "Fix {it}."},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                    "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "a.py\n"},
+            ], "temperature": 0.5, "tools": []});
+            let mut text = serde_json::to_vec(&body).unwrap();
+            proptest::prop_assert!(ChatCompletionRequest::from_slice(&text).is_ok());
+            let at = at % text.len();
+            if delete { text.remove(at); } else { text.insert(at, byte); }
+            let ours = ChatCompletionRequest::from_slice(&text).ok();
+            let theirs = plain(&text);
+            proptest::prop_assert_eq!(ours.is_some(), theirs.is_some(), "{}", String::from_utf8_lossy(&text));
+            if let (Some(a), Some(b)) = (ours, theirs) {
+                proptest::prop_assert_eq!(format!("{:?}", a.messages), format!("{:?}", b.messages));
+                proptest::prop_assert_eq!(a.extra, b.extra);
+                proptest::prop_assert_eq!(a.temperature, b.temperature);
+            }
+        }
+    }
 
     #[test]
     fn lone_surrogates_inside_tool_call_arguments_read_as_replacement_characters() {

@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
+#[cfg(test)]
 use serde::Deserialize;
+#[cfg(test)]
 use serde_json::value::RawValue;
 
 use super::chat::ChatMessage;
@@ -41,12 +43,14 @@ pub struct BodySplit {
     pub rest: Vec<(String, Range<usize>)>,
 }
 
-/// The borrowed parts, as serde_json finds them.
+/// The borrowed parts, as serde_json finds them (the scanner's oracle in tests).
+#[cfg(test)]
 struct Parts<'a> {
     messages: Option<Vec<&'a RawValue>>,
     rest: Vec<(String, &'a RawValue)>,
 }
 
+#[cfg(test)]
 impl<'de: 'a, 'a> Deserialize<'de> for Parts<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Fields<'a>(std::marker::PhantomData<&'a ()>);
@@ -80,10 +84,157 @@ impl<'de: 'a, 'a> Deserialize<'de> for Parts<'a> {
     }
 }
 
+/// A strict scanner of JSON structure for [`BodySplit::of`]: finds where values end without
+/// decoding them. Strings are skipped by searching for their closing quote (a quote preceded
+/// by an odd run of backslashes is escaped), so the cost is one SIMD search per string, not a
+/// step per byte; structure outside strings is read byte by byte. What it does not check
+/// (escapes, numbers, literals, control characters inside strings) is checked where the
+/// parts are used: each message is taken from the cache only when its text is byte for byte
+/// one that decoded before, else decoded by serde_json, and the other fields are decoded by
+/// serde_json.
+struct Scan<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Scan<'_> {
+    fn skip_space(&mut self) {
+        while matches!(self.bytes.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    /// Consumes `byte` (after whitespace); false when another byte is there.
+    fn eat(&mut self, byte: u8) -> bool {
+        self.skip_space();
+        let found = self.bytes.get(self.at) == Some(&byte);
+        self.at += usize::from(found);
+        found
+    }
+
+    /// Skips a string whose opening quote is at `self.at`; `None` when it does not end.
+    fn string(&mut self) -> Option<()> {
+        let mut from = self.at + 1;
+        loop {
+            let quote = from + memchr::memchr(b'"', self.bytes.get(from..)?)?;
+            let backslashes = self.bytes[..quote]
+                .iter()
+                .rev()
+                .take_while(|&&b| b == b'\\')
+                .count();
+            if backslashes % 2 == 0 {
+                self.at = quote + 1;
+                return Some(());
+            }
+            from = quote + 1;
+        }
+    }
+
+    /// Skips the value starting at `self.at` (whitespace skipped first); its byte range.
+    fn value(&mut self) -> Option<Range<usize>> {
+        self.skip_space();
+        let start = self.at;
+        match *self.bytes.get(start)? {
+            b'"' => self.string()?,
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match *self.bytes.get(self.at)? {
+                        b'"' => {
+                            self.string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.at += 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.at += 1;
+                }
+            }
+            b',' | b'}' | b']' | b':' => return None,
+            _ => {
+                while !matches!(
+                    self.bytes.get(self.at),
+                    None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+                ) {
+                    self.at += 1;
+                }
+            }
+        }
+        Some(start..self.at)
+    }
+}
+
 impl BodySplit {
-    /// The split of `body`; `None` when it is not a JSON object with one `messages` array
-    /// (the full decoder then words the error).
+    /// The split of `body`, in one pass ([`Scan`]); `None` when it is not a JSON object with
+    /// one `messages` array (the full decoder then words the error).
     pub fn of(body: &str) -> Option<Self> {
+        let mut scan = Scan {
+            bytes: body.as_bytes(),
+            at: 0,
+        };
+        let mut split = Self::default();
+        let mut messages = false;
+        if !scan.eat(b'{') {
+            return None;
+        }
+        if !scan.eat(b'}') {
+            loop {
+                scan.skip_space();
+                let key = scan.value()?;
+                let key = &body[key];
+                let key: String = if key.contains('\\') {
+                    serde_json::from_str(key).ok()?
+                } else {
+                    key.strip_prefix('"')?.strip_suffix('"')?.to_string()
+                };
+                if !scan.eat(b':') {
+                    return None;
+                }
+                if key == "messages" {
+                    if messages || !scan.eat(b'[') {
+                        return None;
+                    }
+                    messages = true;
+                    if !scan.eat(b']') {
+                        loop {
+                            let range = scan.value()?;
+                            let digest =
+                                xxhash_rust::xxh3::xxh3_128(&body.as_bytes()[range.clone()]);
+                            split.messages.push(RawMessage { range, digest });
+                            if scan.eat(b']') {
+                                break;
+                            }
+                            if !scan.eat(b',') {
+                                return None;
+                            }
+                        }
+                    }
+                } else {
+                    let range = scan.value()?;
+                    split.rest.push((key, range));
+                }
+                if scan.eat(b'}') {
+                    break;
+                }
+                if !scan.eat(b',') {
+                    return None;
+                }
+            }
+        }
+        scan.skip_space();
+        (messages && scan.at == body.len()).then_some(split)
+    }
+
+    /// [`BodySplit::of`] by serde_json's raw values: the scanner's oracle in tests.
+    #[cfg(test)]
+    fn by_serde(body: &str) -> Option<Self> {
         let parts: Parts<'_> = serde_json::from_str(body).ok()?;
         let base = body.as_ptr() as usize;
         let range = |raw: &RawValue| {
@@ -234,6 +385,68 @@ mod tests {
             r#"{"messages":[],"model":"m","n":1}"#
         );
         assert_ne!(split.messages[0].digest, split.messages[1].digest);
+    }
+
+    /// JSON values with the strings scanners get wrong: quotes, backslash runs before
+    /// quotes, brackets and braces inside strings, non-ASCII.
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(|n| serde_json::json!(n)),
+            "(\\\\|\"|[\\[\\]{}:,]|é|\\PC){0,12}".prop_map(serde_json::Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                proptest::collection::vec(("[a-z\"\\\\]{1,4}", inner), 0..4)
+                    .prop_map(|kv| serde_json::Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_scanner_splits_as_serde_json_does(
+            messages in proptest::collection::vec(json_value(), 0..4),
+            rest in proptest::collection::vec(("[a-z\"\\\\]{1,6}", json_value()), 0..4),
+            pretty in proptest::bool::ANY,
+        ) {
+            let mut body = serde_json::Map::new();
+            for (k, v) in rest {
+                body.insert(k, v);
+            }
+            body.insert("messages".into(), serde_json::Value::Array(messages));
+            let value = serde_json::Value::Object(body);
+            let text = if pretty {
+                serde_json::to_string_pretty(&value).unwrap()
+            } else {
+                serde_json::to_string(&value).unwrap()
+            };
+            proptest::prop_assert_eq!(BodySplit::of(&text), BodySplit::by_serde(&text));
+        }
+
+        /// A body with a byte inserted or deleted anywhere: where both split it, they agree
+        /// (where only the scanner does, the decoder still refuses what serde_json refuses:
+        /// `openai::chat`'s tests).
+        #[test]
+        fn a_damaged_body_is_never_split_differently(
+            messages in proptest::collection::vec(json_value(), 1..3),
+            at in 0usize..200,
+            byte in proptest::sample::select(vec![b'"', b'\\', b',', b'}', b']', b'{', b' ', b'x']),
+            delete in proptest::bool::ANY,
+        ) {
+            let value = serde_json::json!({"model": "m", "messages": messages, "n": 1});
+            let mut text = serde_json::to_string(&value).unwrap().into_bytes();
+            let at = at % text.len();
+            if delete { text.remove(at); } else { text.insert(at, byte); }
+            if let Ok(text) = String::from_utf8(text) {
+                if let (Some(a), Some(b)) = (BodySplit::of(&text), BodySplit::by_serde(&text)) {
+                    proptest::prop_assert_eq!(a, b);
+                }
+            }
+        }
     }
 
     #[test]
