@@ -2,6 +2,7 @@
 //! prompt and request, a log linear in the trajectory, the session record (task, run, label),
 //! torn lines, and `kill -9` in the middle of a run.
 
+use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -746,6 +747,70 @@ async fn compressed_trace_files_read_like_plain_ones_and_a_torn_frame_is_cut_off
         .map(|p| asap_proxy::trace::read::trace_stem(p))
         .collect();
     assert_eq!(stems, ["eeeeeeeeeeee", "ffffffffffff"]);
+}
+
+/// A record cut short in the middle of a compressed file (a failed write, then more records
+/// from the same process) costs that record only, as a torn line does in a plain file: the
+/// readers skip the damaged frame (listed as an invalid line) and read every record after
+/// it, and the next process's first write cuts nothing that decodes (found by a break-it
+/// review: a torn frame's header claimed the good frames after it).
+#[tokio::test]
+async fn a_damaged_frame_in_the_middle_of_a_compressed_file_costs_one_record() {
+    use asap_proxy::config::TraceCompression;
+    use asap_proxy::session::SessionId;
+    use asap_proxy::trace::{TraceSettings, TraceWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let settings = || TraceSettings {
+        dir: dir.path().to_path_buf(),
+        compression: TraceCompression::Zstd,
+        ..TraceSettings::default()
+    };
+    let id = SessionId::from_recorded("dadadadadada").unwrap();
+    let writer = TraceWriter::new(settings());
+    let mut expected = Vec::new();
+    for turn in 0..3 {
+        let (record, prompt, body) = made_up_step(turn);
+        writer.write_record(&id, record).await;
+        expected.push((prompt, body));
+    }
+    let path = writer.path(&id);
+    let bytes = std::fs::read(&path).unwrap();
+    // The start of a real frame (its header claims more bytes than follow it).
+    let fragment = bytes[..30].to_vec();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(&fragment)
+        .unwrap();
+    for turn in 3..5 {
+        let (record, prompt, body) = made_up_step(turn);
+        writer.write_record(&id, record).await;
+        expected.push((prompt, body));
+    }
+    let steps = |path: &std::path::Path, expected: &[(String, Value)]| {
+        let mut reader = TraceReader::open(path).unwrap();
+        let mut n = 0;
+        while let Some(record) = reader.next_record() {
+            if record.unwrap().kind() == "step" {
+                assert_eq!(reader.prompt(), expected[n].0, "prompt {n}");
+                assert_eq!(reader.request().body(), expected[n].1, "request {n}");
+                n += 1;
+            }
+        }
+        (n, reader.invalid_lines().len())
+    };
+    assert_eq!(steps(&path, &expected), (5, 1));
+    let len = std::fs::metadata(&path).unwrap().len();
+    let restarted = TraceWriter::new(settings());
+    let (record, prompt, body) = made_up_step(5);
+    restarted.write_record(&id, record).await;
+    expected.push((prompt, body));
+    assert!(
+        std::fs::metadata(&path).unwrap().len() > len,
+        "nothing was cut"
+    );
+    assert_eq!(steps(&path, &expected), (6, 1));
 }
 
 /// A new process (or a writer whose memory of the session was evicted) continuing a session

@@ -212,9 +212,29 @@ impl ChatCompletionRequest {
     }
 
     /// The request, and the split of `body` when it was decoded through one.
+    ///
+    /// Errors: a body nested deeper than [`super::split::MAX_DEPTH`] levels (its trace record
+    /// could not be read back), or one that does not decode or validate.
     fn decode_split(body: &[u8]) -> Result<(Self, Option<Arc<BodySplit>>), ProxyError> {
-        if let Some((request, split)) = Self::decode_cached(body) {
-            return Ok((Self::validate(request)?, Some(Arc::new(split))));
+        let too_deep = |depth: usize| ProxyError::InvalidRequest {
+            message: format!(
+                "request body nested {depth} levels deep; at most {} are accepted",
+                super::split::MAX_DEPTH
+            ),
+            param: None,
+        };
+        match Self::decode_cached(body) {
+            Some((_, split)) if split.depth > super::split::MAX_DEPTH => {
+                return Err(too_deep(split.depth));
+            }
+            Some((request, split)) => {
+                return Ok((Self::validate(request)?, Some(Arc::new(split))));
+            }
+            None => {}
+        }
+        let depth = super::split::nesting_depth(body);
+        if depth > super::split::MAX_DEPTH {
+            return Err(too_deep(depth));
         }
         // Path tracking costs an allocation per key; bodies are valid almost always, so decode
         // plainly first and decode again with tracking only to word an error.
@@ -575,6 +595,32 @@ mod tests {
     }
 
     #[test]
+    fn a_body_nested_deeper_than_the_trace_can_hold_is_refused() {
+        let nested = |d: usize| format!("{}1{}", "[".repeat(d), "]".repeat(d));
+        // Body 1, messages 2, message 3, then `x`'s arrays.
+        let in_message = |d: usize| {
+            format!(
+                r#"{{"messages":[{{"role":"user","content":"hi","x":{}}}]}}"#,
+                nested(d)
+            )
+        };
+        assert!(ChatCompletionRequest::from_slice(in_message(97).as_bytes()).is_ok());
+        for body in [
+            in_message(98),
+            in_message(124),
+            format!(
+                r#"{{"messages":[{{"role":"user","content":"hi"}}],"x":{}}}"#,
+                nested(100)
+            ),
+            // Does not split (not an object with messages): the depth is checked all the same.
+            format!(r#"{{"x":{}}}"#, nested(100)),
+        ] {
+            let err = ChatCompletionRequest::from_slice(body.as_bytes()).unwrap_err();
+            assert!(err.to_string().contains("levels deep"), "{err}");
+        }
+    }
+
+    #[test]
     fn a_body_with_anything_after_the_object_is_refused() {
         // The decoder that words errors once let `{…}}` through (found by the property below).
         for body in [
@@ -594,7 +640,7 @@ mod tests {
         #[test]
         fn a_damaged_body_decodes_as_serde_json_decodes_it(
             at in 0usize..400,
-            byte in proptest::sample::select(vec![b'"', b'\\', b',', b'}', b']', b'{', b'[', b':', b' ', b'1', b'x']),
+            byte in proptest::sample::select(vec![b'"', b'\\', b',', b'}', b']', b'{', b'[', b':', b' ', b'1', b'x', b'\t', b'\n', 1]),
             delete in proptest::bool::ANY,
         ) {
             let body = json!({"model": "m", "messages": [

@@ -41,6 +41,8 @@ pub struct BodySplit {
     pub messages: Vec<RawMessage>,
     /// Every other top-level field, in body order: its key and the range of its value.
     pub rest: Vec<(String, Range<usize>)>,
+    /// The body's deepest nesting (its object is level 1).
+    pub depth: usize,
 }
 
 /// The borrowed parts, as serde_json finds them (the scanner's oracle in tests).
@@ -95,6 +97,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Parts<'a> {
 struct Scan<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// Deepest nesting seen (the body's object is level 1).
+    depth: usize,
 }
 
 impl Scan<'_> {
@@ -130,8 +134,9 @@ impl Scan<'_> {
         }
     }
 
-    /// Skips the value starting at `self.at` (whitespace skipped first); its byte range.
-    fn value(&mut self) -> Option<Range<usize>> {
+    /// Skips the value starting at `self.at` (whitespace skipped first), inside `level`
+    /// containers; its byte range.
+    fn value(&mut self, level: usize) -> Option<Range<usize>> {
         self.skip_space();
         let start = self.at;
         match *self.bytes.get(start)? {
@@ -144,7 +149,10 @@ impl Scan<'_> {
                             self.string()?;
                             continue;
                         }
-                        b'{' | b'[' => depth += 1,
+                        b'{' | b'[' => {
+                            depth += 1;
+                            self.depth = self.depth.max(level + depth);
+                        }
                         b'}' | b']' => {
                             depth -= 1;
                             if depth == 0 {
@@ -171,6 +179,24 @@ impl Scan<'_> {
     }
 }
 
+/// Nesting levels a request body may have (its object is level 1): a trace record holds the
+/// body's values three levels deeper, and serde_json reads at most 127, so a deeper request
+/// would be answered and leave a trace file no reader can open. Real requests nest a few
+/// dozen levels at most (tool schemas).
+pub const MAX_DEPTH: usize = 100;
+
+/// The deepest nesting of JSON text `body` (0 for a scalar), scanned as [`BodySplit::of`]
+/// scans; for a body that did not split.
+pub fn nesting_depth(body: &[u8]) -> usize {
+    let mut scan = Scan {
+        bytes: body,
+        at: 0,
+        depth: 0,
+    };
+    let _ = scan.value(0);
+    scan.depth
+}
+
 impl BodySplit {
     /// The split of `body`, in one pass ([`Scan`]); `None` when it is not a JSON object with
     /// one `messages` array (the full decoder then words the error).
@@ -178,6 +204,7 @@ impl BodySplit {
         let mut scan = Scan {
             bytes: body.as_bytes(),
             at: 0,
+            depth: 1,
         };
         let mut split = Self::default();
         let mut messages = false;
@@ -187,9 +214,10 @@ impl BodySplit {
         if !scan.eat(b'}') {
             loop {
                 scan.skip_space();
-                let key = scan.value()?;
+                let key = scan.value(1)?;
                 let key = &body[key];
-                let key: String = if key.contains('\\') {
+                // Escapes decoded, and a raw control character refused, by serde_json.
+                let key: String = if key.bytes().any(|b| b == b'\\' || b < 0x20) {
                     serde_json::from_str(key).ok()?
                 } else {
                     key.strip_prefix('"')?.strip_suffix('"')?.to_string()
@@ -202,9 +230,10 @@ impl BodySplit {
                         return None;
                     }
                     messages = true;
+                    scan.depth = scan.depth.max(2);
                     if !scan.eat(b']') {
                         loop {
-                            let range = scan.value()?;
+                            let range = scan.value(2)?;
                             let digest =
                                 xxhash_rust::xxh3::xxh3_128(&body.as_bytes()[range.clone()]);
                             split.messages.push(RawMessage { range, digest });
@@ -217,7 +246,7 @@ impl BodySplit {
                         }
                     }
                 } else {
-                    let range = scan.value()?;
+                    let range = scan.value(1)?;
                     split.rest.push((key, range));
                 }
                 if scan.eat(b'}') {
@@ -229,6 +258,7 @@ impl BodySplit {
             }
         }
         scan.skip_space();
+        split.depth = scan.depth;
         (messages && scan.at == body.len()).then_some(split)
     }
 
@@ -255,6 +285,7 @@ impl BodySplit {
                 .into_iter()
                 .map(|(key, raw)| (key, range(raw)))
                 .collect(),
+            depth: tests::value_depth(&serde_json::from_str(body).ok()?),
         })
     }
 
@@ -387,6 +418,30 @@ mod tests {
         assert_ne!(split.messages[0].digest, split.messages[1].digest);
     }
 
+    /// Nesting of a decoded value (an object or array is one level more than its deepest
+    /// element; a scalar 0).
+    pub(super) fn value_depth(value: &serde_json::Value) -> usize {
+        match value {
+            serde_json::Value::Array(items) => 1 + items.iter().map(value_depth).max().unwrap_or(0),
+            serde_json::Value::Object(map) => 1 + map.values().map(value_depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn depth_counts_every_level_and_raw_control_characters_in_keys_do_not_split() {
+        let body = r#"{"messages":[{"role":"user","content":"[[[{"}],"x":[[1]]}"#;
+        assert_eq!(BodySplit::of(body).unwrap().depth, 3);
+        assert_eq!(nesting_depth(br#"{"a":[[[{"b":"]]]]"}]]]}"#), 5);
+        assert_eq!(nesting_depth(b"1"), 0);
+        for body in [
+            "{\"mo\tdel\":\"m\",\"messages\":[]}",
+            "{\"x\ny\":1,\"messages\":[]}",
+        ] {
+            assert_eq!(BodySplit::of(body), None, "{body:?}");
+        }
+    }
+
     /// JSON values with the strings scanners get wrong: quotes, backslash runs before
     /// quotes, brackets and braces inside strings, non-ASCII.
     fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
@@ -434,7 +489,7 @@ mod tests {
         fn a_damaged_body_is_never_split_differently(
             messages in proptest::collection::vec(json_value(), 1..3),
             at in 0usize..200,
-            byte in proptest::sample::select(vec![b'"', b'\\', b',', b'}', b']', b'{', b' ', b'x']),
+            byte in proptest::sample::select(vec![b'"', b'\\', b',', b'}', b']', b'{', b' ', b'x', b'\t', b'\n', 1]),
             delete in proptest::bool::ANY,
         ) {
             let value = serde_json::json!({"model": "m", "messages": messages, "n": 1});

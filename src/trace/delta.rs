@@ -178,8 +178,18 @@ impl<'de: 'a, 'a> Deserialize<'de> for Body<'a> {
 /// observation costs more than the search); each hit is then compared in full.
 fn find_text(haystack: &[u8], needle: &str) -> Option<usize> {
     let needle = needle.as_bytes();
-    let head = &needle[..needle.len().min(32)];
-    memchr::memmem::find_iter(haystack, head).find(|&at| haystack[at..].starts_with(needle))
+    let head = memchr::memmem::Finder::new(&needle[..needle.len().min(32)]);
+    // Hits may overlap (a head that repeats itself), so each search starts one byte after
+    // the last hit (`find_iter` would skip overlapping ones).
+    let mut from = 0;
+    while let Some(at) = head.find(haystack.get(from..)?) {
+        let at = from + at;
+        if haystack[at..].starts_with(needle) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 /// The writer's memory of the last request of a session.
@@ -428,6 +438,20 @@ mod tests {
             haystack in "[ab\u{e9}]{0,80}",
             needle in "[ab\u{e9}]{1,40}",
         ) {
+            proptest::prop_assert_eq!(find_text(haystack.as_bytes(), &needle), haystack.find(needle.as_str()));
+        }
+
+        /// Needles longer than the searched head whose head repeats (`ab` × 16, `=` × 70):
+        /// hits overlap.
+        #[test]
+        fn find_text_finds_overlapping_heads(
+            unit in "[ab=]{1,3}",
+            repeats in 11usize..40,
+            extra in 0usize..4,
+            end in "[X!]",
+        ) {
+            let needle = format!("{}{end}", unit.repeat(repeats));
+            let haystack = format!("{}{end}", unit.repeat(repeats + extra));
             proptest::prop_assert_eq!(find_text(haystack.as_bytes(), &needle), haystack.find(needle.as_str()));
         }
     }

@@ -1143,11 +1143,12 @@ pub fn is_zstd(path: &std::path::Path) -> bool {
     path.extension().is_some_and(|e| e == "zst")
 }
 
-/// Cuts a compressed trace file after its last whole zstd frame (a record being written when
-/// the process died). Reads the file once, at the first write of a session by a process.
+/// Cuts a compressed trace file after the last zstd frame that decodes (a record being
+/// written when the process died; damage before it stays, skipped by the readers). Reads the
+/// file once, at the first write of a session by a process.
 fn zstd_whole_frames(path: &std::path::Path) -> std::io::Result<()> {
     let bytes = std::fs::read(path)?;
-    let whole = read::zstd_frames_len(&bytes);
+    let whole = read::zstd_frames(&bytes).1;
     if whole < bytes.len() {
         tracing::warn!(path = %path.display(), cut = bytes.len() - whole, "trace file ended in a torn zstd frame; cut it off");
         std::fs::OpenOptions::new()
@@ -1179,7 +1180,9 @@ impl Line<'_> {
         one_line(&mut buf);
         buf.push(b'\n');
         if self.zstd {
-            buf = zstd::bulk::compress(&buf, ZSTD_LEVEL)?;
+            let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
+            compressor.include_checksum(true)?;
+            buf = compressor.compress(&buf)?;
         }
         self.file.write_all(&buf)
     }

@@ -95,30 +95,49 @@ fn collect(
 /// (`--trace-compression zstd`) starts with them, a plain one with `{`.
 pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 
-/// Length of the whole zstd frames at the start of `bytes` (each record of a compressed trace
-/// is one frame; what follows them is a frame cut short).
-pub fn zstd_frames_len(bytes: &[u8]) -> usize {
+/// A compressed trace file read frame by frame (each record is one frame): the text of the
+/// frames that decode, and where the last of them ends. A frame that does not decode (a
+/// record cut short by a failed write, then more records after it) is skipped up to the next
+/// frame's magic number and marked by a line no reader takes for a record (`invalid_lines`),
+/// so what follows is still read; a cut-short last frame yields what it still can (a torn
+/// last line). Frames carry a checksum, so damage is found, not decoded as text.
+pub fn zstd_frames(bytes: &[u8]) -> (Vec<u8>, usize) {
+    use std::io::Read;
+    let mut text = Vec::with_capacity(bytes.len() * 6);
     let mut at = 0;
+    let mut good_end = 0;
     while at < bytes.len() {
-        match zstd::zstd_safe::find_frame_compressed_size(&bytes[at..]) {
-            Ok(len) if len > 0 && at + len <= bytes.len() => at += len,
-            _ => break,
+        let rest = &bytes[at..];
+        if let Ok(len) = zstd::zstd_safe::find_frame_compressed_size(rest) {
+            if len > 0 && len <= rest.len() {
+                if let Ok(out) = zstd::stream::decode_all(&rest[..len]) {
+                    text.extend_from_slice(&out);
+                    at += len;
+                    good_end = at;
+                    continue;
+                }
+            }
+        }
+        match memchr::memmem::find(&rest[1..], &ZSTD_MAGIC) {
+            Some(next) => {
+                text.extend_from_slice(b"\n(a damaged zstd frame was skipped here)\n");
+                at += 1 + next;
+            }
+            None => {
+                if let Ok(mut decoder) = zstd::stream::read::Decoder::with_buffer(rest) {
+                    // An error (the frame is cut short) keeps what was read before it.
+                    let _ = decoder.read_to_end(&mut text);
+                }
+                break;
+            }
         }
     }
-    at
+    (text, good_end)
 }
 
-/// The text of a compressed trace file: its whole frames decompressed, then what a frame cut
-/// short still yields (a torn last line, which the reader reports as such).
+/// The text of a compressed trace file ([`zstd_frames`]).
 pub fn zstd_text(bytes: &[u8]) -> Vec<u8> {
-    use std::io::Read;
-    let mut text = Vec::with_capacity(bytes.len() * 8);
-    let Ok(mut decoder) = zstd::stream::read::Decoder::with_buffer(bytes) else {
-        return text;
-    };
-    // An error (a torn frame) keeps what was read before it.
-    let _ = decoder.read_to_end(&mut text);
-    text
+    zstd_frames(bytes).0
 }
 
 /// The first line of a trace file (its session record), plain or compressed; `None` when
