@@ -174,11 +174,13 @@ async fn drive(args: &Args, setup: Setup) -> Outcome {
         context_length: setup.context_length,
         ..ServeArgs::default()
     };
+    // The built-in demonstration only: an empty directory of prefixes (the system's temp
+    // directory may hold other programs' JSON files).
+    let no_prefixes = tempfile::tempdir().unwrap();
     if task_prefix {
         serve.prompt.prefixes = vec![args.prefixes.clone()];
     } else {
-        // The built-in demonstration only (no task prefixes).
-        serve.prompt.prefixes = vec![std::env::temp_dir()];
+        serve.prompt.prefixes = vec![no_prefixes.path().to_path_buf()];
     }
     let config = Config::resolve(&serve).unwrap();
     let state = Arc::new(AppState::from_config(&config).unwrap());
