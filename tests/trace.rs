@@ -532,6 +532,36 @@ fn made_up_step(turn: usize) -> (asap_proxy::trace::StepRecord, String, Value) {
     (record, prompt, body)
 }
 
+/// Writes [`made_up_step`]s `turns` of session `id`, their prompts and bodies pushed to
+/// `expected`.
+async fn write_steps(
+    writer: &asap_proxy::trace::TraceWriter,
+    id: &asap_proxy::session::SessionId,
+    turns: std::ops::Range<usize>,
+    expected: &mut Vec<(String, Value)>,
+) {
+    for turn in turns {
+        let (record, prompt, body) = made_up_step(turn);
+        writer.write_record(id, record).await;
+        expected.push((prompt, body));
+    }
+}
+
+/// Reads `path` and checks each `step` record's rebuilt prompt and request against
+/// `expected`, in order: the reader after the last record, and the steps read.
+fn rebuilt_steps(path: &Path, expected: &[(String, Value)]) -> (TraceReader, usize) {
+    let mut reader = TraceReader::open(path).unwrap();
+    let mut n = 0;
+    while let Some(record) = reader.next_record() {
+        if record.unwrap().kind() == "step" {
+            assert_eq!(reader.prompt(), expected[n].0, "prompt {n}");
+            assert_eq!(reader.request().body(), expected[n].1, "request {n}");
+            n += 1;
+        }
+    }
+    (reader, n)
+}
+
 /// The writer keeps the delta state of a bounded number of sessions and evicts the least
 /// recently written one (the soak run of docs/reliability.md item 8 found it kept the state
 /// of every session served, up to 65,536, so RSS grew with every session). An evicted
@@ -592,16 +622,7 @@ async fn the_writer_keeps_state_of_recent_sessions_only_and_evicted_ones_still_r
             }
             _ => assert_eq!(prefix_bytes, [0]),
         }
-        let mut reader = TraceReader::open(&path).unwrap();
-        let mut n = 0;
-        while let Some(record) = reader.next_record() {
-            if record.unwrap().kind() == "step" {
-                assert_eq!(reader.prompt(), expected[who][n].0);
-                assert_eq!(reader.request().body(), expected[who][n].1);
-                n += 1;
-            }
-        }
-        assert_eq!(n, expected[who].len());
+        assert_eq!(rebuilt_steps(&path, &expected[who]).1, expected[who].len());
     }
 }
 
@@ -653,16 +674,7 @@ async fn begun_records_are_written_in_begin_order_and_a_dropped_one_as_aborted()
         .map(|s| s["prompt"]["prefix_bytes"].as_u64().unwrap())
         .collect();
     assert!(prefix_bytes[1..].iter().all(|&p| p > 0), "{prefix_bytes:?}");
-    let mut reader = TraceReader::open(&writer.path(&id)).unwrap();
-    let mut n = 0;
-    while let Some(record) = reader.next_record() {
-        if record.unwrap().kind() == "step" {
-            assert_eq!(reader.prompt(), expected[n].0, "prompt {n}");
-            assert_eq!(reader.request().body(), expected[n].1, "request {n}");
-            n += 1;
-        }
-    }
-    assert_eq!(n, 4);
+    assert_eq!(rebuilt_steps(&writer.path(&id), &expected).1, 4);
 }
 
 /// `--trace-compression zstd`: each record is one zstd frame of `{session}.jsonl.zst`; the
@@ -683,11 +695,7 @@ async fn compressed_trace_files_read_like_plain_ones_and_a_torn_frame_is_cut_off
     let id = SessionId::from_recorded("eeeeeeeeeeee").unwrap();
     let writer = TraceWriter::new(settings(TraceCompression::Zstd));
     let mut expected = Vec::new();
-    for turn in 0..3 {
-        let (record, prompt, body) = made_up_step(turn);
-        writer.write_record(&id, record).await;
-        expected.push((prompt, body));
-    }
+    write_steps(&writer, &id, 0..3, &mut expected).await;
     let path = writer.path(&id);
     assert_eq!(path, dir.path().join("eeeeeeeeeeee.jsonl.zst"));
     let bytes = std::fs::read(&path).unwrap();
@@ -713,17 +721,9 @@ async fn compressed_trace_files_read_like_plain_ones_and_a_torn_frame_is_cut_off
         !bytes.windows(torn.len()).any(|w| w == torn),
         "the torn frame stayed"
     );
-    let mut reader = TraceReader::open(&path).unwrap();
-    assert!(reader.session().is_some());
-    let mut n = 0;
-    while let Some(record) = reader.next_record() {
-        if record.unwrap().kind() == "step" {
-            assert_eq!(reader.prompt(), expected[n].0, "prompt {n}");
-            assert_eq!(reader.request().body(), expected[n].1, "request {n}");
-            n += 1;
-        }
-    }
+    let (reader, n) = rebuilt_steps(&path, &expected);
     assert_eq!(n, 4);
+    assert!(reader.session().is_some());
     assert!(!reader.torn_tail());
     assert_eq!(
         asap_proxy::trace::read::first_line(&path)
@@ -768,11 +768,7 @@ async fn a_damaged_frame_in_the_middle_of_a_compressed_file_costs_one_record() {
     let id = SessionId::from_recorded("dadadadadada").unwrap();
     let writer = TraceWriter::new(settings());
     let mut expected = Vec::new();
-    for turn in 0..3 {
-        let (record, prompt, body) = made_up_step(turn);
-        writer.write_record(&id, record).await;
-        expected.push((prompt, body));
-    }
+    write_steps(&writer, &id, 0..3, &mut expected).await;
     let path = writer.path(&id);
     let bytes = std::fs::read(&path).unwrap();
     // The start of a real frame (its header claims more bytes than follow it).
@@ -783,21 +779,9 @@ async fn a_damaged_frame_in_the_middle_of_a_compressed_file_costs_one_record() {
         .unwrap()
         .write_all(&fragment)
         .unwrap();
-    for turn in 3..5 {
-        let (record, prompt, body) = made_up_step(turn);
-        writer.write_record(&id, record).await;
-        expected.push((prompt, body));
-    }
-    let steps = |path: &std::path::Path, expected: &[(String, Value)]| {
-        let mut reader = TraceReader::open(path).unwrap();
-        let mut n = 0;
-        while let Some(record) = reader.next_record() {
-            if record.unwrap().kind() == "step" {
-                assert_eq!(reader.prompt(), expected[n].0, "prompt {n}");
-                assert_eq!(reader.request().body(), expected[n].1, "request {n}");
-                n += 1;
-            }
-        }
+    write_steps(&writer, &id, 3..5, &mut expected).await;
+    let steps = |path: &Path, expected: &[(String, Value)]| {
+        let (reader, n) = rebuilt_steps(path, expected);
         (n, reader.invalid_lines().len())
     };
     assert_eq!(steps(&path, &expected), (5, 1));
@@ -866,15 +850,7 @@ async fn a_restarted_writer_extends_the_files_records_instead_of_storing_whole()
         "the restarted record took {added} bytes for a {}-byte turn",
         prompt.len() - previous_prompt.len()
     );
-    let mut reader = TraceReader::open(&writer.path(&id)).unwrap();
-    let mut n = 0;
-    while let Some(record) = reader.next_record() {
-        if record.unwrap().kind() == "step" {
-            assert_eq!(reader.prompt(), expected[n].0, "prompt {n}");
-            assert_eq!(reader.request().body(), expected[n].1, "request {n}");
-            assert_eq!(reader.request().header("x-asap-task"), Some("t-1"));
-            n += 1;
-        }
-    }
+    let (reader, n) = rebuilt_steps(&writer.path(&id), &expected);
     assert_eq!(n, 4);
+    assert_eq!(reader.request().header("x-asap-task"), Some("t-1"));
 }

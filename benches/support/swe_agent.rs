@@ -407,6 +407,24 @@ pub fn chat_body(turns: usize, session: &str, stream: bool) -> Value {
     body
 }
 
+/// The generator of rollout `tag`'s turns in a text dialect (`base` apart per dialect).
+fn rollout_rng(base: u64, turns: usize, tag: &str) -> Rng {
+    let seed = tag
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    Rng::new(base + turns as u64 + (seed << 20))
+}
+
+/// A [`turn`]'s tool call as the shell command a text dialect writes (an editor view becomes
+/// `cat -n`).
+fn shell_command(arguments: &Value) -> String {
+    match (arguments.get("command"), arguments.get("path")) {
+        (Some(Value::String(c)), None) => c.clone(),
+        (_, Some(Value::String(path))) => format!("cat -n {path}"),
+        _ => "ls".to_string(),
+    }
+}
+
 /// A Terminus-2 request (JSON keystrokes in the reply's content, the terminal's output as the
 /// next user message; no tools, no ids) of `turns` turns, the commands and outputs of
 /// [`turn`] seeded by `tag` as in [`mini_text_bytes`]: the other content dialect without ids.
@@ -415,10 +433,7 @@ pub fn terminus_text_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
         "../../tests/fixtures/requests/terminus-2-1.json"
     ))
     .unwrap_or(Value::Null);
-    let seed = tag
-        .bytes()
-        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-    let mut rng = Rng::new(0x7e2a_0000 + turns as u64 + (seed << 20));
+    let mut rng = rollout_rng(0x7e2a_0000, turns, tag);
     let opening = fixture["messages"][0]["content"]
         .as_str()
         .unwrap_or_default()
@@ -430,11 +445,7 @@ pub fn terminus_text_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
     let mut messages = vec![json!({"role": "user", "content": opening})];
     for i in 0..turns {
         let (thought, _, arguments, observation) = turn(&mut rng, i);
-        let command = match (arguments.get("command"), arguments.get("path")) {
-            (Some(Value::String(c)), None) => c.clone(),
-            (_, Some(Value::String(path))) => format!("cat -n {path}"),
-            _ => "ls".to_string(),
-        };
+        let command = shell_command(&arguments);
         let reply = json!({
             "analysis": thought,
             "plan": format!("Run `{command}` and read its output."),
@@ -494,10 +505,7 @@ pub fn mini_text_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
         "../../tests/fixtures/requests/mini-swe-agent-v2-text-1.json"
     ))
     .unwrap_or(Value::Null);
-    let seed = tag
-        .bytes()
-        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-    let mut rng = Rng::new(0x5eed_0000 + turns as u64 + (seed << 20));
+    let mut rng = rollout_rng(0x5eed_0000, turns, tag);
     let system = fixture["messages"][0]["content"].clone();
     let instructions = fixture["messages"][1]["content"]
         .as_str()
@@ -513,11 +521,7 @@ pub fn mini_text_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
     ];
     for i in 0..turns {
         let (thought, _, arguments, observation) = turn(&mut rng, i);
-        let command = match (arguments.get("command"), arguments.get("path")) {
-            (Some(Value::String(c)), None) => c.clone(),
-            (_, Some(Value::String(path))) => format!("cat -n {path}"),
-            _ => "ls".to_string(),
-        };
+        let command = shell_command(&arguments);
         messages.push(json!({"role": "assistant",
             "content": format!("{thought}\n\n```mswea_bash_command\n{command}\n```")}));
         messages.push(json!({"role": "user",
