@@ -704,8 +704,19 @@ async fn compressed_trace_files_read_like_plain_ones_and_a_torn_frame_is_cut_off
     let whole = bytes.clone();
     let torn = b"\x28\xb5\x2f\xfd\x00\x58";
     std::fs::write(&path, [&bytes[..], &torn[..]].concat()).unwrap();
-    let reader = TraceReader::open(&path).unwrap();
-    assert_eq!(reader.invalid_lines(), &[] as &[usize]);
+    let (reader, n) = rebuilt_steps(&path, &expected);
+    assert_eq!((n, reader.invalid_lines()), (3, &[] as &[usize]));
+    assert!(
+        reader.torn_tail(),
+        "a cut frame is reported as a plain file's torn line is"
+    );
+    // A frame short of its checksum alone is cut too (readers and writer agree on it).
+    let short = dir.path().join("short.jsonl.zst");
+    std::fs::write(&short, &bytes[..bytes.len() - 2]).unwrap();
+    let (reader, n) = rebuilt_steps(&short, &expected);
+    assert_eq!(n, 2);
+    assert!(reader.torn_tail());
+    std::fs::remove_file(&short).unwrap();
     // A new process (a fresh writer) appends the next record after the whole frames.
     let writer = TraceWriter::new(settings(TraceCompression::Zstd));
     let (record, prompt, body) = made_up_step(3);

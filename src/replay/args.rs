@@ -7,7 +7,7 @@ use clap::Args;
 /// `asap-proxy replay`.
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
-    /// Trace files or directories (searched recursively for `*.jsonl`).
+    /// Trace files or directories (searched recursively for `*.jsonl` and `*.jsonl.zst`).
     #[arg(required = true)]
     pub logs: Vec<PathBuf>,
     /// Exit with status 1 when any step's prompt hash or parsed action differs.

@@ -72,7 +72,7 @@ pub struct ReplayBackend {
 }
 
 impl ReplayBackend {
-    /// Reads every `*.jsonl` trace under `source` (a directory, searched recursively, or one
+    /// Reads every `*.jsonl` and `*.jsonl.zst` trace under `source` (a directory, searched recursively, or one
     /// file).
     ///
     /// Errors (HTTP 400 shape, reported at start-up): the path cannot be read, a file cannot be

@@ -47,7 +47,7 @@ pub fn trace_paths_and_results(
 /// `asap-proxy report`.
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
-    /// Trace directories or files (searched recursively for `*.jsonl`). A directory given
+    /// Trace directories or files (searched recursively for `*.jsonl` and `*.jsonl.zst`). A directory given
     /// after `--results` is taken as a trace directory too.
     pub dirs: Vec<PathBuf>,
     /// Resolution results: SWE-bench harness report JSON (`resolved_ids`, `unresolved_ids`,

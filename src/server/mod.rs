@@ -109,6 +109,11 @@ impl AppState {
             }
         }
         tracing::info!(
+            log_dir = %config.log_dir.display(),
+            compression = ?config.trace_compression,
+            "trace files"
+        );
+        tracing::info!(
             task_prefixes = prefixes.len(),
             k = config.prompt.prefix_k,
             prefix_set = %prefixes.id().sha256,

@@ -8,7 +8,7 @@ use clap::Args;
 /// `asap-proxy view`.
 #[derive(Debug, Clone, Args)]
 pub struct ViewArgs {
-    /// Trace directories or files (searched recursively for `*.jsonl`; read again on every
+    /// Trace directories or files (searched recursively for `*.jsonl` and `*.jsonl.zst`; read again on every
     /// page load). A directory given after `--results` is taken as a trace directory too.
     pub dirs: Vec<PathBuf>,
     /// Address to listen on; the pages are at `http://ADDR/ui`.

@@ -69,7 +69,7 @@ pub struct Viewer {
 }
 
 impl Viewer {
-    /// A viewer of the `*.jsonl` traces under `dirs` (directories searched recursively,
+    /// A viewer of the `*.jsonl` and `*.jsonl.zst` traces under `dirs` (directories searched recursively,
     /// files taken as given; a directory that does not exist yet lists no sessions), with
     /// resolution `results` when given.
     pub fn new(dirs: Vec<PathBuf>, results: Option<Results>) -> Self {
