@@ -385,6 +385,16 @@ pub enum TraceCompression {
     Zstd,
 }
 
+impl TraceCompression {
+    /// The flag's name (`none`, `zstd`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Zstd => "zstd",
+        }
+    }
+}
+
 /// What the proxy does when a rule ends a trajectory (`--on-terminate`).
 #[derive(
     Debug,
@@ -859,6 +869,7 @@ mod tests {
         std::fs::write(&path, "trace_compression = \"zstd\"\n").unwrap();
         let c = Config::resolve(&args).unwrap();
         assert_eq!(c.trace_compression, TraceCompression::Zstd);
+        assert_eq!(c.trace_compression.as_str(), "zstd");
     }
 
     #[test]

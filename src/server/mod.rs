@@ -110,7 +110,7 @@ impl AppState {
         }
         tracing::info!(
             log_dir = %config.log_dir.display(),
-            compression = ?config.trace_compression,
+            compression = config.trace_compression.as_str(),
             "trace files"
         );
         tracing::info!(
