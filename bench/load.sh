@@ -252,16 +252,14 @@ done
 
 echo "== paths that open a session on every request (foreign ids, mini text, Terminus-2)" >&2
 for route in foreign mini terminus; do
-    start_mock 0
-    for turns in 20 100; do
-        for stream in no yes; do
-            measure "$turns" "$stream" 1 "$N1" "$route"
-        done
-    done
-    start_mock 20
-    for turns in 20 100; do
-        for stream in no yes; do
-            measure "$turns" "$stream" 32 "$N32" "$route"
+    # c=1 on a 0 ms mock, then c=32 on a 20 ms mock.
+    for setting in "0 1 $N1" "20 32 $N32"; do
+        read -r delay c n <<<"$setting"
+        start_mock "$delay"
+        for turns in 20 100; do
+            for stream in no yes; do
+                measure "$turns" "$stream" "$c" "$n" "$route"
+            done
         done
     done
 done
