@@ -365,6 +365,33 @@ async fn body_size_limit_is_configurable_and_answers_413() {
     assert_eq!(backend.calls(), 0);
 }
 
+/// The connection's read buffer (`server::conn::READ_BUFFER_BYTES`) bounds a request's head,
+/// not its body: a head far past it is refused with 431 (hyper checks the bound between reads,
+/// so a head a little longer may still pass) and the server goes on; a body many times its
+/// size is read whole (its last message reaches the prompt).
+#[tokio::test]
+async fn a_request_head_past_the_read_buffer_is_431_and_a_longer_body_is_read_whole() {
+    use asap_proxy::server::conn::READ_BUFFER_BYTES;
+    let (backend, proxy) = serve(vec![Scripted::text("Look.\n\n<bash>ls</bash>\n")]).await;
+    let client = reqwest::Client::new();
+    let status = client
+        .post(proxy.url())
+        .header("x-padding", "p".repeat(5 * READ_BUFFER_BYTES))
+        .json(&request("swe-agent-1"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status.as_u16(), 431);
+    assert_eq!(backend.calls(), 0);
+    let mut body = request("swe-agent-1");
+    let task = format!("{}the end of the task", "x".repeat(8 * READ_BUFFER_BYTES));
+    body["messages"][1]["content"] = json!(task);
+    let (status, answer) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(backend.prompts()[0].contains("the end of the task"));
+}
+
 #[tokio::test]
 async fn request_timeout_covers_nudge_retries_and_is_traced() {
     // The first output is nudged (submit before any edit); the generation after the nudge is

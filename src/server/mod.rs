@@ -1,11 +1,11 @@
 //! HTTP layer (axum): routes, shared state, limits, authentication, graceful shutdown. Knows
 //! no templates: handlers decode, call [`crate::pipeline::run_turn`], and encode JSON or SSE.
 
+pub mod conn;
 mod handlers;
 pub mod limits;
 pub mod observe;
 
-use std::future::IntoFuture;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -360,19 +360,10 @@ pub async fn serve(state: Arc<AppState>, addr: SocketAddr) -> std::io::Result<()
         let mut stopped = stopped;
         let _ = stopped.wait_for(|s| *s).await;
     };
-    // TCP_NODELAY: SSE answers are several small writes; with Nagle's algorithm and the
-    // client's delayed ACK each stream would wait ~40 ms.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    let server = axum::serve(listener, app(state.clone()))
-        .with_graceful_shutdown(graceful)
-        .into_future();
+    let server = conn::serve(listener, app(state.clone()), graceful);
     tokio::pin!(server);
     tokio::select! {
-        result = &mut server => return result,
+        () = &mut server => return Ok(()),
         () = signals.recv() => {}
     }
     let timeout_s = state.server.shutdown_timeout_s;
@@ -384,17 +375,16 @@ pub async fn serve(state: Arc<AppState>, addr: SocketAddr) -> std::io::Result<()
     let _ = stop.send(true);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
     let drained = tokio::select! {
-        result = async {
-            let result = (&mut server).await;
+        () = async {
+            (&mut server).await;
             state.in_flight.wait_idle().await;
-            result
-        } => Some(result),
+        } => Some(()),
         () = tokio::time::sleep_until(deadline) => None,
         () = signals.recv() => None,
     };
-    if let Some(result) = drained {
+    if drained.is_some() {
         tracing::info!("shutdown complete");
-        return result;
+        return Ok(());
     }
     tracing::warn!(
         in_flight = state.in_flight.count(),

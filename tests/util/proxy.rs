@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use asap_proxy::config::Config;
 use asap_proxy::config::ServeArgs;
-use asap_proxy::server::{app, AppState};
+use asap_proxy::server::{app, conn, AppState};
 use serde_json::Value;
 
 use crate::util::backend::{FakeBackend, Scripted};
@@ -36,7 +36,8 @@ impl Proxy {
         let state = Arc::new(AppState::from_config(&config).unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+        // The production accept loop (hyper with the proxy's read buffer), never shut down.
+        tokio::spawn(conn::serve(listener, app(state), std::future::pending()));
         Self {
             addr,
             log_dir,
