@@ -386,7 +386,7 @@ impl MessageCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -444,7 +444,7 @@ mod tests {
 
     /// JSON values with the strings scanners get wrong: quotes, backslash runs before
     /// quotes, brackets and braces inside strings, non-ASCII.
-    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    pub(crate) fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
         use proptest::prelude::*;
         let leaf = prop_oneof![
             Just(serde_json::Value::Null),

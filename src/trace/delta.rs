@@ -52,9 +52,11 @@ pub struct ContentRef {
 pub struct RequestDelta {
     /// Messages of the previous request kept (a prefix of it).
     pub messages_from: usize,
-    /// Messages appended after those.
+    /// Messages appended after those, each its JSON text compacted (a referenced content
+    /// written as `null`): kept as text, not as a tree of values, so a record that opens a
+    /// session does not hold its history as one while its completion call runs.
     #[serde(default)]
-    pub messages: Vec<Value>,
+    pub messages: Vec<Box<RawValue>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub content_refs: Vec<ContentRef>,
     /// Every top-level field but `messages`, when it differs from the previous request's.
@@ -68,7 +70,12 @@ pub struct RequestDelta {
 impl PartialEq for RequestDelta {
     fn eq(&self, other: &Self) -> bool {
         self.messages_from == other.messages_from
-            && self.messages == other.messages
+            && self.messages.len() == other.messages.len()
+            && self
+                .messages
+                .iter()
+                .zip(&other.messages)
+                .all(|(a, b)| a.get() == b.get())
             && self.content_refs == other.content_refs
             && self.rest.as_ref().map(|r| r.get()) == other.rest.as_ref().map(|r| r.get())
             && self.headers == other.headers
@@ -263,25 +270,25 @@ impl DeltaState {
         let mut new_messages = Vec::with_capacity(messages.len() - kept);
         let mut content_refs = Vec::new();
         for (i, raw) in messages[kept..].iter().enumerate() {
-            let mut message: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
-            if let Some(content) = message.get("content").and_then(Value::as_str) {
-                if content.len() >= MIN_REF_BYTES {
-                    let mut end = (cursor + 2 * content.len() + 16 * 1024).min(prompt.len());
-                    while !prompt.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    if let Some(at) = find_text(&prompt.as_bytes()[cursor..end], content) {
-                        content_refs.push(ContentRef {
-                            message: i,
-                            start: cursor + at,
-                            len: content.len(),
-                        });
-                        cursor += at + content.len();
-                        message["content"] = Value::Null;
-                    }
+            new_messages.push(stored_message(raw, |content| {
+                if content.len() < MIN_REF_BYTES {
+                    return false;
                 }
-            }
-            new_messages.push(message);
+                let mut end = (cursor + 2 * content.len() + 16 * 1024).min(prompt.len());
+                while !prompt.is_char_boundary(end) {
+                    end -= 1;
+                }
+                let Some(at) = find_text(&prompt.as_bytes()[cursor..end], content) else {
+                    return false;
+                };
+                content_refs.push(ContentRef {
+                    message: i,
+                    start: cursor + at,
+                    len: content.len(),
+                });
+                cursor += at + content.len();
+                true
+            }));
         }
         Some(RequestDelta {
             messages_from: kept,
@@ -293,6 +300,106 @@ impl DeltaState {
             headers: headers_changed.then_some(headers),
         })
     }
+}
+
+/// A message's members in order, borrowed from its JSON text; `None` for a message that is
+/// not an object or repeats a key (stored through a JSON value instead, which keeps the last).
+struct Members<'a>(Option<Vec<(String, &'a RawValue)>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Members<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Members<'a>, M::Error> {
+                let mut members: Vec<(String, &'a RawValue)> = Vec::new();
+                let mut unique = true;
+                while let Some(key) = map.next_key::<String>()? {
+                    unique &= members.iter().all(|(k, _)| *k != key);
+                    members.push((key, map.next_value()?));
+                }
+                Ok(Members(unique.then_some(members)))
+            }
+            // Any other JSON value: not an object.
+            fn visit_bool<E>(self, _: bool) -> Result<Members<'a>, E> {
+                Ok(Members(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Members<'a>, E> {
+                Ok(Members(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Members<'a>, E> {
+                Ok(Members(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Members<'a>, E> {
+                Ok(Members(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Members<'a>, E> {
+                Ok(Members(None))
+            }
+            fn visit_unit<E>(self) -> Result<Members<'a>, E> {
+                Ok(Members(None))
+            }
+            fn visit_seq<S: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: S,
+            ) -> Result<Members<'a>, S::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Members(None))
+            }
+        }
+        deserializer.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+/// A new message of a request delta: its JSON text `raw` compacted, with its `content`
+/// written as `null` when `refer` stores that content (a string) as a reference into the
+/// prompt. Built from the text's members, not from a JSON value, so a long history costs its
+/// compacted text and no tree; a message that is not an object (or repeats a key) goes
+/// through a JSON value, as records always stored it.
+fn stored_message(raw: &str, refer: impl FnOnce(&str) -> bool) -> Box<RawValue> {
+    let null = || RawValue::NULL.to_owned();
+    let Ok(Members(Some(members))) = serde_json::from_str::<Members<'_>>(raw) else {
+        let mut message: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
+        if message
+            .get("content")
+            .and_then(Value::as_str)
+            .is_some_and(refer)
+        {
+            message["content"] = Value::Null;
+        }
+        return serde_json::value::to_raw_value(&message).unwrap_or_else(|_| null());
+    };
+    let content = members
+        .iter()
+        .find(|(key, _)| key == "content")
+        .filter(|(_, value)| value.get().starts_with('"'))
+        .and_then(|(_, value)| serde_json::from_str::<String>(value.get()).ok());
+    let referenced = content.as_deref().is_some_and(refer);
+    let mut text = Vec::with_capacity(raw.len() + 2);
+    text.push(b'{');
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            text.push(b',');
+        }
+        crate::util::push_json_string(&mut text, key);
+        text.push(b':');
+        if referenced && key == "content" {
+            text.extend_from_slice(b"null");
+        } else {
+            text.extend_from_slice(compact_json(value.get()).as_bytes());
+        }
+    }
+    text.push(b'}');
+    String::from_utf8(text)
+        .ok()
+        .and_then(|text| RawValue::from_string(text).ok())
+        .unwrap_or_else(null)
 }
 
 /// Block size of the writer's prompt memory, bytes.
@@ -446,6 +553,56 @@ mod tests {
         assert_eq!(state.body(), sent);
     }
 
+    proptest::proptest! {
+        /// A stored message reads back as the JSON value of the message, its content `null`
+        /// when referenced, whatever its shape (spacing, escapes, repeated keys, not an
+        /// object): what records stored when messages went through a JSON value.
+        #[test]
+        fn a_stored_message_reads_back_as_the_message_with_its_content_referenced(
+            members in proptest::collection::vec(
+                ("content|role|[a-z\"\\\\]{1,4}", crate::openai::split::tests::json_value()),
+                0..5,
+            ),
+            content in proptest::option::of("(\\\\|\"|é|\\PC){0,80}"),
+            other in crate::openai::split::tests::json_value(),
+            pretty in proptest::bool::ANY,
+            refer_even in proptest::bool::ANY,
+        ) {
+            // Members as a client writes them (a repeated key possible), then `content`.
+            let mut raw = String::from("{");
+            for (i, (key, value)) in members.iter().enumerate() {
+                if i > 0 {
+                    raw.push_str(if pretty { ",\n  " } else { "," });
+                }
+                raw.push_str(&serde_json::to_string(key).unwrap());
+                raw.push_str(if pretty { ": " } else { ":" });
+                raw.push_str(&if pretty {
+                    serde_json::to_string_pretty(value).unwrap()
+                } else {
+                    serde_json::to_string(value).unwrap()
+                });
+            }
+            if let Some(content) = &content {
+                if !members.is_empty() {
+                    raw.push(',');
+                }
+                raw.push_str(&format!("\"content\":{}", serde_json::to_string(content).unwrap()));
+            }
+            raw.push('}');
+            for raw in [raw, other.to_string()] {
+                let refer = |c: &str| (c.len() % 2 == 0) == refer_even;
+                let mut expected: Value = serde_json::from_str(&raw).unwrap();
+                if expected.get("content").and_then(Value::as_str).is_some_and(refer) {
+                    expected["content"] = Value::Null;
+                }
+                let stored = stored_message(&raw, refer);
+                let read: Value = serde_json::from_str(stored.get()).unwrap();
+                proptest::prop_assert_eq!(&read, &expected, "{}", raw);
+                proptest::prop_assert!(!stored.get().contains('\n'));
+            }
+        }
+    }
+
     #[test]
     fn a_request_delta_is_the_same_with_the_decoders_split_or_without() {
         let observation = "x".repeat(100);
@@ -567,8 +724,8 @@ pub fn rebase(
     if delta.messages_from != 0 {
         return;
     }
-    let resolved = |i: usize, message: &Value| -> Value {
-        let mut message = message.clone();
+    let resolved = |i: usize, message: &RawValue| -> Value {
+        let mut message: Value = serde_json::from_str(message.get()).unwrap_or(Value::Null);
         for r in delta.content_refs.iter().filter(|r| r.message == i) {
             if let Some(text) = full_prompt.get(r.start..r.start + r.len) {
                 message["content"] = Value::String(text.to_string());
@@ -640,7 +797,12 @@ impl RequestState {
                 self.messages.len()
             ));
         }
-        let mut messages = delta.messages.clone();
+        let mut messages = delta
+            .messages
+            .iter()
+            .map(|m| serde_json::from_str::<Value>(m.get()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("request delta: {e}"))?;
         for r in &delta.content_refs {
             let text = prompt
                 .get(r.start..r.start + r.len)
