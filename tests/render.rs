@@ -46,6 +46,7 @@ pub fn render_value_as(body: &Value, format: Format) -> String {
     )
     .unwrap()
     .prompt
+    .to_string()
 }
 
 #[test]

@@ -521,7 +521,7 @@ fn made_up_step(turn: usize) -> (asap_proxy::trace::StepRecord, String, Value) {
     let record = StepRecord {
         step: turn,
         profile: "generic".into(),
-        full_prompt: prompt.clone(),
+        full_prompt: std::sync::Arc::new(prompt.clone()),
         input: Some(std::sync::Arc::new(RequestInput {
             body: body.to_string().into(),
             task_text: "Fix it.".into(),

@@ -479,7 +479,7 @@ async fn fit_context(
             "observations elided to fit the context window"
         );
         prepared.conversation = conversation;
-        prepared.prompt = prompt;
+        prepared.prompt = Arc::new(prompt);
     }
     Ok(Some(record))
 }
@@ -498,7 +498,7 @@ async fn run_side_call(
 ) -> Result<TurnOutcome, ProxyError> {
     let session = side.session.session.clone();
     let step = side.session.step_base + side.conversation.action_count();
-    side.prompt = prompt;
+    side.prompt = Arc::new(prompt);
     meta.backend_call_starts();
     let backend_started = Instant::now();
     let completion = scope

@@ -18,7 +18,9 @@ pub struct Prepared {
     pub tools: ResolvedProfile,
     /// The conversation with this session's nudged steps in place.
     pub conversation: Conversation,
-    pub prompt: String,
+    /// Shared with the backend call and the trace record of each completion call (no copy
+    /// per record).
+    pub prompt: std::sync::Arc<String>,
     /// The session the history belongs to (fresh if none is found).
     pub session: SessionState,
     /// Index key of the prompt of the history alone (no nudged steps): what a turn answered
@@ -166,7 +168,7 @@ pub fn prepare(
     Ok(Prepared {
         tools,
         conversation,
-        prompt,
+        prompt: std::sync::Arc::new(prompt),
         session,
         base_prompt_key,
         task: explicit

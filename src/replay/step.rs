@@ -82,7 +82,7 @@ impl Replayer {
             });
             match prepared {
                 Ok(prepared) => {
-                    let prompt = prepared.prompt.clone();
+                    let prompt = prepared.prompt.to_string();
                     file.current = Some(Attempts::new(prepared));
                     Rendered::Prompt(prompt)
                 }
@@ -112,7 +112,7 @@ impl Replayer {
                         .map_err(|e| e.to_string())
                         .and_then(|()| self.elide(&file.config, &mut current.prepared, cut));
                     match rendered {
-                        Ok(()) => Rendered::Prompt(current.prepared.prompt.clone()),
+                        Ok(()) => Rendered::Prompt(current.prepared.prompt.to_string()),
                         Err(e) => Rendered::Failed(e),
                     }
                 }
@@ -202,10 +202,11 @@ impl Replayer {
         }
         let candidates = context::candidates(&prepared.conversation);
         let (conversation, _, _) = context::with_elided(&prepared.conversation, &candidates, cut);
-        prepared.prompt = self
-            .renderer
-            .render(config.format, &conversation, &prepared.tools)
-            .map_err(|e| e.to_string())?;
+        prepared.prompt = std::sync::Arc::new(
+            self.renderer
+                .render(config.format, &conversation, &prepared.tools)
+                .map_err(|e| e.to_string())?,
+        );
         prepared.conversation = conversation;
         Ok(())
     }

@@ -29,7 +29,9 @@ use serde_json::{Map, Value};
 
 use sha2::{Digest, Sha256};
 
-use super::{PromptRecord, RequestInput};
+use std::sync::Arc;
+
+use super::{PromptRecord, PromptText, RequestInput};
 use crate::util::sha256_hex;
 
 /// Shortest message content worth replacing by a reference into the prompt, bytes.
@@ -479,15 +481,19 @@ impl PromptState {
 }
 
 /// The prompt record of `prompt`, as a delta against the last stored prompt that `state`
-/// remembers (`None` for a prompt outside the chain: stored whole, state untouched).
-pub fn prompt_record(prompt: &str, state: Option<&mut PromptState>) -> PromptRecord {
+/// remembers (`None` for a prompt outside the chain: stored whole, state untouched). The delta
+/// is the prompt's tail, shared, not copied.
+pub fn prompt_record(prompt: &Arc<String>, state: Option<&mut PromptState>) -> PromptRecord {
     let (prefix_bytes, sha256) = match state {
         Some(state) => state.shared_prefix_and_sha256(prompt),
         None => (0, sha256_hex(prompt.as_bytes())),
     };
     PromptRecord {
         prefix_bytes,
-        delta: prompt[prefix_bytes..].to_string(),
+        delta: PromptText::Tail {
+            prompt: prompt.clone(),
+            from: prefix_bytes,
+        },
         sha256,
         bytes: prompt.len(),
     }
@@ -716,7 +722,7 @@ pub fn rebase(
             shared -= 1;
         }
         prompt.prefix_bytes = shared;
-        prompt.delta = full_prompt[shared..].to_string();
+        prompt.delta = full_prompt[shared..].to_string().into();
     }
     let (Some(delta), true) = (request.as_mut(), chain.request.is_known()) else {
         return;

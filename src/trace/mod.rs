@@ -289,11 +289,78 @@ pub struct PromptRecord {
     /// Bytes of the previous step's full prompt this prompt starts with (0: stored whole).
     pub prefix_bytes: usize,
     /// The rest of the prompt.
-    pub delta: String,
+    pub delta: PromptText,
     /// Hex SHA-256 of the full prompt (empty: not recorded, not checked).
     pub sha256: String,
     /// Length of the full prompt, bytes.
     pub bytes: usize,
+}
+
+/// The text of a [`PromptRecord::delta`]: owned when read back; while a begun record waits
+/// for its completion call, the tail of the prompt the turn sent, shared with the turn rather
+/// than copied (a record that opens a session stores its whole prompt: 285 KiB at 100 turns).
+/// Serialized as a JSON string either way.
+#[derive(Debug, Clone)]
+pub enum PromptText {
+    Owned(String),
+    /// `prompt[from..]` (`from` on a character boundary).
+    Tail {
+        prompt: Arc<String>,
+        from: usize,
+    },
+}
+
+impl PromptText {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Owned(text) => text,
+            Self::Tail { prompt, from } => &prompt[*from..],
+        }
+    }
+}
+
+impl Default for PromptText {
+    fn default() -> Self {
+        Self::Owned(String::new())
+    }
+}
+
+impl std::ops::Deref for PromptText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for PromptText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq for PromptText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl From<String> for PromptText {
+    fn from(text: String) -> Self {
+        Self::Owned(text)
+    }
+}
+
+impl Serialize for PromptText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for PromptText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::Owned)
+    }
 }
 
 /// What the parser made of the completion.
@@ -526,7 +593,7 @@ pub struct StepRecord {
 
     /// The full prompt sent (stored as a delta by the writer).
     #[serde(skip)]
-    pub full_prompt: String,
+    pub full_prompt: Arc<String>,
     /// The request (stored as a delta by the writer).
     #[serde(skip)]
     pub input: Option<Arc<RequestInput>>,
@@ -932,7 +999,12 @@ impl TraceWriter {
     ///
     /// Records of a session are written in the order they were begun. A [`Pending`] dropped
     /// without a commit is written anyway, as `aborted`, so later records never wait on it.
-    pub fn begin(&self, session: &SessionId, mut record: StepRecord, prompt: &str) -> Pending {
+    pub fn begin(
+        &self,
+        session: &SessionId,
+        mut record: StepRecord,
+        prompt: &Arc<String>,
+    ) -> Pending {
         let cache = self.cache(session);
         let seq = {
             let mut state = cache
@@ -963,7 +1035,7 @@ impl TraceWriter {
         };
         // What the session record may still need of the request, without its body.
         record.input = record.input.map(|input| Arc::new(input.without_body()));
-        record.full_prompt = String::new();
+        record.full_prompt = Arc::default();
         Pending {
             writer: self.clone(),
             session: session.clone(),
