@@ -72,6 +72,12 @@ pub mod names {
     pub const BACKEND_ERRORS: &str = "asap_backend_errors_total";
     /// Counter `{kind}`: backend attempts retried.
     pub const BACKEND_RETRIES: &str = "asap_backend_retries_total";
+    /// Counter `{result}` (`hit`, `miss`): messages looked up in the process's message cache.
+    pub const MESSAGE_CACHE_LOOKUPS: &str = "asap_message_cache_lookups_total";
+    /// Gauge, bytes: JSON text of the messages the cache holds.
+    pub const MESSAGE_CACHE_BYTES: &str = "asap_message_cache_bytes";
+    /// Gauge, bytes: the cache's bound (`--message-cache-mib`).
+    pub const MESSAGE_CACHE_CAPACITY: &str = "asap_message_cache_capacity_bytes";
 }
 
 /// Buckets (seconds) of the proxy's own work: overhead, render, parse. Typical values are
@@ -186,6 +192,18 @@ impl Metrics {
         self.with(|| gauge!(names::STEPS_IN_FLIGHT).set(steps as f64));
     }
 
+    /// Sets the message cache's series (read when rendering, from the process's cache,
+    /// `openai::split::MessageCache`): lookups answered (`hits`) and not (`misses`) since the
+    /// process started, and the bytes of JSON text held and allowed.
+    pub fn set_message_cache(&self, hits: u64, misses: u64, bytes: usize, capacity: usize) {
+        self.with(|| {
+            counter!(names::MESSAGE_CACHE_LOOKUPS, "result" => "hit").absolute(hits);
+            counter!(names::MESSAGE_CACHE_LOOKUPS, "result" => "miss").absolute(misses);
+            gauge!(names::MESSAGE_CACHE_BYTES).set(bytes as f64);
+            gauge!(names::MESSAGE_CACHE_CAPACITY).set(capacity as f64);
+        });
+    }
+
     /// One completion call (or side call, or answer made without the model), as its trace
     /// record counts it ([`crate::trace::StepRecord::counts`]): the decision, the stage times,
     /// the parse failure, the nudge, the termination. A stage given 0 ms did not run and is not
@@ -292,6 +310,20 @@ fn builder() -> Result<PrometheusBuilder, metrics_exporter_prometheus::BuildErro
 
 fn describe() {
     use ::metrics::Unit;
+    describe_counter!(
+        names::MESSAGE_CACHE_LOOKUPS,
+        "Messages looked up in the process's message cache, by result (hit: not decoded again)"
+    );
+    describe_gauge!(
+        names::MESSAGE_CACHE_BYTES,
+        Unit::Bytes,
+        "JSON text of the messages the message cache holds"
+    );
+    describe_gauge!(
+        names::MESSAGE_CACHE_CAPACITY,
+        Unit::Bytes,
+        "The message cache's bound (--message-cache-mib)"
+    );
     describe_counter!(
         names::REQUESTS,
         "HTTP requests served, by route, profile and status, counted when the response ends"

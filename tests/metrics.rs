@@ -174,6 +174,48 @@ async fn requests_steps_parse_failures_nudges_terminations_and_backend_errors_ar
     );
 }
 
+/// The message cache's series: a request whose messages were all decoded before (the same
+/// history again) is answered from the cache, so hits rise by at least its message count, and
+/// the bytes held and the bound are shown. The cache is process-wide (tests in parallel share
+/// it), hence lower bounds.
+#[tokio::test]
+async fn the_message_cache_shows_its_hits_misses_and_size() {
+    let backend = FakeBackend::start(vec![Scripted::text("Look.\n<bash>ls</bash>\n"); 2]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = request("swe-agent-1");
+    body["messages"][1]["content"] = json!(format!("a task seen once: {}", uuid_like()));
+    let messages = body["messages"].as_array().unwrap().len() as f64;
+    let hits = "asap_message_cache_lookups_total{result=\"hit\"}";
+    let misses = "asap_message_cache_lookups_total{result=\"miss\"}";
+    let (status, _) = proxy.post(&body).await;
+    assert_eq!(status, 200);
+    let (_, _, before) = scrape(&proxy).await;
+    assert!(value(&before, misses).unwrap() >= 1.0, "{before}");
+    let (status, _) = proxy.post(&body).await;
+    assert_eq!(status, 200);
+    let (_, _, after) = scrape(&proxy).await;
+    let gained = value(&after, hits).unwrap() - value(&before, hits).unwrap_or(0.0);
+    assert!(
+        gained >= messages,
+        "{gained} hits for {messages} messages:\n{after}"
+    );
+    assert!(value(&after, "asap_message_cache_bytes").unwrap() > 0.0);
+    assert_eq!(
+        value(&after, "asap_message_cache_capacity_bytes"),
+        Some((asap_proxy::openai::split::MESSAGE_CACHE_MIB << 20) as f64)
+    );
+    assert!(after.contains("# HELP asap_message_cache_lookups_total"));
+}
+
+/// A text no other test sends (nanoseconds since the epoch and the process id).
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{nanos}-{}", std::process::id())
+}
+
 #[tokio::test]
 async fn each_server_has_its_own_registry() {
     let backend = FakeBackend::start(vec![Scripted::text("Look.\n<bash>ls</bash>\n")]).await;

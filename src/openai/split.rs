@@ -311,11 +311,31 @@ impl BodySplit {
 /// full it becomes the old one and the old one is dropped).
 #[derive(Debug)]
 pub struct MessageCache {
-    current: HashMap<u128, Arc<ChatMessage>>,
+    /// Each message with the length of its JSON text, bytes.
+    current: HashMap<u128, (usize, Arc<ChatMessage>)>,
     current_bytes: usize,
-    old: HashMap<u128, Arc<ChatMessage>>,
+    old: HashMap<u128, (usize, Arc<ChatMessage>)>,
+    old_bytes: usize,
     /// Bytes of JSON text held at most, both generations together.
     capacity: usize,
+    hits: u64,
+    misses: u64,
+}
+
+/// What a [`MessageCache`] holds and has answered since it was made (the `/metrics`
+/// `asap_message_cache_*` series, docs/metrics.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MessageCacheStats {
+    /// Lookups answered from the cache (messages not decoded again).
+    pub hits: u64,
+    /// Lookups not answered (messages decoded).
+    pub misses: u64,
+    /// Bytes of JSON text of the messages held, both generations.
+    pub bytes: usize,
+    /// The bound on `bytes` (`--message-cache-mib`).
+    pub capacity: usize,
+    /// Messages held.
+    pub messages: usize,
 }
 
 impl Default for MessageCache {
@@ -331,14 +351,21 @@ impl MessageCache {
             current: HashMap::new(),
             current_bytes: 0,
             old: HashMap::new(),
+            old_bytes: 0,
             capacity,
+            hits: 0,
+            misses: 0,
         }
     }
 
-    /// Sets the process's cache to `capacity` bytes (emptied): `serve` at start-up.
+    /// Sets the process's cache to `capacity` bytes: `serve` at start-up. A cache of another
+    /// bound is replaced by an empty one (its counts restart); one of this bound is kept as it
+    /// is, so servers started in one process (the tests) do not empty each other's.
     pub fn configure_global(capacity: usize) {
         if let Ok(mut cache) = Self::global().lock() {
-            *cache = Self::with_capacity(capacity);
+            if cache.capacity != capacity {
+                *cache = Self::with_capacity(capacity);
+            }
         }
     }
 
@@ -351,10 +378,16 @@ impl MessageCache {
 
     /// The message decoded from text of digest `digest` and `len` bytes, if remembered.
     pub fn get(&mut self, digest: u128, len: usize) -> Option<Arc<ChatMessage>> {
-        if let Some(found) = self.current.get(&digest) {
+        if let Some((_, found)) = self.current.get(&digest) {
+            self.hits += 1;
             return Some(found.clone());
         }
-        let found = self.old.remove(&digest)?;
+        let Some((old_len, found)) = self.old.remove(&digest) else {
+            self.misses += 1;
+            return None;
+        };
+        self.hits += 1;
+        self.old_bytes -= old_len;
         self.insert(digest, len, found.clone());
         Some(found)
     }
@@ -367,10 +400,22 @@ impl MessageCache {
         }
         if self.current_bytes + len > half {
             self.old = std::mem::take(&mut self.current);
+            self.old_bytes = self.current_bytes;
             self.current_bytes = 0;
         }
-        if self.current.insert(digest, message).is_none() {
+        if self.current.insert(digest, (len, message)).is_none() {
             self.current_bytes += len;
+        }
+    }
+
+    /// Its counts and size now.
+    pub fn stats(&self) -> MessageCacheStats {
+        MessageCacheStats {
+            hits: self.hits,
+            misses: self.misses,
+            bytes: self.current_bytes + self.old_bytes,
+            capacity: self.capacity,
+            messages: self.len(),
         }
     }
 
@@ -527,12 +572,24 @@ pub(crate) mod tests {
         cache.insert(2, 20, message.clone());
         // 1 moved to the old generation; a lookup brings it back (and retires 2's generation).
         assert_eq!(cache.len(), 2);
+        assert_eq!(cache.stats().bytes, half + 10);
         assert!(cache.get(1, half - 10).is_some());
         assert!(cache.get(2, 20).is_some());
         cache.insert(3, half, message.clone());
         cache.insert(4, half, message);
         assert!(cache.get(1, half - 10).is_none());
         assert!(cache.len() <= 2);
+        // Two lookups found, one not; both generations full, every byte counted once.
+        assert_eq!(
+            cache.stats(),
+            MessageCacheStats {
+                hits: 2,
+                misses: 1,
+                bytes: 2 * half,
+                capacity: MESSAGE_CACHE_MIB << 20,
+                messages: 2,
+            }
+        );
         let mut none = MessageCache::with_capacity(0);
         none.insert(
             5,

@@ -51,6 +51,12 @@ pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: N
 /// session data).
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     state.metrics.set_steps_in_flight(state.in_flight.count());
+    if let Ok(cache) = crate::openai::split::MessageCache::global().lock() {
+        let stats = cache.stats();
+        state
+            .metrics
+            .set_message_cache(stats.hits, stats.misses, stats.bytes, stats.capacity);
+    }
     (
         [(header::CONTENT_TYPE, CONTENT_TYPE)],
         state.metrics.render(),
