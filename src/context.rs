@@ -152,7 +152,7 @@ pub fn with_elided(
         if let Some(obs) = out.steps[i].observation.as_mut() {
             let short = elide(obs);
             removed += obs.len().saturating_sub(short.len());
-            *obs = short;
+            *obs = short.into();
             count += 1;
         }
     }
@@ -369,7 +369,8 @@ mod tests {
                     observation: Some(
                         (0..*n / 16)
                             .map(|l| format!("line {l:03} of {i:03}\n"))
-                            .collect(),
+                            .collect::<String>()
+                            .into(),
                     ),
                     turn: i,
                     ..Step::default()

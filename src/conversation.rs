@@ -22,6 +22,7 @@
 //!   (SWE-ReX, a pty) renders the same on every turn however the scaffold relays it.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -34,7 +35,7 @@ use crate::session::NudgeKind;
 pub struct Step {
     pub thought: String,
     pub action: Option<Action>,
-    pub observation: Option<String>,
+    pub observation: Option<std::sync::Arc<str>>,
     /// Tool-call id of the action in the scaffold's history, if any.
     pub call_id: Option<String>,
     /// Index of the assistant message this step came from (parallel calls share one).
@@ -94,7 +95,7 @@ impl Conversation {
         let mut task = Vec::new();
         let mut task_users = 0;
         for message in messages {
-            let text = message.content.as_str();
+            let text = &*message.content;
             let task_full = tools.task_user_messages.is_some_and(|n| task_users >= n);
             match message.role {
                 Role::Assistant => conv.push_assistant(message, tools),
@@ -109,17 +110,17 @@ impl Conversation {
                         })
                         .unwrap_or(conv.steps.len() - 1);
                     let text = tool_output_text(text, tools.tool_output);
-                    append_observation(&mut conv.steps[index], &text);
+                    append_observation(&mut conv.steps[index], &message.content, &text);
                 }
                 _ if !conv.steps.is_empty() => {
                     let last = conv.steps.len() - 1;
                     if conv.steps[last].observation.is_none() {
-                        append_observation(&mut conv.steps[last], text);
+                        append_observation(&mut conv.steps[last], &message.content, text);
                     } else {
-                        conv.push_feedback(text);
+                        conv.push_feedback(&message.content);
                     }
                 }
-                Role::User if task_full => conv.push_feedback(text),
+                Role::User if task_full => conv.push_feedback(&message.content),
                 Role::System | Role::Developer => push_nonempty(&mut system, text),
                 Role::User | Role::Tool | Role::Function => {
                     task_users += usize::from(message.role == Role::User);
@@ -133,10 +134,10 @@ impl Conversation {
     }
 
     /// A step with only an observation: scaffold feedback on a turn it did not keep.
-    fn push_feedback(&mut self, text: &str) {
+    fn push_feedback(&mut self, content: &Arc<str>) {
         let turn = self.steps.last().map_or(0, |s| s.turn + 1);
         self.steps.push(Step {
-            observation: Some(normalize_line_ends(text).into_owned()),
+            observation: Some(observation_text(content, content)),
             turn,
             ..Step::default()
         });
@@ -265,16 +266,22 @@ pub fn normalize_line_ends(text: &str) -> Cow<'_, str> {
     Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n"))
 }
 
-fn append_observation(step: &mut Step, text: &str) {
-    let text = normalize_line_ends(text);
-    let text = text.as_ref();
-    match &mut step.observation {
-        Some(obs) => {
-            obs.push_str("\n\n");
-            obs.push_str(text);
-        }
-        None => step.observation = Some(text.to_string()),
+/// `text` (read from the message whose content is `content`) as an observation: line ends
+/// normalised; the message's own text, shared rather than copied, when that is all it is (a
+/// history's observations are most of its bytes, and the conversation lives as long as the
+/// turn's completion call).
+fn observation_text(content: &Arc<str>, text: &str) -> Arc<str> {
+    match normalize_line_ends(text) {
+        Cow::Borrowed(text) if std::ptr::eq(text, &**content) => content.clone(),
+        text => text.into(),
     }
+}
+
+fn append_observation(step: &mut Step, content: &Arc<str>, text: &str) {
+    step.observation = Some(match step.observation.take() {
+        Some(obs) => format!("{obs}\n\n{}", normalize_line_ends(text)).into(),
+        None => observation_text(content, text),
+    });
 }
 
 #[cfg(test)]
@@ -360,6 +367,42 @@ mod tests {
         assert_eq!(c.steps[0].observation.as_deref(), Some("x\ny\n"));
         assert_eq!(c.steps[1].observation.as_deref(), Some("note\n"));
         assert_eq!(c.steps[2].observation.as_deref(), Some("more\n"));
+    }
+
+    /// An observation that is a message's text as sent is that text, shared (not a copy);
+    /// one that was rewritten (line ends, several tool messages joined) is its own text.
+    #[test]
+    fn observations_share_the_message_text_they_repeat() {
+        let body = json!({"messages": [
+            {"role": "user", "content": "fix it"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "a", "function": {"name": "terminal", "arguments": "{\"command\": \"ls\"}"}},
+                {"id": "b", "function": {"name": "terminal", "arguments": "{\"command\": \"pwd\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "x\ny\n"},
+            {"role": "tool", "tool_call_id": "b", "content": "p\r\n"},
+            {"role": "user", "content": "a note"},
+            {"role": "user", "content": "another note"},
+            {"role": "tool", "tool_call_id": "b", "content": "more"}
+        ], "tools": tools()});
+        let req = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
+        let profiles = Profiles::builtin().unwrap();
+        let tools = ResolvedProfile::build(
+            profiles.detect(&req.tools, &req.detection_text()),
+            &req.tools,
+        );
+        let c = Conversation::from_messages(&req.messages, &tools);
+        let shared = |step: usize, message: usize| {
+            Arc::ptr_eq(
+                c.steps[step].observation.as_ref().unwrap(),
+                &req.messages[message].content,
+            )
+        };
+        assert!(shared(0, 2));
+        // `p\r\n` with its line end normalised, then the later output of the same call.
+        assert_eq!(c.steps[1].observation.as_deref(), Some("p\n\n\nmore"));
+        assert!(!shared(1, 3));
+        // The last step has an observation: each note is a feedback step, sharing its text.
+        assert!(shared(2, 4) && shared(3, 5));
     }
 
     #[test]

@@ -557,7 +557,7 @@ mod tests {
         let msg = |role: Role, content: &str| {
             Arc::new(ChatMessage {
                 role,
-                content: content.to_string(),
+                content: content.into(),
                 tool_calls: Vec::new(),
                 tool_call_id: None,
                 name: None,
@@ -624,7 +624,7 @@ mod tests {
         let message = |content: String| {
             Arc::new(ChatMessage {
                 role: Role::User,
-                content,
+                content: content.into(),
                 tool_calls: Vec::new(),
                 tool_call_id: None,
                 name: None,

@@ -110,7 +110,7 @@ impl ChatCompletionRequest {
         self.messages
             .iter()
             .filter(|m| matches!(m.role, Role::System | Role::Developer))
-            .map(|m| m.content.as_str())
+            .map(|m| &*m.content)
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -161,7 +161,7 @@ impl ChatCompletionRequest {
         self.messages
             .iter()
             .find(|m| m.role == Role::User)
-            .map_or("", |m| m.content.as_str())
+            .map_or("", |m| &*m.content)
     }
 
     /// [`ChatCompletionRequest::from_slice`], keeping `body` (shared, not copied) as
@@ -399,7 +399,7 @@ pub struct ChatMessage {
     /// Flattened text of `content` (string, or the text parts of a list joined by `\n`);
     /// empty for `null`, absent and `""`.
     #[serde(default, deserialize_with = "content_text")]
-    pub content: String,
+    pub content: std::sync::Arc<str>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub tool_calls: Vec<ToolCall>,
     #[serde(default)]
@@ -458,14 +458,14 @@ where
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
-fn content_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+fn content_text<'de, D: Deserializer<'de>>(d: D) -> Result<std::sync::Arc<str>, D::Error> {
     let value = Option::<Value>::deserialize(d)?;
     match value {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => Ok("".into()),
+        Some(Value::String(s)) => Ok(s.into()),
         Some(Value::Array(parts)) => {
             let texts: Vec<String> = parts.iter().filter_map(part_text).collect();
-            Ok(texts.join("\n"))
+            Ok(texts.join("\n").into())
         }
         Some(other) => Err(serde::de::Error::custom(format!(
             "content must be a string, null or a list of parts, not {}",
@@ -742,8 +742,8 @@ mod tests {
             {"role": "assistant", "tool_calls": [{"function": {"name": "submit"}}]}
         ], "prompt_cache_key": "k", "reasoning_effort": "high"}))
         .unwrap();
-        assert_eq!(r.messages[0].content, "a\nb");
-        assert_eq!(r.messages[1].content, "");
+        assert_eq!(&*r.messages[0].content, "a\nb");
+        assert_eq!(&*r.messages[1].content, "");
         assert_eq!(r.messages[2].tool_calls[0].id.as_deref(), Some("0"));
         assert_eq!(
             r.messages[2].tool_calls[0].function.arguments["command"],

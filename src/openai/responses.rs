@@ -448,13 +448,13 @@ mod tests {
         .unwrap();
         let m = &r.chat.messages;
         assert_eq!(m.len(), 4);
-        assert_eq!(m[0].content, "Be brief.");
-        assert_eq!(m[1].content, "Q?");
-        assert_eq!(m[2].content, "Look it up.");
+        assert_eq!(&*m[0].content, "Be brief.");
+        assert_eq!(&*m[1].content, "Q?");
+        assert_eq!(&*m[2].content, "Look it up.");
         assert_eq!(m[2].tool_calls[0].id.as_deref(), Some("call_x"));
         assert_eq!(m[2].tool_calls[0].function.arguments["query"], "q");
         assert_eq!(m[3].tool_call_id.as_deref(), Some("call_x"));
-        assert_eq!(m[3].content, "hits");
+        assert_eq!(&*m[3].content, "hits");
         assert_eq!(r.chat.tools[0].function.name, "search");
         assert_eq!(r.chat.max_tokens(), Some(50));
         assert_eq!(r.chat.ignored_fields(), vec!["reasoning", "store"]);
@@ -502,7 +502,7 @@ mod tests {
             "*** Begin Patch\n*** End Patch"
         );
         assert_eq!(m[2].tool_call_id.as_deref(), Some("call_p"));
-        assert_eq!(m[2].content, "Done!");
+        assert_eq!(&*m[2].content, "Done!");
     }
 
     #[test]

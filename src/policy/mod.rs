@@ -421,7 +421,11 @@ pub fn push_nudge(
         .count();
     nudges.push(kind, place);
     let nudged = nudged_step(&conversation.steps, kind, tools);
-    let hint = nudged.observation.clone().unwrap_or_default();
+    let hint = nudged
+        .observation
+        .as_deref()
+        .unwrap_or_default()
+        .to_string();
     conversation.steps.push(nudged);
     hint
 }
@@ -446,7 +450,7 @@ pub fn nudged_step(before: &[Step], kind: NudgeKind, tools: &ResolvedProfile) ->
     Step {
         thought: String::new(),
         action: Some(action),
-        observation: Some(hint),
+        observation: Some(hint.into()),
         call_id: None,
         turn: before.last().map_or(0, |s| s.turn + 1),
         nudge: Some(kind),
@@ -725,7 +729,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, (a, o))| Step {
                     action: Some(a.clone()),
-                    observation: o.map(str::to_string),
+                    observation: o.map(Into::into),
                     turn: i,
                     ..Step::default()
                 })

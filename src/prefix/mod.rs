@@ -122,7 +122,7 @@ impl PrefixStep {
         Step {
             thought: self.thought.clone(),
             action: Some(action),
-            observation: Some(self.observation.clone()),
+            observation: Some(self.observation.as_str().into()),
             ..Step::default()
         }
     }
@@ -142,7 +142,7 @@ impl PrefixStep {
         Some(Self {
             thought: step.thought.clone(),
             action,
-            observation: step.observation.clone().unwrap_or_default(),
+            observation: step.observation.as_deref().unwrap_or_default().to_string(),
         })
     }
 }

@@ -244,7 +244,7 @@ impl FirstResults {
                 continue;
             }
             if let Ok(decoded) = serde_json::from_value::<ChatMessage>(message.clone()) {
-                self.by_step.insert(step, decoded.content);
+                self.by_step.insert(step, decoded.content.to_string());
             }
         }
     }
@@ -371,7 +371,7 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstRe
             c.steps
                 .into_iter()
                 .filter(|s| s.action.is_some())
-                .map(|s| s.observation)
+                .map(|s| s.observation.map(|o| o.to_string()))
                 .collect()
         })
         .unwrap_or_default();
