@@ -174,7 +174,7 @@ impl Backend {
     /// [`ProxyError::ReplayMiss`] when the replay backend has nothing recorded for the prompt.
     pub async fn complete(
         &self,
-        prompt: &str,
+        prompt: &std::sync::Arc<String>,
         params: &GenerationParams,
         stop: &[&str],
         request_model: Option<&str>,

@@ -13,6 +13,7 @@
 //! and the shutdown cut-off (503).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{watch, OnceCell};
@@ -335,7 +336,7 @@ impl OpenAiCompletions {
     /// See [`super::Backend::complete`].
     pub async fn complete(
         &self,
-        prompt: &str,
+        prompt: &Arc<String>,
         params: &GenerationParams,
         stop: &[&str],
         request_model: Option<&str>,
@@ -344,16 +345,19 @@ impl OpenAiCompletions {
             Some(m) => m,
             None => request_model.unwrap_or("default").to_string(),
         };
-        let body = CompletionRequest {
-            model: model.clone(),
+        let body = Completion {
+            request: CompletionRequest {
+                model: model.clone(),
+                prompt,
+                max_tokens: params.max_tokens,
+                temperature: params.temperature,
+                top_p: params.top_p,
+                seed: params.seed,
+                stop: stop.iter().map(|s| s.to_string()).collect(),
+                stream: false,
+                cache_prompt: true,
+            },
             prompt,
-            max_tokens: params.max_tokens,
-            temperature: params.temperature,
-            top_p: params.top_p,
-            seed: params.seed,
-            stop: stop.iter().map(|s| s.to_string()).collect(),
-            stream: false,
-            cache_prompt: true,
         };
         let result = self
             .post("completions", &body, Some(params.max_tokens))
@@ -591,36 +595,124 @@ fn decode(text: &str, model: String, attempts: u32) -> Result<BackendCompletion,
     })
 }
 
-/// `body` as JSON, into a buffer sized for the prompt (a long prompt would otherwise be
-/// copied log2(n) times while the buffer doubles). Encoded anew for each attempt and handed
-/// over as a one-shot body: reqwest keeps a copy of a reusable body for redirects until the
-/// response arrives, which would hold every waiting request's prompt twice (BENCHMARKS.md,
-/// RSS); this one is freed once sent. Content-Length is still set (exact size hint).
-/// A backend request body, encoded again for each attempt (a body is not kept between
-/// attempts: a waiting request holds its prompt, not a second copy of it as JSON).
+/// A backend request body, made anew for each attempt and handed over as a one-shot body:
+/// reqwest keeps a copy of a reusable body for redirects until the response arrives, which
+/// would hold every waiting request's prompt twice (BENCHMARKS.md, RSS). Content-Length is
+/// set either way (exact size hint).
 trait JsonBody {
-    fn encode(&self) -> Result<Vec<u8>, serde_json::Error>;
+    fn body(&self) -> Result<reqwest::Body, serde_json::Error>;
 }
 
-impl JsonBody for CompletionRequest<'_> {
-    fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
-        self.to_json()
+/// A completions request whose prompt the body streams from the turn's shared prompt.
+struct Completion<'a> {
+    request: CompletionRequest<'a>,
+    prompt: &'a Arc<String>,
+}
+
+impl JsonBody for Completion<'_> {
+    fn body(&self) -> Result<reqwest::Body, serde_json::Error> {
+        let (head, tail) = self.request.json_around_prompt()?;
+        Ok(reqwest::Body::wrap(PromptBody::new(
+            head,
+            self.prompt.clone(),
+            tail,
+        )))
     }
 }
 
 impl JsonBody for serde_json::Value {
-    fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(self)
+    fn body(&self) -> Result<reqwest::Body, serde_json::Error> {
+        let json = serde_json::to_vec(self)?;
+        Ok(reqwest::Body::wrap(http_body_util::Full::new(
+            bytes::Bytes::from(json),
+        )))
     }
 }
 
 fn encode_body<T: JsonBody + ?Sized>(body: &T) -> Result<reqwest::Body, ProxyError> {
-    let json = body
-        .encode()
-        .map_err(|e| ProxyError::Internal(format!("encoding the backend request: {e}")))?;
-    Ok(reqwest::Body::wrap(http_body_util::Full::new(
-        bytes::Bytes::from(json),
-    )))
+    body.body()
+        .map_err(|e| ProxyError::Internal(format!("encoding the backend request: {e}")))
+}
+
+/// Bytes of the prompt escaped per frame of a [`PromptBody`].
+const PROMPT_FRAME_BYTES: usize = 64 * 1024;
+
+/// A completions body that escapes its prompt into frames of [`PROMPT_FRAME_BYTES`] as the
+/// connection takes them, instead of holding the whole prompt escaped (a second copy of the
+/// history per request until it is sent, 58 MB of the peak with 256 100-turn requests sent at
+/// once to a backend that reads them slowly; BENCHMARKS.md "Issue 23"). The frames together are
+/// byte for byte [`CompletionRequest::to_json`], and the exact length is known before the
+/// first frame (Content-Length, not chunked: llama-server, vLLM, SGLang and TGI all take it).
+struct PromptBody {
+    head: Option<bytes::Bytes>,
+    prompt: Arc<String>,
+    /// Bytes of the prompt sent; `None` before the opening quote.
+    sent: Option<usize>,
+    tail: Option<bytes::Bytes>,
+    /// Bytes not yet handed to the connection.
+    remaining: u64,
+}
+
+impl PromptBody {
+    fn new(head: Vec<u8>, prompt: Arc<String>, tail: Vec<u8>) -> Self {
+        let prompt_json = crate::util::json_escaped_len(prompt.as_bytes()) + 2;
+        let remaining = (head.len() + prompt_json + tail.len()) as u64;
+        Self {
+            head: Some(head.into()),
+            prompt,
+            sent: None,
+            tail: Some(tail.into()),
+            remaining,
+        }
+    }
+
+    /// The next frame's bytes, `None` at the end.
+    fn next_frame(&mut self) -> Option<bytes::Bytes> {
+        if let Some(head) = self.head.take() {
+            return Some(head);
+        }
+        let bytes = self.prompt.as_bytes();
+        let from = match self.sent {
+            Some(from) if from >= bytes.len() => return self.tail.take(),
+            Some(from) => from,
+            None => 0,
+        };
+        let to = (from + PROMPT_FRAME_BYTES).min(bytes.len());
+        let mut frame = Vec::with_capacity((to - from) * 9 / 8 + 2);
+        if self.sent.is_none() {
+            frame.push(b'"');
+        }
+        crate::util::push_json_escaped(&mut frame, &bytes[from..to]);
+        if to == bytes.len() {
+            frame.push(b'"');
+        }
+        self.sent = Some(to);
+        Some(frame.into())
+    }
+}
+
+impl hyper::body::Body for PromptBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        let frame = self.next_frame();
+        if let Some(frame) = &frame {
+            self.remaining -= frame.len() as u64;
+        }
+        std::task::Poll::Ready(frame.map(|f| Ok(hyper::body::Frame::data(f))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.remaining)
+    }
 }
 
 /// The `error.message` of an OpenAI-style error body, or the body itself (shortened).
@@ -829,6 +921,109 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn completions_request(prompt: &str) -> CompletionRequest<'_> {
+        CompletionRequest {
+            model: "m".into(),
+            prompt,
+            max_tokens: 64,
+            temperature: Some(0.0),
+            top_p: None,
+            seed: Some(7),
+            stop: vec!["\n<obs".into()],
+            stream: false,
+            cache_prompt: true,
+        }
+    }
+
+    /// A prompt with escapes and two-byte characters everywhere, frame boundaries included.
+    fn long_prompt(bytes: usize) -> String {
+        let mut prompt = String::new();
+        while prompt.len() < bytes {
+            prompt.push_str("é \"quoted\"\tline\\\n\u{1b}[0m");
+        }
+        prompt
+    }
+
+    #[test]
+    fn a_streamed_body_is_the_json_body_in_frames_of_a_known_length() {
+        for prompt in [
+            String::new(),
+            "a\"b".into(),
+            long_prompt(3 * PROMPT_FRAME_BYTES + 5),
+        ] {
+            let request = completions_request(&prompt);
+            let (head, tail) = request.json_around_prompt().unwrap();
+            let mut body = PromptBody::new(head, Arc::new(prompt.clone()), tail);
+            let total = body.remaining;
+            let mut sent = Vec::new();
+            let mut frames = 0;
+            while let Some(frame) = body.next_frame() {
+                sent.extend_from_slice(&frame);
+                frames += 1;
+            }
+            assert_eq!(sent, request.to_json().unwrap());
+            assert_eq!(total, sent.len() as u64);
+            // Head, the prompt in frames of at most PROMPT_FRAME_BYTES, tail.
+            assert_eq!(frames, 2 + prompt.len().div_ceil(PROMPT_FRAME_BYTES).max(1));
+        }
+    }
+
+    /// Over real HTTP: the backend gets the body with its Content-Length (not chunked), and
+    /// the body is the JSON of the request.
+    #[tokio::test]
+    async fn the_backend_gets_a_content_length_and_the_whole_body() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = vec![0u8; 64 * 1024];
+            let (head, length) = loop {
+                let n = socket.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let head = text[..end].to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .expect("a content-length header")
+                        .parse()
+                        .unwrap();
+                    break (head, (end + 4, length));
+                }
+            };
+            while request.len() < length.0 + length.1 {
+                let n = socket.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+            }
+            let reply = r#"{"choices":[{"text":"ok","finish_reason":"stop"}]}"#;
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+                reply.len()
+            );
+            socket.write_all(response.as_bytes()).await.unwrap();
+            (head, request[length.0..].to_vec())
+        });
+        let backend = OpenAiCompletions::new(base, Some("m".into()), None, 30, 0).unwrap();
+        let prompt = Arc::new(long_prompt(200 * 1024));
+        let params = GenerationParams {
+            max_tokens: 64,
+            temperature: Some(0.0),
+            top_p: None,
+            seed: Some(7),
+        };
+        let completion = backend
+            .complete(&prompt, &params, &["\n<obs"], None)
+            .await
+            .unwrap();
+        assert_eq!(completion.text, "ok");
+        let (head, body) = server.await.unwrap();
+        assert!(!head.contains("chunked"), "{head}");
+        assert_eq!(body, completions_request(&prompt).to_json().unwrap());
+    }
 
     #[test]
     fn cached_prompt_tokens_from_usage_or_llama_server_timings() {

@@ -37,11 +37,25 @@ impl CompletionRequest<'_> {
     /// Errors: those of `serde_json::to_writer` into a `Vec` (none for these field types:
     /// a non-finite float is written as `null`, as `serde_json` writes it).
     pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
-        let mut out = Vec::with_capacity(self.prompt.len() + self.prompt.len() / 8 + 1024);
-        out.extend_from_slice(b"{\"model\":");
-        crate::util::push_json_string(&mut out, &self.model);
-        out.extend_from_slice(b",\"prompt\":");
+        let (head, tail) = self.json_around_prompt()?;
+        let mut out = Vec::with_capacity(head.len() + self.prompt.len() * 9 / 8 + tail.len() + 2);
+        out.extend_from_slice(&head);
         crate::util::push_json_string(&mut out, self.prompt);
+        out.extend_from_slice(&tail);
+        Ok(out)
+    }
+
+    /// The JSON text of [`CompletionRequest::to_json`] before and after the prompt's string
+    /// literal (`{"model":…,"prompt":` and `,"max_tokens":…}`), for a body that streams the
+    /// prompt escaped piece by piece instead of holding it escaped whole.
+    ///
+    /// Errors: as [`CompletionRequest::to_json`].
+    pub fn json_around_prompt(&self) -> Result<(Vec<u8>, Vec<u8>), serde_json::Error> {
+        let mut head = Vec::with_capacity(self.model.len() + 32);
+        head.extend_from_slice(b"{\"model\":");
+        crate::util::push_json_string(&mut head, &self.model);
+        head.extend_from_slice(b",\"prompt\":");
+        let mut out = Vec::with_capacity(256);
         out.extend_from_slice(b",\"max_tokens\":");
         serde_json::to_writer(&mut out, &self.max_tokens)?;
         for (name, value) in [("temperature", self.temperature), ("top_p", self.top_p)] {
@@ -61,7 +75,7 @@ impl CompletionRequest<'_> {
         out.extend_from_slice(b",\"cache_prompt\":");
         serde_json::to_writer(&mut out, &self.cache_prompt)?;
         out.push(b'}');
-        Ok(out)
+        Ok((head, out))
     }
 }
 
