@@ -396,6 +396,31 @@ async fn retries_5xx_then_succeeds() {
     assert_eq!(backend.calls(), 3);
     let record = &proxy.first_trace()[1]["data"];
     assert_eq!(record["completion"]["attempts"], 3);
+    // The turn gave its prompt up once sent: each retry renders it again, identically.
+    let requests = backend.requests();
+    assert!(requests.iter().all(|r| *r == requests[0]), "{requests:?}");
+}
+
+/// A retried call after a nudge sends the nudged prompt again (rendered anew from the
+/// conversation with the nudged step, as the first attempt's was).
+#[tokio::test]
+async fn a_retry_after_a_nudge_sends_the_nudged_prompt_again() {
+    let (backend, proxy) = serve(vec![
+        Scripted::text("Looks fine.\n<submit/>\n"),
+        Scripted::Error {
+            status: 503,
+            message: "loading model".into(),
+        },
+        Scripted::text("Look.\n\n<bash>ls</bash>\n"),
+    ])
+    .await;
+    let (status, r) = proxy.post(&request("swe-agent-1")).await;
+    assert_eq!(status, 200, "{r}");
+    let prompts = backend.prompts();
+    assert_eq!(prompts.len(), 3);
+    assert!(prompts[1].contains("no file has been changed yet"));
+    assert_eq!(prompts[1], prompts[2]);
+    assert_eq!(backend.requests()[1], backend.requests()[2]);
 }
 
 #[tokio::test]

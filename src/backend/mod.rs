@@ -55,6 +55,36 @@ impl RequestClock {
     }
 }
 
+/// The prompt of a completion call: the text, given up to the first request that sends it,
+/// and a way to make it again, exactly, for a retry (rendering is a pure function of the
+/// conversation). A turn waiting on the backend thus holds no copy of its prompt once the
+/// request is sent (BENCHMARKS.md, RSS with 256 in-flight requests).
+pub struct Prompt<'a> {
+    text: std::sync::Mutex<Option<std::sync::Arc<String>>>,
+    again: &'a (dyn Fn() -> Result<std::sync::Arc<String>, ProxyError> + Sync),
+}
+
+impl<'a> Prompt<'a> {
+    /// `text`, made again by `again` when needed a second time.
+    pub fn new(
+        text: std::sync::Arc<String>,
+        again: &'a (dyn Fn() -> Result<std::sync::Arc<String>, ProxyError> + Sync),
+    ) -> Self {
+        Self {
+            text: std::sync::Mutex::new(Some(text)),
+            again,
+        }
+    }
+
+    /// The text: the one given, the first time; made again after.
+    ///
+    /// Errors: those of making it again (a template failure).
+    pub fn take(&self) -> Result<std::sync::Arc<String>, ProxyError> {
+        let given = self.text.lock().ok().and_then(|mut text| text.take());
+        given.map_or_else(self.again, Ok)
+    }
+}
+
 /// Who a completion call is for. HTTP backends ignore it; the replay backend uses it to
 /// continue a recorded session in step order when a prompt's hash matches nothing.
 #[derive(Debug, Clone, Copy)]
@@ -174,7 +204,7 @@ impl Backend {
     /// [`ProxyError::ReplayMiss`] when the replay backend has nothing recorded for the prompt.
     pub async fn complete(
         &self,
-        prompt: &std::sync::Arc<String>,
+        prompt: Prompt<'_>,
         params: &GenerationParams,
         stop: &[&str],
         request_model: Option<&str>,
@@ -182,7 +212,7 @@ impl Backend {
     ) -> Result<BackendCompletion, ProxyError> {
         match self {
             Self::OpenAiCompletions(b) => b.complete(prompt, params, stop, request_model).await,
-            Self::Replay(b) => b.complete(prompt, call),
+            Self::Replay(b) => b.complete(&prompt.take()?, call),
         }
     }
 

@@ -336,7 +336,7 @@ impl OpenAiCompletions {
     /// See [`super::Backend::complete`].
     pub async fn complete(
         &self,
-        prompt: &Arc<String>,
+        prompt: super::Prompt<'_>,
         params: &GenerationParams,
         stop: &[&str],
         request_model: Option<&str>,
@@ -348,7 +348,9 @@ impl OpenAiCompletions {
         let body = Completion {
             request: CompletionRequest {
                 model: model.clone(),
-                prompt,
+                // Not read: the body streams the prompt from `prompt` around this request's
+                // JSON text.
+                prompt: "",
                 max_tokens: params.max_tokens,
                 temperature: params.temperature,
                 top_p: params.top_p,
@@ -406,7 +408,7 @@ impl OpenAiCompletions {
                 .post(&url)
                 .timeout(timeout)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(encode_body(body)?);
+                .body(body.body()?);
             if let Some(key) = &self.api_key {
                 req = req.bearer_auth(key.expose());
             }
@@ -600,38 +602,37 @@ fn decode(text: &str, model: String, attempts: u32) -> Result<BackendCompletion,
 /// would hold every waiting request's prompt twice (BENCHMARKS.md, RSS). Content-Length is
 /// set either way (exact size hint).
 trait JsonBody {
-    fn body(&self) -> Result<reqwest::Body, serde_json::Error>;
+    fn body(&self) -> Result<reqwest::Body, ProxyError>;
 }
 
-/// A completions request whose prompt the body streams from the turn's shared prompt.
+/// A completions request whose body streams the prompt (its `request.prompt` is not read).
 struct Completion<'a> {
     request: CompletionRequest<'a>,
-    prompt: &'a Arc<String>,
+    prompt: super::Prompt<'a>,
 }
 
 impl JsonBody for Completion<'_> {
-    fn body(&self) -> Result<reqwest::Body, serde_json::Error> {
-        let (head, tail) = self.request.json_around_prompt()?;
+    fn body(&self) -> Result<reqwest::Body, ProxyError> {
+        let (head, tail) = self.request.json_around_prompt().map_err(encoding_failed)?;
         Ok(reqwest::Body::wrap(PromptBody::new(
             head,
-            self.prompt.clone(),
+            self.prompt.take()?,
             tail,
         )))
     }
 }
 
 impl JsonBody for serde_json::Value {
-    fn body(&self) -> Result<reqwest::Body, serde_json::Error> {
-        let json = serde_json::to_vec(self)?;
+    fn body(&self) -> Result<reqwest::Body, ProxyError> {
+        let json = serde_json::to_vec(self).map_err(encoding_failed)?;
         Ok(reqwest::Body::wrap(http_body_util::Full::new(
             bytes::Bytes::from(json),
         )))
     }
 }
 
-fn encode_body<T: JsonBody + ?Sized>(body: &T) -> Result<reqwest::Body, ProxyError> {
-    body.body()
-        .map_err(|e| ProxyError::Internal(format!("encoding the backend request: {e}")))
+fn encoding_failed(e: serde_json::Error) -> ProxyError {
+    ProxyError::Internal(format!("encoding the backend request: {e}"))
 }
 
 /// Bytes of the prompt escaped per frame of a [`PromptBody`].
@@ -969,6 +970,11 @@ mod tests {
         }
     }
 
+    /// A prompt that must not be made again (the call is not retried).
+    fn unreachable_again() -> Result<Arc<String>, ProxyError> {
+        Err(ProxyError::Internal("made again".into()))
+    }
+
     /// Over real HTTP: the backend gets the body with its Content-Length (not chunked), and
     /// the body is the JSON of the request.
     #[tokio::test]
@@ -1016,7 +1022,12 @@ mod tests {
             seed: Some(7),
         };
         let completion = backend
-            .complete(&prompt, &params, &["\n<obs"], None)
+            .complete(
+                crate::backend::Prompt::new(prompt.clone(), &|| unreachable_again()),
+                &params,
+                &["\n<obs"],
+                None,
+            )
             .await
             .unwrap();
         assert_eq!(completion.text, "ok");

@@ -284,10 +284,24 @@ pub async fn run_turn(
         record.context = context;
         // The record's prompt and request deltas are taken while the backend generates (the
         // backend call is polled first, so its request is under way), off the answer's path;
-        // the request body is released once they are.
+        // the request body is released once they are. The turn gives its prompt to the call
+        // and the record: once sent (and stored, unless the record holds it whole) it is
+        // freed, and a retry renders it again from the conversation.
+        let prompt = std::mem::take(&mut turn.prepared.prompt);
+        let again = || {
+            scope
+                .renderer
+                .render(
+                    settings.format,
+                    &turn.prepared.conversation,
+                    &turn.prepared.tools,
+                )
+                .map(Arc::new)
+                .map_err(|e| ProxyError::Internal(e.to_string()))
+        };
         let (completion, mut record) = tokio::join!(
             scope.backend.complete(
-                &turn.prepared.prompt,
+                crate::backend::Prompt::new(prompt.clone(), &again),
                 &asked.params,
                 &stops,
                 asked.model.as_deref(),
@@ -299,7 +313,8 @@ pub async fn run_turn(
                 },
             ),
             async {
-                let pending = scope.trace.begin(&session, record, &turn.prepared.prompt);
+                let pending = scope.trace.begin(&session, record, &prompt);
+                drop(prompt);
                 input = Arc::new(input.without_body());
                 pending
             }
@@ -501,10 +516,11 @@ async fn run_side_call(
     side.prompt = Arc::new(prompt);
     meta.backend_call_starts();
     let backend_started = Instant::now();
+    let again = || Ok(side.prompt.clone());
     let completion = scope
         .backend
         .complete(
-            &side.prompt,
+            crate::backend::Prompt::new(side.prompt.clone(), &again),
             &asked.params,
             &side_call::STOP,
             asked.model.as_deref(),

@@ -481,8 +481,9 @@ impl PromptState {
 }
 
 /// The prompt record of `prompt`, as a delta against the last stored prompt that `state`
-/// remembers (`None` for a prompt outside the chain: stored whole, state untouched). The delta
-/// is the prompt's tail, shared, not copied.
+/// remembers (`None` for a prompt outside the chain: stored whole, state untouched). A prompt
+/// stored whole is shared, not copied; a delta is copied (usually the few KiB of the last
+/// turn), so the record does not keep the whole prompt alive while its call waits.
 pub fn prompt_record(prompt: &Arc<String>, state: Option<&mut PromptState>) -> PromptRecord {
     let (prefix_bytes, sha256) = match state {
         Some(state) => state.shared_prefix_and_sha256(prompt),
@@ -490,9 +491,13 @@ pub fn prompt_record(prompt: &Arc<String>, state: Option<&mut PromptState>) -> P
     };
     PromptRecord {
         prefix_bytes,
-        delta: PromptText::Tail {
-            prompt: prompt.clone(),
-            from: prefix_bytes,
+        delta: if prefix_bytes == 0 {
+            PromptText::Tail {
+                prompt: prompt.clone(),
+                from: 0,
+            }
+        } else {
+            PromptText::Owned(prompt[prefix_bytes..].to_string())
         },
         sha256,
         bytes: prompt.len(),
