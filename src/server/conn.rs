@@ -17,9 +17,10 @@ use tokio::sync::watch;
 
 /// Largest read buffer of a connection, bytes: hyper's minimum is 8 KiB and its default
 /// ~400 KiB; 16 KiB is the request-head limit of Node.js and of h11 (uvicorn, under vLLM's and
-/// SGLang's servers), so clients already keep their heads within it. A request head (line and headers) of up to this size is always read; hyper checks
-/// the bound between reads, so a longer head may pass and a much longer one is answered 431.
-/// A body of any size streams through the buffer in reads of at most this size.
+/// SGLang's servers), so clients already keep their heads within it. A request head (line and
+/// headers) of up to this size is always read; hyper checks the bound between reads, so a
+/// longer head may pass and a much longer one is answered 431. A body of any size streams
+/// through the buffer in reads of at most this size.
 pub const READ_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Serves `router` on `listener` until `shutdown` resolves, then stops accepting, lets every
