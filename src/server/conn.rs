@@ -5,7 +5,7 @@
 //! ([`READ_BUFFER_BYTES`]). With hyper's default (~400 KiB) a connection that has read a long
 //! body keeps a buffer of that size reserved for its next request while the turn waits on the
 //! backend: 200 MiB of the proxy's peak with 256 in-flight 100-turn requests (heaptrack,
-//! BENCHMARKS.md "Issue 23"); 64 KiB still cost 35 MiB there, 16 KiB about 8.
+//! BENCHMARKS.md "Issue 23").
 
 use std::time::Duration;
 
@@ -16,12 +16,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Largest read buffer of a connection, bytes: hyper's minimum is 8 KiB and its default
-/// ~400 KiB; 16 KiB is the request-head limit of Node.js and of h11 (uvicorn, under vLLM's and
-/// SGLang's servers), so clients already keep their heads within it. A request head (line and
-/// headers) of up to this size is always read; hyper checks the bound between reads, so a
-/// longer head may pass and a much longer one is answered 431. A body of any size streams
-/// through the buffer in reads of at most this size.
-pub const READ_BUFFER_BYTES: usize = 16 * 1024;
+/// ~400 KiB. 16 KiB saved another 12 MiB at 256 in flight but cost 0.07–0.1 ms of CPU per
+/// 20-turn request (a 60 KB body read in four reads and joined); 64 KiB costs what ~400 KiB
+/// did (BENCHMARKS.md, "Issue 23, second session"). A request head (line and headers) of up to
+/// this size is always read; hyper checks the bound between reads, so a longer head may pass
+/// and a much longer one is answered 431 (Node.js and h11, under vLLM's server, refuse heads
+/// past 16 KiB). A body of any size streams through the buffer in reads of at most this size.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Serves `router` on `listener` until `shutdown` resolves, then stops accepting, lets every
 /// open connection finish its request in flight (idle keep-alive connections close at once)
