@@ -230,18 +230,10 @@ impl DeltaState {
             .take_while(|(a, b)| a == b)
             .count();
         let kept = if self.known { kept } else { 0 };
-        // What serde_json writes for the map of compacted raw values.
-        let mut rest_json = Vec::with_capacity(top.values().map(|v| v.len() + 16).sum());
-        rest_json.push(b'{');
-        for (i, (key, value)) in top.iter().enumerate() {
-            if i > 0 {
-                rest_json.push(b',');
-            }
-            crate::util::push_json_string(&mut rest_json, key);
-            rest_json.push(b':');
-            rest_json.extend_from_slice(compact_json(value).as_bytes());
-        }
-        rest_json.push(b'}');
+        let rest_json = compact_object(
+            top.iter().map(|(k, v)| (*k, *v)),
+            top.values().map(|v| v.len() + 16).sum(),
+        );
         let rest_json = String::from_utf8(rest_json).ok()?;
         let rest_digest = digest16(rest_json.as_bytes());
         let mut headers = BTreeMap::new();
@@ -383,25 +375,38 @@ fn stored_message(raw: &str, refer: impl FnOnce(&str) -> bool) -> Box<RawValue> 
         .filter(|(_, value)| value.get().starts_with('"'))
         .and_then(|(_, value)| serde_json::from_str::<String>(value.get()).ok());
     let referenced = content.as_deref().is_some_and(refer);
-    let mut text = Vec::with_capacity(raw.len() + 2);
+    let members = members.iter().map(|(key, value)| {
+        let value = if referenced && key == "content" {
+            "null"
+        } else {
+            value.get()
+        };
+        (key.as_str(), value)
+    });
+    String::from_utf8(compact_object(members, raw.len() + 2))
+        .ok()
+        .and_then(|text| RawValue::from_string(text).ok())
+        .unwrap_or_else(null)
+}
+
+/// The JSON object of `members` (keys, and values' JSON text) as serde_json writes a map of
+/// raw values, each value compacted ([`compact_json`]); `capacity` bytes reserved.
+fn compact_object<'a>(
+    members: impl Iterator<Item = (&'a str, &'a str)>,
+    capacity: usize,
+) -> Vec<u8> {
+    let mut text = Vec::with_capacity(capacity);
     text.push(b'{');
-    for (i, (key, value)) in members.iter().enumerate() {
+    for (i, (key, value)) in members.enumerate() {
         if i > 0 {
             text.push(b',');
         }
         crate::util::push_json_string(&mut text, key);
         text.push(b':');
-        if referenced && key == "content" {
-            text.extend_from_slice(b"null");
-        } else {
-            text.extend_from_slice(compact_json(value.get()).as_bytes());
-        }
+        text.extend_from_slice(compact_json(value).as_bytes());
     }
     text.push(b'}');
-    String::from_utf8(text)
-        .ok()
-        .and_then(|text| RawValue::from_string(text).ok())
-        .unwrap_or_else(null)
+    text
 }
 
 /// Block size of the writer's prompt memory, bytes.
