@@ -497,10 +497,7 @@ pub fn prompt_record(prompt: &Arc<String>, state: Option<&mut PromptState>) -> P
     PromptRecord {
         prefix_bytes,
         delta: if prefix_bytes == 0 {
-            PromptText::Tail {
-                prompt: prompt.clone(),
-                from: 0,
-            }
+            PromptText::Shared(prompt.clone())
         } else {
             PromptText::Owned(prompt[prefix_bytes..].to_string())
         },

@@ -296,18 +296,14 @@ pub struct PromptRecord {
     pub bytes: usize,
 }
 
-/// The text of a [`PromptRecord::delta`]: owned when read back; while a begun record waits
-/// for its completion call, the tail of the prompt the turn sent, shared with the turn rather
-/// than copied (a record that opens a session stores its whole prompt: 285 KiB at 100 turns).
-/// Serialized as a JSON string either way.
+/// The text of a [`PromptRecord::delta`]: owned when read back (and for a delta, a copy of
+/// the prompt's new part); while a begun record that stores its prompt whole waits for its
+/// completion call, the prompt the turn sent, shared rather than copied (285 KiB at 100
+/// turns). Serialized as a JSON string either way.
 #[derive(Debug, Clone)]
 pub enum PromptText {
     Owned(String),
-    /// `prompt[from..]` (`from` on a character boundary).
-    Tail {
-        prompt: Arc<String>,
-        from: usize,
-    },
+    Shared(Arc<String>),
 }
 
 impl PromptText {
@@ -315,7 +311,7 @@ impl PromptText {
     pub fn as_str(&self) -> &str {
         match self {
             Self::Owned(text) => text,
-            Self::Tail { prompt, from } => &prompt[*from..],
+            Self::Shared(prompt) => prompt,
         }
     }
 }
