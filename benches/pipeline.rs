@@ -231,6 +231,25 @@ fn stages(c: &mut Criterion) {
     }
     group.finish();
 
+    // The backend body's escaping of the whole prompt: its length first (Content-Length),
+    // then the text, in the body's frames.
+    let mut group = c.benchmark_group("escape");
+    for (turns, _, p) in &prepared {
+        let prompt = p.prompt.as_bytes();
+        group.throughput(Throughput::Bytes(prompt.len() as u64));
+        group.bench_with_input(BenchmarkId::new("len", turns), prompt, |b, prompt| {
+            b.iter(|| asap_proxy::util::json_escaped_len(prompt))
+        });
+        group.bench_with_input(BenchmarkId::new("text", turns), prompt, |b, prompt| {
+            b.iter(|| {
+                let mut out = Vec::with_capacity(prompt.len() + prompt.len() / 8);
+                asap_proxy::util::push_json_escaped(&mut out, prompt);
+                out
+            })
+        });
+    }
+    group.finish();
+
     let completion = completion();
     let mut group = c.benchmark_group("parse");
     for (turns, _, p) in &prepared {

@@ -8,9 +8,12 @@
 //! no parsing and no nudges; the trace record has `side_call` set and its step number is
 //! that of the trajectory, so it is never counted as a step or an unparsable turn.
 
+use std::sync::LazyLock;
+
 use serde::{Deserialize, Serialize};
 
 use crate::openai::chat::{ChatCompletionRequest, Role};
+use crate::util::Markers;
 
 /// Which side call a request is (the trace's `kind` of a `side_call` record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,15 +147,22 @@ pub const STOP: [&str; 3] = ["\nUser:", "\nSystem:", "\n## Thinking"];
 
 /// The kind of side call a request is, if any.
 pub fn detect(request: &ChatCompletionRequest) -> Option<SideCallKind> {
+    static IN_SYSTEM: LazyLock<Markers> =
+        LazyLock::new(|| Markers::new(SYSTEM_MARKERS.iter().map(|(_, m, _)| m)));
+    static IN_USER: LazyLock<Markers> =
+        LazyLock::new(|| Markers::new(MARKERS.iter().map(|(_, m)| m)));
     let system = request.system_text();
-    let in_system = SYSTEM_MARKERS.iter().find(|(_, marker, at_start)| {
-        if *at_start {
-            system.starts_with(marker)
-        } else {
-            system.contains(marker)
-        }
-    });
-    if let Some((kind, _, _)) = in_system {
+    let in_system = SYSTEM_MARKERS
+        .iter()
+        .enumerate()
+        .find(|(i, (_, marker, at_start))| {
+            if *at_start {
+                system.starts_with(marker)
+            } else {
+                IN_SYSTEM.in_text(*i, &system)
+            }
+        });
+    if let Some((_, (kind, _, _))) = in_system {
         return Some(*kind);
     }
     let last_user = request
@@ -160,10 +170,7 @@ pub fn detect(request: &ChatCompletionRequest) -> Option<SideCallKind> {
         .iter()
         .rev()
         .find(|m| m.role == Role::User)?;
-    MARKERS
-        .iter()
-        .find(|(_, marker)| last_user.content.contains(marker))
-        .map(|(kind, _)| *kind)
+    IN_USER.first_in(&last_user.content).map(|i| MARKERS[i].0)
 }
 
 /// The transcript the base model continues.

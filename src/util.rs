@@ -116,6 +116,55 @@ pub fn json_escaped_len(bytes: &[u8]) -> usize {
     len
 }
 
+/// Index just past the closing quote of the JSON string literal whose opening quote is at
+/// `bytes[open]`; `None` when it does not close. The closing quote is found by a SIMD search
+/// (a quote after an odd run of backslashes is escaped), so scanners skip a string's content
+/// at memory speed instead of a step per byte. Escapes are not checked.
+pub fn json_string_end(bytes: &[u8], open: usize) -> Option<usize> {
+    let mut from = open + 1;
+    loop {
+        let quote = from + memchr::memchr(b'"', bytes.get(from..)?)?;
+        let backslashes = bytes[open + 1..quote]
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        if backslashes % 2 == 0 {
+            return Some(quote + 1);
+        }
+        from = quote + 1;
+    }
+}
+
+/// Fixed texts searched for in every request (side-call and subagent markers): one
+/// substring finder each, built once. `str::contains` sets up a two-way searcher on every
+/// call; for a dozen markers over a system prompt of a few KiB that was a tenth of a short
+/// request's instructions (callgrind). Matches are exactly `str::contains`'s.
+#[derive(Debug)]
+pub struct Markers(Vec<memchr::memmem::Finder<'static>>);
+
+impl Markers {
+    /// Finders for `markers`, in order.
+    pub fn new<'a>(markers: impl IntoIterator<Item = &'a &'static str>) -> Self {
+        Self(
+            markers
+                .into_iter()
+                .map(|m| memchr::memmem::Finder::new(m.as_bytes()))
+                .collect(),
+        )
+    }
+
+    /// Whether marker `i` occurs in `text`.
+    pub fn in_text(&self, i: usize, text: &str) -> bool {
+        self.0[i].find(text.as_bytes()).is_some()
+    }
+
+    /// The index of the first marker, in list order, that occurs in `text`.
+    pub fn first_in(&self, text: &str) -> Option<usize> {
+        (0..self.0.len()).find(|&i| self.in_text(i, text))
+    }
+}
+
 /// The second byte of `b`'s two-byte escape, `None` for `\u00XX`.
 fn short_escape(b: u8) -> Option<u8> {
     match b {
@@ -220,6 +269,22 @@ mod tests {
             let mut out = Vec::new();
             push_json_string(&mut out, &text);
             proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&text).unwrap());
+        }
+    }
+
+    proptest::proptest! {
+        /// The first marker found is the first, in list order, that `str::contains` finds.
+        #[test]
+        fn markers_find_what_contains_finds(text in "[abé ]{0,40}") {
+            const LIST: [&str; 5] = ["ab", "ba", "aab", "é a", "bbbb"];
+            let markers = super::Markers::new(&LIST);
+            proptest::prop_assert_eq!(
+                markers.first_in(&text),
+                LIST.iter().position(|m| text.contains(m))
+            );
+            for (i, m) in LIST.iter().enumerate() {
+                proptest::prop_assert_eq!(markers.in_text(i, &text), text.contains(m));
+            }
         }
     }
 

@@ -151,8 +151,9 @@ impl ChatCompletionRequest {
     /// in the trace; `report` leaves it out of every number (its parent's trajectory is the
     /// one measured).
     pub fn is_subagent(&self) -> bool {
-        let system = self.system_text();
-        SUBAGENT_MARKERS.iter().any(|m| system.contains(m))
+        static FINDERS: std::sync::LazyLock<crate::util::Markers> =
+            std::sync::LazyLock::new(|| crate::util::Markers::new(&SUBAGENT_MARKERS));
+        FINDERS.first_in(&self.system_text()).is_some()
     }
 
     /// Text of the first user message (where scaffolds state their format; see

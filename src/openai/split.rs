@@ -118,20 +118,8 @@ impl Scan<'_> {
 
     /// Skips a string whose opening quote is at `self.at`; `None` when it does not end.
     fn string(&mut self) -> Option<()> {
-        let mut from = self.at + 1;
-        loop {
-            let quote = from + memchr::memchr(b'"', self.bytes.get(from..)?)?;
-            let backslashes = self.bytes[..quote]
-                .iter()
-                .rev()
-                .take_while(|&&b| b == b'\\')
-                .count();
-            if backslashes % 2 == 0 {
-                self.at = quote + 1;
-                return Some(());
-            }
-            from = quote + 1;
-        }
+        self.at = crate::util::json_string_end(self.bytes, self.at)?;
+        Some(())
     }
 
     /// Skips the value starting at `self.at` (whitespace skipped first), inside `level`
@@ -195,6 +183,44 @@ pub fn nesting_depth(body: &[u8]) -> usize {
     };
     let _ = scan.value(0);
     scan.depth
+}
+
+/// The members of JSON object text `text`, in order: each key's and value's byte ranges (the
+/// key with its quotes). `None` when `text` is not one object, as [`Scan`] checks structure:
+/// escapes, numbers and literals are not checked, so a caller that needs valid JSON
+/// validates what it keeps.
+pub fn object_members(text: &str) -> Option<Vec<(Range<usize>, Range<usize>)>> {
+    let mut scan = Scan {
+        bytes: text.as_bytes(),
+        at: 0,
+        depth: 1,
+    };
+    let mut members = Vec::new();
+    if !scan.eat(b'{') {
+        return None;
+    }
+    if !scan.eat(b'}') {
+        loop {
+            scan.skip_space();
+            if text.as_bytes().get(scan.at) != Some(&b'"') {
+                return None;
+            }
+            let key = scan.value(1)?;
+            if !scan.eat(b':') {
+                return None;
+            }
+            let value = scan.value(1)?;
+            members.push((key, value));
+            if scan.eat(b'}') {
+                break;
+            }
+            if !scan.eat(b',') {
+                return None;
+            }
+        }
+    }
+    scan.skip_space();
+    (scan.at == text.len()).then_some(members)
 }
 
 impl BodySplit {

@@ -117,22 +117,30 @@ impl JsonStrings {
 /// none. Strings are copied byte for byte (a raw line break cannot occur in a valid JSON
 /// string), numbers keep their spelling.
 pub fn compact_json(json: &str) -> std::borrow::Cow<'_, str> {
-    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
-    let mut strings = JsonStrings::default();
+    let bytes = json.as_bytes();
     // Allocated at the first whitespace between tokens; `None` while there has been none.
     let mut out: Option<Vec<u8>> = None;
-    for (i, &b) in json.as_bytes().iter().enumerate() {
-        let skip = !strings.inside(b) && is_space(b);
-        match (&mut out, skip) {
-            (None, true) => out = Some(json.as_bytes()[..i].to_vec()),
-            (Some(out), false) => out.push(b),
-            _ => {}
+    // Bytes before `copied` are in `out` (or need not be, while it is `None`).
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            // A string is skipped whole (an unclosed one runs to the end).
+            b'"' => i = crate::util::json_string_end(bytes, i).unwrap_or(bytes.len()),
+            b' ' | b'\t' | b'\n' | b'\r' => {
+                out.get_or_insert_with(|| Vec::with_capacity(bytes.len()))
+                    .extend_from_slice(&bytes[copied..i]);
+                i += 1;
+                copied = i;
+            }
+            _ => i += 1,
         }
     }
     match out {
         None => std::borrow::Cow::Borrowed(json),
-        // Only ASCII whitespace outside strings was removed: still UTF-8.
-        Some(out) => {
+        Some(mut out) => {
+            out.extend_from_slice(&bytes[copied..]);
+            // Only ASCII whitespace outside strings was removed: still UTF-8.
             std::borrow::Cow::Owned(String::from_utf8(out).unwrap_or_else(|_| json.to_string()))
         }
     }
@@ -358,6 +366,46 @@ impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
 /// through a JSON value, as records always stored it.
 fn stored_message(raw: &str, refer: impl FnOnce(&str) -> bool) -> Box<RawValue> {
     let null = || RawValue::NULL.to_owned();
+    // The usual message: an object whose keys have no escapes, split by the structural
+    // scanner (strings skipped at memory speed); the one validating pass is the stored
+    // text's own ([`RawValue::from_string`]).
+    if let Some(members) = crate::openai::split::object_members(raw).filter(|members| {
+        members.iter().enumerate().all(|(i, (key, _))| {
+            let key = &raw[key.clone()];
+            !key.contains('\\') && members[..i].iter().all(|(k, _)| &raw[k.clone()] != key)
+        })
+    }) {
+        let content = members
+            .iter()
+            .find(|(key, _)| &raw[key.clone()] == "\"content\"")
+            .map(|(_, value)| &raw[value.clone()])
+            .filter(|value| value.starts_with('"'));
+        let referenced = match content {
+            Some(text) if !text.contains('\\') => refer(&text[1..text.len() - 1]),
+            Some(text) => serde_json::from_str::<String>(text).is_ok_and(|c| refer(&c)),
+            None => false,
+        };
+        let mut text = Vec::with_capacity(raw.len() + 2);
+        text.push(b'{');
+        for (i, (key, value)) in members.iter().enumerate() {
+            if i > 0 {
+                text.push(b',');
+            }
+            let key = &raw[key.clone()];
+            text.extend_from_slice(key.as_bytes());
+            text.push(b':');
+            if referenced && key == "\"content\"" {
+                text.extend_from_slice(b"null");
+            } else {
+                text.extend_from_slice(compact_json(&raw[value.clone()]).as_bytes());
+            }
+        }
+        text.push(b'}');
+        return String::from_utf8(text)
+            .ok()
+            .and_then(|text| RawValue::from_string(text).ok())
+            .unwrap_or_else(null);
+    }
     let Ok(Members(Some(members))) = serde_json::from_str::<Members<'_>>(raw) else {
         let mut message: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
         if message
@@ -531,6 +579,33 @@ mod tests {
             let needle = format!("{}{end}", unit.repeat(repeats));
             let haystack = format!("{}{end}", unit.repeat(repeats + extra));
             proptest::prop_assert_eq!(find_text(haystack.as_bytes(), &needle), haystack.find(needle.as_str()));
+        }
+    }
+
+    /// [`compact_json`] byte by byte with [`JsonStrings`]: the definition the string-skipping
+    /// scan must keep.
+    fn compact_json_bytewise(json: &str) -> String {
+        let mut strings = JsonStrings::default();
+        json.bytes()
+            .filter(|&b| strings.inside(b) || !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .map(char::from)
+            .collect::<String>()
+    }
+
+    proptest::proptest! {
+        /// Any text (valid JSON or not: unclosed strings, backslash runs before quotes) is
+        /// compacted as the byte-by-byte definition compacts it; a pretty-printed value
+        /// comes out as serde_json's compact text.
+        #[test]
+        fn compact_json_is_the_bytewise_definition(
+            text in "[\"\\\\ \t\n\r{}:,a]{0,40}",
+            value in crate::openai::split::tests::json_value(),
+        ) {
+            let compacted = compact_json(&text).into_owned();
+            proptest::prop_assert_eq!(compacted, compact_json_bytewise(&text));
+            let pretty = serde_json::to_string_pretty(&value).unwrap();
+            let compacted = compact_json(&pretty).into_owned();
+            proptest::prop_assert_eq!(compacted, serde_json::to_string(&value).unwrap());
         }
     }
 
