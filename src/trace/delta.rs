@@ -201,7 +201,11 @@ impl DeltaState {
         prompt: &str,
         stored_from: usize,
     ) -> Option<RequestDelta> {
-        let body = std::str::from_utf8(&input.body).ok()?;
+        // Only the parts stored are checked to be UTF-8 (each is a whole JSON value of a body
+        // the decoder read as UTF-8): a repeated message is only compared by its digest, so a
+        // running session's request costs no pass over its whole body here.
+        let body: &[u8] = &input.body;
+        let text = |range: std::ops::Range<usize>| std::str::from_utf8(body.get(range)?).ok();
         // The decoder's split when it describes this body, else a split of our own.
         let own;
         let fits = |split: &crate::openai::split::BodySplit| {
@@ -212,15 +216,10 @@ impl DeltaState {
         let split = match input.split.as_deref().filter(|s| fits(s)) {
             Some(split) => split,
             None => {
-                own = crate::openai::split::BodySplit::of(body)?;
+                own = crate::openai::split::BodySplit::of(std::str::from_utf8(body).ok()?)?;
                 &own
             }
         };
-        let messages: Vec<&str> = split
-            .messages
-            .iter()
-            .map(|m| body.get(m.range.clone()))
-            .collect::<Option<_>>()?;
         let digests: Vec<Digest16> = split
             .messages
             .iter()
@@ -229,7 +228,7 @@ impl DeltaState {
         let top: BTreeMap<&str, &str> = split
             .rest
             .iter()
-            .map(|(k, r)| Some((k.as_str(), body.get(r.clone())?)))
+            .map(|(k, r)| Some((k.as_str(), text(r.clone())?)))
             .collect::<Option<_>>()?;
         let kept = self
             .messages
@@ -238,6 +237,10 @@ impl DeltaState {
             .take_while(|(a, b)| a == b)
             .count();
         let kept = if self.known { kept } else { 0 };
+        let messages: Vec<&str> = split.messages[kept..]
+            .iter()
+            .map(|m| text(m.range.clone()))
+            .collect::<Option<_>>()?;
         let rest_json = compact_object(
             top.iter().map(|(k, v)| (*k, *v)),
             top.values().map(|v| v.len() + 16).sum(),
@@ -269,9 +272,9 @@ impl DeltaState {
         // match, within a window of its own size plus some markup (linear in the prompt, also
         // for a first record of thousands of messages).
         let mut cursor = stored_from.min(prompt.len());
-        let mut new_messages = Vec::with_capacity(messages.len() - kept);
+        let mut new_messages = Vec::with_capacity(messages.len());
         let mut content_refs = Vec::new();
-        for (i, raw) in messages[kept..].iter().enumerate() {
+        for (i, raw) in messages.iter().enumerate() {
             new_messages.push(stored_message(raw, |content| {
                 if content.len() < MIN_REF_BYTES {
                     return false;
