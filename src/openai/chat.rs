@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
-use super::split::{BodySplit, MessageCache};
+use super::split::{BodySplit, MessageCache, ToolsCache};
 
 use crate::error::ProxyError;
 
@@ -22,8 +22,10 @@ pub struct ChatCompletionRequest {
     /// Shared: a message of an earlier request with the same JSON text is taken from
     /// [`MessageCache`], not decoded again.
     pub messages: Vec<Arc<ChatMessage>>,
+    /// Shared: the tools of an earlier request with the same JSON text are taken from
+    /// [`ToolsCache`], not decoded again (a scaffold sends the same tools each turn).
     #[serde(default, deserialize_with = "null_as_default")]
-    pub tools: Vec<Tool>,
+    pub tools: Arc<[Tool]>,
     #[serde(default)]
     pub tool_choice: Option<Value>,
     #[serde(default)]
@@ -253,7 +255,18 @@ impl ChatCompletionRequest {
     fn decode_cached(body: &[u8]) -> Option<(Self, BodySplit)> {
         let text = std::str::from_utf8(body).ok()?;
         let split = BodySplit::of(text)?;
-        let mut request: Self = serde_json::from_str(&split.without_messages(text)).ok()?;
+        // Tools (one member: a repeated one is the plain decoder's error) from their cache.
+        let mut tools = split.rest.iter().filter(|(key, _)| key == "tools");
+        let cached_tools = match (tools.next(), tools.next()) {
+            (Some((_, range)), None) => Some(ToolsCache::decode(&text[range.clone()])?),
+            _ => None,
+        };
+        let leave_out = cached_tools.is_some().then_some("tools");
+        let mut request: Self =
+            serde_json::from_str(&split.without_messages_and(text, leave_out)).ok()?;
+        if let Some(tools) = cached_tools {
+            request.tools = tools;
+        }
         let mut messages: Vec<Option<Arc<ChatMessage>>> = {
             let mut cache = MessageCache::global().lock().ok()?;
             split
@@ -650,7 +663,9 @@ mod tests {
                 {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
                     "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]},
                 {"role": "tool", "tool_call_id": "c1", "content": "a.py\n"},
-            ], "temperature": 0.5, "tools": []});
+            ], "temperature": 0.5, "tools": [{"type": "function", "function": {"name": "bash",
+                "description": "Run \"it\" [now]", "parameters": {"type": "object",
+                "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]});
             let mut text = serde_json::to_vec(&body).unwrap();
             proptest::prop_assert!(ChatCompletionRequest::from_slice(&text).is_ok());
             let at = at % text.len();
@@ -662,6 +677,7 @@ mod tests {
                 proptest::prop_assert_eq!(format!("{:?}", a.messages), format!("{:?}", b.messages));
                 proptest::prop_assert_eq!(a.extra, b.extra);
                 proptest::prop_assert_eq!(a.temperature, b.temperature);
+                proptest::prop_assert_eq!(format!("{:?}", a.tools), format!("{:?}", b.tools));
             }
         }
     }

@@ -18,7 +18,7 @@ use serde::Deserialize;
 #[cfg(test)]
 use serde_json::value::RawValue;
 
-use super::chat::ChatMessage;
+use super::chat::{ChatMessage, Tool};
 
 /// MiB of message JSON text the cache holds by default (`serve --message-cache-mib`; two
 /// generations of half each): the histories of about a hundred 300 KB rollouts. Past it the
@@ -317,10 +317,19 @@ impl BodySplit {
 
     /// The body without its messages: `{"messages":[]` and every other field as it was.
     pub fn without_messages(&self, body: &str) -> String {
+        self.without_messages_and(body, None)
+    }
+
+    /// [`BodySplit::without_messages`], also without the field `leave_out` (every member of
+    /// that name) when given.
+    pub fn without_messages_and(&self, body: &str, leave_out: Option<&str>) -> String {
         let rest: usize = self.rest.iter().map(|(k, r)| k.len() + r.len() + 8).sum();
         let mut out = Vec::with_capacity(rest + 16);
         out.extend_from_slice(b"{\"messages\":[]");
         for (key, range) in &self.rest {
+            if Some(key.as_str()) == leave_out {
+                continue;
+            }
             out.push(b',');
             crate::util::push_json_string(&mut out, key);
             out.push(b':');
@@ -329,6 +338,47 @@ impl BodySplit {
         out.push(b'}');
         // Made of valid UTF-8 pieces.
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// Decoded `tools` arrays by the digest of their JSON text (a scaffold sends the same tools
+/// on every turn of every rollout, often tens of KiB of JSON schemas): at most
+/// [`ToolsCache::CAPACITY`] arrays, all dropped when it is full. Decoding is a pure function of
+/// the text, so an array taken from the cache is the one a decode would give.
+#[derive(Debug, Default)]
+pub struct ToolsCache {
+    map: HashMap<u128, Arc<[Tool]>>,
+}
+
+impl ToolsCache {
+    /// Arrays held at most: distinct tool sets in use at once (one per scaffold and version
+    /// in a run; a few hundred KiB when each is large).
+    pub const CAPACITY: usize = 64;
+
+    /// The process's cache.
+    pub fn global() -> &'static Mutex<ToolsCache> {
+        static CACHE: std::sync::LazyLock<Mutex<ToolsCache>> =
+            std::sync::LazyLock::new(Mutex::default);
+        &CACHE
+    }
+
+    /// The tools decoded from JSON text `text` (an array or `null`, which is no tools);
+    /// `None` when it does not decode.
+    pub fn decode(text: &str) -> Option<Arc<[Tool]>> {
+        let digest = xxhash_rust::xxh3::xxh3_128(text.as_bytes());
+        if let Some(found) = Self::global().lock().ok()?.map.get(&digest) {
+            return Some(found.clone());
+        }
+        let tools: Arc<[Tool]> = serde_json::from_str::<Option<Vec<Tool>>>(text)
+            .ok()?
+            .unwrap_or_default()
+            .into();
+        let mut cache = Self::global().lock().ok()?;
+        if cache.map.len() >= Self::CAPACITY {
+            cache.map.clear();
+        }
+        cache.map.insert(digest, tools.clone());
+        Some(tools)
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::config::{ProfileChoice, PromptConfig};
 use crate::conversation::{Compacted, Conversation, Example, Step};
 use crate::error::ProxyError;
-use crate::openai::chat::{AsapHeaders, ChatCompletionRequest};
+use crate::openai::chat::{AsapHeaders, ChatCompletionRequest, Tool};
 use crate::policy;
 use crate::prefix::{PrefixStore, Selected};
 use crate::profile::{Dialect, Profiles, ResolvedProfile};
@@ -206,7 +206,7 @@ fn tools_for(
         }
         _ => Vec::new(),
     };
-    let offered = if prompt_tools.is_empty() {
+    let offered: &[Tool] = if prompt_tools.is_empty() {
         &request.tools
     } else {
         &prompt_tools

@@ -317,7 +317,10 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         let body = std::fs::read(path).unwrap();
-        ChatCompletionRequest::from_slice(&body).unwrap().tools
+        ChatCompletionRequest::from_slice(&body)
+            .unwrap()
+            .tools
+            .to_vec()
     }
 
     fn fixture_text(name: &str) -> String {

@@ -357,10 +357,8 @@ fn classify(trajectory: &mut Trajectory, request: &RequestState, first: &FirstRe
         .then(|| serde_json::to_vec(&request.body()).ok())
         .flatten()
         .and_then(|body| ChatCompletionRequest::from_slice(&body).ok());
-    let mut tools = ResolvedProfile::build(
-        profile,
-        decoded.as_ref().map_or(&[][..], |r| r.tools.as_slice()),
-    );
+    let mut tools =
+        ResolvedProfile::build(profile, decoded.as_ref().map_or(&[][..], |r| &*r.tools));
     if let (Some(crate::profile::Dialect::MiniText), Some(r)) = (tools.dialect, &decoded) {
         // The block form the scaffold asked for, as the proxy read it (src/pipeline.rs).
         tools.mini = crate::profile::MiniFormat::from_prompt(&r.system_text(), r.first_user_text());
