@@ -31,7 +31,7 @@ const RUNS: usize = 8;
 fn call(tag: &str, key: &str, value: &str) -> Action {
     Action::Call {
         tag: tag.into(),
-        arguments: Map::from_iter([(key.to_string(), Value::String(value.into()))]),
+        arguments: Map::from_iter([(key.to_string(), Value::String(value.into()))]).into(),
     }
 }
 

@@ -198,7 +198,7 @@ async fn drive(args: &Args, setup: Setup) -> Outcome {
     let write = |tool: &str, arguments: &Value| {
         let action = Action::Call {
             tag: tool.to_string(),
-            arguments: arguments.as_object().cloned().unwrap_or_else(Map::new),
+            arguments: std::sync::Arc::new(arguments.as_object().cloned().unwrap_or_else(Map::new)),
         };
         asap_proxy::render::Format::Xml.action(&action, &toolset)
     };

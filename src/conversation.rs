@@ -334,7 +334,7 @@ mod tests {
             c.steps[0].action,
             Some(Action::Call {
                 tag: "bash".into(),
-                arguments: Map::from_iter([("command".into(), json!("ls"))])
+                arguments: std::sync::Arc::new(Map::from_iter([("command".into(), json!("ls"))]))
             })
         );
         assert_eq!(c.steps[0].observation.as_deref(), Some("x y"));

@@ -447,10 +447,10 @@ fn golden_dialect_replies() {
     use asap_proxy::profile::{Profiles, ResolvedProfile};
     let shell = Action::Call {
         tag: "bash".into(),
-        arguments: serde_json::Map::from_iter([(
+        arguments: std::sync::Arc::new(serde_json::Map::from_iter([(
             "command".to_string(),
             json!("grep -n \"total\" src/*.py | head -5"),
-        )]),
+        )])),
     };
     let submit = Action::Submit { message: None };
     let mut out = String::new();
@@ -500,7 +500,10 @@ fn actions_a_dialect_cannot_carry_become_format_errors() {
     use asap_proxy::profile::ResolvedProfile;
     let shell = |c: &str| Action::Call {
         tag: "bash".into(),
-        arguments: serde_json::Map::from_iter([("command".to_string(), json!(c))]),
+        arguments: std::sync::Arc::new(serde_json::Map::from_iter([(
+            "command".to_string(),
+            json!(c),
+        )])),
     };
     let tools = ResolvedProfile::empty();
     let fenced = shell("cat > R.md <<'EOF'\n```python\nprint(1)\n```\nEOF");

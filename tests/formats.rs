@@ -118,25 +118,28 @@ fn fixed_actions_round_trip_in_every_format() {
     let actions = [
         Action::Call {
             tag: "bash".into(),
-            arguments: args(&[("command", json!("grep -n \"x\" a.py && echo 'ok'"))]),
+            arguments: std::sync::Arc::new(args(&[(
+                "command",
+                json!("grep -n \"x\" a.py && echo 'ok'"),
+            )])),
         },
         Action::Submit { message: None },
         Action::Call {
             tag: "str_replace_editor".into(),
-            arguments: args(&[
+            arguments: std::sync::Arc::new(args(&[
                 ("command", json!("view")),
                 ("path", json!("/t/a.py")),
                 ("view_range", json!([1, 20])),
-            ]),
+            ])),
         },
         Action::Call {
             tag: "str_replace_editor".into(),
-            arguments: args(&[
+            arguments: std::sync::Arc::new(args(&[
                 ("command", json!("insert")),
                 ("path", json!("/t/a.py")),
                 ("insert_line", json!(3)),
                 ("new_str", json!("x = 1\n")),
-            ]),
+            ])),
         },
     ];
     for format in FORMATS {
@@ -183,7 +186,7 @@ proptest! {
         let tools = tools_for("swe-agent-1.json");
         let action = Action::Call {
             tag: "str_replace_editor".into(),
-            arguments: args(&[("command", json!("str_replace")), ("path", json!(path)), ("old_str", json!(old)), ("new_str", json!(new))]),
+            arguments: std::sync::Arc::new(args(&[("command", json!("str_replace")), ("path", json!(path)), ("old_str", json!(old)), ("new_str", json!(new))])),
         };
         for format in FORMATS {
             let text = model_text(format, "Edit.", &action, &tools);
@@ -202,7 +205,7 @@ proptest! {
         let names: Vec<String> = names.into_iter().collect();
         let tools = generic_tools(&tool, &names);
         let arguments: Map<String, Value> = names.iter().zip(&values).map(|(n, v)| (n.clone(), json!(v))).collect();
-        let action = Action::Call { tag: tool.clone(), arguments };
+        let action = Action::Call { tag: tool.clone(), arguments: std::sync::Arc::new(arguments) };
         for format in FORMATS {
             let text = model_text(format, "Use it.", &action, &tools);
             prop_assert_eq!(parse_for(format, &text, &tools).outcome, Ok(action.clone()), "{:?}: {}", format, text);
@@ -213,7 +216,7 @@ proptest! {
     fn any_string_survives_json(cmd in "\\PC{1,60}") {
         prop_assume!(!cmd.trim().is_empty());
         let tools = tools_for("swe-agent-1.json");
-        let action = Action::Call { tag: "bash".into(), arguments: args(&[("command", json!(cmd))]) };
+        let action = Action::Call { tag: "bash".into(), arguments: std::sync::Arc::new(args(&[("command", json!(cmd))])) };
         let text = model_text(Format::Json, "Any text: \"quotes\", \\ and </observation>", &action, &tools);
         prop_assert_eq!(parse_for(Format::Json, &text, &tools).outcome, Ok(action));
     }
@@ -226,7 +229,7 @@ async fn nudges_and_prefixes_in_every_format() {
     let tools = tools_for("swe-agent-1.json");
     let bash = |c: &str| Action::Call {
         tag: "bash".into(),
-        arguments: args(&[("command", json!(c))]),
+        arguments: std::sync::Arc::new(args(&[("command", json!(c))])),
     };
     let submit = Action::Submit { message: None };
     for format in FORMATS {

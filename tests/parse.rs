@@ -131,7 +131,10 @@ fn runs_of_angle_brackets_in_a_body_do_not_panic() {
                 parsed.outcome.as_ref().ok(),
                 Some(&asap_proxy::profile::Action::Call {
                     tag: "bash".into(),
-                    arguments: [("command".to_string(), json!(body))].into_iter().collect(),
+                    arguments: [("command".to_string(), json!(body))]
+                        .into_iter()
+                        .collect::<serde_json::Map<_, _>>()
+                        .into(),
                 }),
                 "{format:?}: {text:?}"
             );
@@ -222,7 +225,8 @@ fn partial_closing_stop_never_reaches_a_command() {
         tag: "bash".into(),
         arguments: [("command".to_string(), json!(command))]
             .into_iter()
-            .collect(),
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
     };
     let unclosed = |format: Format, text: &str, finish: &str, matched: Option<&str>| {
         let (full, closer) = with_closing_stop(format, text, Some(finish), matched, &tools);
@@ -348,7 +352,10 @@ fn a_generic_shell_reads_like_the_paper() {
     );
     let expected = Action::Call {
         tag: "bash".into(),
-        arguments: [("cmd".to_string(), json!("ls -la"))].into_iter().collect(),
+        arguments: [("cmd".to_string(), json!("ls -la"))]
+            .into_iter()
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
     };
     for text in [
         "I list the files.\n\n<bash>ls -la</bash>\n",
@@ -393,7 +400,8 @@ fn a_generic_shell_reads_like_the_paper() {
                 ("timeout".to_string(), json!(5))
             ]
             .into_iter()
-            .collect(),
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
         }
     );
     // Not a shell: two required parameters, a required parameter that is neither a string nor
@@ -485,7 +493,8 @@ fn a_generic_shell_reads_like_the_paper() {
                 ("cwd".to_string(), json!("/tmp"))
             ]
             .into_iter()
-            .collect(),
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
         }
     );
 }
@@ -560,7 +569,7 @@ fn a_generic_shells_optional_parameters_are_kept() {
     assert!(tools.generic_shell);
     let call = |args: Value| Action::Call {
         tag: "bash".into(),
-        arguments: args.as_object().unwrap().clone(),
+        arguments: std::sync::Arc::new(args.as_object().unwrap().clone()),
     };
     assert_eq!(
         Format::Xml.action(&call(json!({"cmd": "ls"})), &tools),

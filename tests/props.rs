@@ -417,7 +417,7 @@ proptest! {
             .filter(|(_, _, present)| *present)
             .map(|(n, p, _)| (n.clone(), p.value.clone()))
             .collect();
-        let action = Action::Call { tag: tool.clone(), arguments };
+        let action = Action::Call { tag: tool.clone(), arguments: std::sync::Arc::new(arguments) };
         for format in FORMATS {
             let text = model_text(format, "Typed.", &action, &tools);
             let parsed = parse_for(format, &text, &tools);
@@ -430,7 +430,7 @@ proptest! {
         let tools = tools_for("swe-agent-1.json");
         let mut arguments = Map::new();
         arguments.insert("command".into(), json!(command));
-        let action = Action::Call { tag: "bash".into(), arguments };
+        let action = Action::Call { tag: "bash".into(), arguments: std::sync::Arc::new(arguments) };
         for format in FORMATS {
             let text = model_text(format, "Run it.", &action, &tools);
             let parsed = parse_for(format, &text, &tools);

@@ -157,7 +157,7 @@ fn rendered_actions_parse_back() {
         "swe-agent-1.json",
         Action::Call {
             tag: "bash".into(),
-            arguments: args(&[("command", json!("ls -la"))]),
+            arguments: std::sync::Arc::new(args(&[("command", json!("ls -la"))])),
         },
     );
     roundtrip("swe-agent-1.json", Action::Submit { message: None });
@@ -165,24 +165,24 @@ fn rendered_actions_parse_back() {
         "swe-agent-1.json",
         Action::Call {
             tag: "str_replace_editor".into(),
-            arguments: args(&[
+            arguments: std::sync::Arc::new(args(&[
                 ("command", json!("view")),
                 ("path", json!("/testbed/a.py")),
                 ("view_range", json!([1, -1])),
-            ]),
+            ])),
         },
     );
     roundtrip(
         "openhands-codeact-1.json",
         Action::Call {
             tag: "task_tracker".into(),
-            arguments: args(&[
+            arguments: std::sync::Arc::new(args(&[
                 ("command", json!("plan")),
                 (
                     "task_list",
                     json!([{"id": "1", "title": "t", "status": "todo"}]),
                 ),
-            ]),
+            ])),
         },
     );
 }
@@ -210,7 +210,7 @@ proptest! {
         let tools = tools_for("swe-agent-1.json");
         let action = Action::Call {
             tag: "str_replace_editor".into(),
-            arguments: args(&[("command", json!("str_replace")), ("path", json!(path)), ("old_str", json!(old)), ("new_str", json!(new))]),
+            arguments: std::sync::Arc::new(args(&[("command", json!("str_replace")), ("path", json!(path)), ("old_str", json!(old)), ("new_str", json!(new))])),
         };
         let text = format!("Edit.\n\n{}\n", Format::Xml.action(&action, &tools));
         prop_assert_eq!(parse_completion(&text, &tools).outcome, Ok(action));
@@ -219,7 +219,7 @@ proptest! {
     #[test]
     fn any_shell_command_round_trips(cmd in value_strategy().prop_filter("non-blank", |s| !s.trim().is_empty())) {
         let tools = tools_for("swe-agent-1.json");
-        let action = Action::Call { tag: "bash".into(), arguments: args(&[("command", json!(cmd))]) };
+        let action = Action::Call { tag: "bash".into(), arguments: std::sync::Arc::new(args(&[("command", json!(cmd))])) };
         let text = format!("Run.\n\n{}\n", Format::Xml.action(&action, &tools));
         prop_assert_eq!(parse_completion(&text, &tools).outcome, Ok(action));
     }

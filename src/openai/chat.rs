@@ -441,7 +441,7 @@ pub struct FunctionCall {
     /// Arguments as a JSON object. A JSON string is decoded; `""`, `null` and absent become
     /// `{}`; a string that is not a JSON object is kept under the key `"_raw"`.
     #[serde(default, deserialize_with = "arguments_object")]
-    pub arguments: Map<String, Value>,
+    pub arguments: Arc<Map<String, Value>>,
 }
 
 /// A tool offered by the client (`{"type": "function", "function": {...}}`).
@@ -515,8 +515,8 @@ fn id_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error
 /// Key under which history `arguments` that are not a JSON object are kept.
 pub const RAW_ARGUMENTS: &str = "_raw";
 
-fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
-    Ok(match Option::<Value>::deserialize(d)? {
+fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Map<String, Value>>, D::Error> {
+    Ok(Arc::new(match Option::<Value>::deserialize(d)? {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(o)) => o,
         Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
@@ -529,7 +529,7 @@ fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value
             _ => Map::from_iter([(RAW_ARGUMENTS.to_string(), Value::String(s))]),
         },
         Some(other) => Map::from_iter([(RAW_ARGUMENTS.to_string(), other)]),
-    })
+    }))
 }
 
 fn json_kind(v: &Value) -> &'static str {

@@ -168,7 +168,7 @@ pub fn parse(text: &str, tools: &ResolvedProfile) -> Parsed {
         thought,
         outcome: Ok(Action::Call {
             tag: spec.tag.clone(),
-            arguments: coerced,
+            arguments: coerced.into(),
         }),
         dropped_bytes: dropped,
         notes,

@@ -192,7 +192,7 @@ fn parse_block(
         thought: clean_thought(thought),
         outcome: Ok(Action::Call {
             tag: spec.tag.clone(),
-            arguments,
+            arguments: arguments.into(),
         }),
         dropped_bytes: dropped,
         notes,

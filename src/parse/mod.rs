@@ -467,7 +467,7 @@ fn parse_action(
         thought,
         outcome: Ok(Action::Call {
             tag: spec.tag.clone(),
-            arguments,
+            arguments: arguments.into(),
         }),
         dropped_bytes: dropped,
         notes,

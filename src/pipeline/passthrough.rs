@@ -119,7 +119,9 @@ pub(super) async fn run(
                 Value::String(arguments.clone()),
             )]),
         };
-        prepared.tools.from_scaffold(name, &args)
+        prepared
+            .tools
+            .from_scaffold(name, &std::sync::Arc::new(args))
     };
     let outcome = match kept.first() {
         Some(call) => Ok(action(call)),

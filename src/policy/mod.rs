@@ -485,7 +485,7 @@ mod tests {
         let t = tools("claude-code-1.json");
         let call = |tag: &str, args: serde_json::Value| Action::Call {
             tag: tag.into(),
-            arguments: args.as_object().unwrap().clone(),
+            arguments: std::sync::Arc::new(args.as_object().unwrap().clone()),
         };
         let edit = call(
             "Edit",
@@ -548,7 +548,10 @@ mod tests {
         );
         let agent = Action::Call {
             tag: "Agent".into(),
-            arguments: Map::from_iter([("prompt".to_string(), json!("Fix calc.py"))]),
+            arguments: std::sync::Arc::new(Map::from_iter([(
+                "prompt".to_string(),
+                json!("Fix calc.py"),
+            )])),
         };
         assert_eq!(
             decide(&conv(&[look.clone(), agent]), &submit, &none, &t, &limits),
@@ -583,7 +586,7 @@ mod tests {
     fn bash(cmd: &str) -> Action {
         Action::Call {
             tag: "bash".into(),
-            arguments: Map::from_iter([("command".to_string(), json!(cmd))]),
+            arguments: std::sync::Arc::new(Map::from_iter([("command".to_string(), json!(cmd))])),
         }
     }
 
@@ -655,10 +658,10 @@ mod tests {
         );
         let edit = Action::Call {
             tag: "str_replace_editor".into(),
-            arguments: Map::from_iter([
+            arguments: std::sync::Arc::new(Map::from_iter([
                 ("command".to_string(), json!("create")),
                 ("path".to_string(), json!("/a.py")),
-            ]),
+            ])),
         };
         assert_eq!(decide_swe(&[edit], SUBMIT, &none), Decision::Accept);
         // A search agent cannot edit: its answer is never premature.
@@ -712,12 +715,12 @@ mod tests {
     fn str_replace(old: &str, new: &str) -> Action {
         Action::Call {
             tag: "str_replace_editor".into(),
-            arguments: Map::from_iter([
+            arguments: std::sync::Arc::new(Map::from_iter([
                 ("command".to_string(), json!("str_replace")),
                 ("path".to_string(), json!("/testbed/x.py")),
                 ("old_str".to_string(), json!(old)),
                 ("new_str".to_string(), json!(new)),
-            ]),
+            ])),
         }
     }
 

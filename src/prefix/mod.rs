@@ -116,7 +116,7 @@ impl PrefixStep {
         } else {
             Action::Call {
                 tag: self.action.tool.clone(),
-                arguments: self.action.arguments.clone(),
+                arguments: self.action.arguments.clone().into(),
             }
         };
         Step {
@@ -136,7 +136,7 @@ impl PrefixStep {
             },
             Action::Call { tag, arguments } => PrefixAction {
                 tool: tag.clone(),
-                arguments: arguments.clone(),
+                arguments: (**arguments).clone(),
             },
         };
         Some(Self {

@@ -9,9 +9,12 @@ use serde_json::{Map, Value};
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Action {
     /// A tool call written as `<tag>…</tag>`; `arguments` are already coerced to the schema.
+    /// Shared: a call read from the history holds its message's decoded arguments, not a copy,
+    /// when the profile keeps them as they are (every long history's actions, kept while its
+    /// completion call waits).
     Call {
         tag: String,
-        arguments: Map<String, Value>,
+        arguments: std::sync::Arc<Map<String, Value>>,
     },
     /// `<submit/>`, with an optional message (`<submit>message</submit>`).
     Submit { message: Option<String> },

@@ -182,7 +182,7 @@ pub enum Dialect {
 fn shell(command: &str) -> Action {
     Action::Call {
         tag: SHELL_TAG.to_string(),
-        arguments: Map::from_iter([("command".to_string(), Value::from(command))]),
+        arguments: Map::from_iter([("command".to_string(), Value::from(command))]).into(),
     }
 }
 
@@ -406,7 +406,10 @@ fn read_function(content: &str, tools: &ResolvedProfile) -> (String, Option<Acti
         arguments.insert(key, value);
         rest = &value_all[(end + "</parameter>".len()).min(value_all.len())..];
     }
-    (thought, Some(tools.from_scaffold(name, &arguments)))
+    (
+        thought,
+        Some(tools.from_scaffold(name, &std::sync::Arc::new(arguments))),
+    )
 }
 
 /// Tools described in OpenHands' text-mode system prompt: `---- BEGIN FUNCTION #N: NAME ----`

@@ -380,10 +380,10 @@ mod tests {
             set.to_scaffold(
                 &crate::profile::Action::Call {
                     tag: "bash".into(),
-                    arguments: serde_json::Map::from_iter([(
+                    arguments: std::sync::Arc::new(serde_json::Map::from_iter([(
                         "cmd".to_string(),
                         serde_json::json!("ls")
-                    )]),
+                    )])),
                 },
                 ""
             ),

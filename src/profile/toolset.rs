@@ -5,6 +5,8 @@
 //! `<submit/>` to finish, and other tools under their own names. That keeps a reference
 //! prefix recorded with one scaffold valid for another (docs/architecture.md, "Profiles are data").
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use super::{Hints, Profile};
@@ -537,7 +539,7 @@ impl ResolvedProfile {
                     let value = arguments["command"].clone();
                     return Action::Call {
                         tag: tag.clone(),
-                        arguments: Map::from_iter([(command_parameter.clone(), value)]),
+                        arguments: Map::from_iter([(command_parameter.clone(), value)]).into(),
                     };
                 }
             }
@@ -617,7 +619,7 @@ impl ResolvedProfile {
                     .get(tag)
                     .and_then(|s| s.scaffold_name.clone())
                     .unwrap_or_else(|| tag.clone());
-                let mut arguments = arguments.clone();
+                let mut arguments = (**arguments).clone();
                 // The sentinel alone, as the scaffold's own prompt tells the model to write it,
                 // is the submit: it goes out as `<submit/>` would (mini-swe-agent: with the patch
                 // after it, else the submission is empty). More after it is the model's own.
@@ -639,7 +641,8 @@ impl ResolvedProfile {
 
     /// Maps a call from the scaffold's history to the neutral action it stands for. Hidden
     /// parameters are dropped so the rendered history is the same whatever the scaffold.
-    pub fn from_scaffold(&self, name: &str, arguments: &Map<String, Value>) -> Action {
+    /// `arguments` are shared with the action when none is dropped or rewritten.
+    pub fn from_scaffold(&self, name: &str, arguments: &Arc<Map<String, Value>>) -> Action {
         let Some(spec) = self
             .tools
             .iter()
@@ -650,20 +653,32 @@ impl ResolvedProfile {
                 arguments: arguments.clone(),
             };
         };
-        let mut visible: Map<String, Value> = arguments
-            .iter()
-            .filter(|(k, _)| spec.param(k).is_none_or(|p| !p.hidden))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let shown = |k: &String| spec.param(k).is_none_or(|p| !p.hidden);
         // A shell that takes its command as an argument vector (Codex's `shell`): the neutral
         // action holds the command line, as every other shell's does.
-        if let ToolRole::Shell { command_parameter } = &spec.role {
-            if let Some(Value::Array(argv)) = visible.get(command_parameter) {
-                if let Some(line) = command_line(argv) {
-                    visible.insert(command_parameter.clone(), Value::String(line));
+        let argv_line = match &spec.role {
+            ToolRole::Shell { command_parameter } => match arguments.get(command_parameter) {
+                Some(Value::Array(argv)) => command_line(&argv[..]).map(|l| (command_parameter, l)),
+                _ => None,
+            },
+            _ => None,
+        };
+        let visible: Arc<Map<String, Value>> = if argv_line.is_none() && arguments.keys().all(shown)
+        {
+            arguments.clone()
+        } else {
+            let mut visible: Map<String, Value> = arguments
+                .iter()
+                .filter(|(k, _)| shown(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if let Some((parameter, line)) = argv_line {
+                if visible.contains_key(parameter) {
+                    visible.insert(parameter.clone(), Value::String(line));
                 }
             }
-        }
+            Arc::new(visible)
+        };
         match (&spec.role, &self.submit) {
             (
                 ToolRole::Submit,
@@ -948,7 +963,7 @@ mod tests {
         let set = ResolvedProfile::build(profiles.get("generic").unwrap(), &tools);
         let call = |key: &str| Action::Call {
             tag: SHELL_TAG.into(),
-            arguments: Map::from_iter([(key.to_string(), Value::from("ls"))]),
+            arguments: std::sync::Arc::new(Map::from_iter([(key.to_string(), Value::from("ls"))])),
         };
         assert_eq!(set.adapt_neutral(&call("command")), call("cmd"));
         assert_eq!(set.adapt_neutral(&call("cmd")), call("cmd"));

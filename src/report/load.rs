@@ -270,7 +270,7 @@ fn reads_as_submit(action: &Action, tools: &ResolvedProfile) -> bool {
     match tools.to_scaffold(action, "") {
         ScaffoldReply::ToolCall { name, arguments } => {
             matches!(
-                tools.from_scaffold(&name, &arguments),
+                tools.from_scaffold(&name, &std::sync::Arc::new(arguments)),
                 Action::Submit { .. }
             )
         }

@@ -14,10 +14,12 @@ use asap_proxy::session::NudgeKind;
 pub fn call(tag: &str, arguments: &[(&str, &str)]) -> Action {
     Action::Call {
         tag: tag.into(),
-        arguments: arguments
-            .iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect::<Map<String, Value>>(),
+        arguments: std::sync::Arc::new(
+            arguments
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect::<Map<String, Value>>(),
+        ),
     }
 }
 

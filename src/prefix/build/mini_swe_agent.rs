@@ -137,7 +137,7 @@ pub(super) fn read_mini_swe_agent(doc: &Value, stem: &str) -> Trajectory {
             (Some(c), _) => c.to_string(),
             (None, Some(_)) if command_blocks(&text, &format) != 1 => continue,
             (None, Some(Action::Call { arguments, .. })) => {
-                str_of(&Value::Object(arguments), "command")
+                str_of(&Value::Object((*arguments).clone()), "command")
                     .unwrap_or_default()
                     .to_string()
             }

@@ -724,15 +724,17 @@ fn map_steps(raw: Vec<RawStep>, profile: Option<&Profile>) -> Vec<PrefixStep> {
     raw.into_iter()
         .map(|s| {
             let action = match &tools {
-                Some(set) => set.from_scaffold(&s.tool, &s.arguments),
+                Some(set) => set.from_scaffold(&s.tool, &std::sync::Arc::new(s.arguments.clone())),
                 None => Action::Call {
                     tag: s.tool.clone(),
-                    arguments: s.arguments.clone(),
+                    arguments: s.arguments.clone().into(),
                 },
             };
             let (tag, mut arguments) = match action {
                 Action::Submit { .. } => (SUBMIT_TAG.to_string(), Map::new()),
-                Action::Call { tag, arguments } => (neutral_name(&tag).to_string(), arguments),
+                Action::Call { tag, arguments } => {
+                    (neutral_name(&tag).to_string(), (*arguments).clone())
+                }
             };
             if tag == SUBMIT_TAG {
                 arguments.clear();

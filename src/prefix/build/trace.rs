@@ -101,7 +101,7 @@ pub(super) fn read_trace(path: &Path, bytes: &[u8], stem: &str) -> Result<Trajec
         let (tool, arguments) = match &parse.action {
             None => continue,
             Some(Action::Submit { .. }) => (SUBMIT_TAG.to_string(), Map::new()),
-            Some(Action::Call { tag, arguments }) => (tag.clone(), arguments.clone()),
+            Some(Action::Call { tag, arguments }) => (tag.clone(), (**arguments).clone()),
         };
         // The observation is in the prompt of the next call that is a later step.
         let observation = steps[i + 1..]
