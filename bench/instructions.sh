@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Instructions per request of the proxy, by path (issue 23; see BENCHMARKS.md).
+#
+# Wall-clock CPU time on a shared two-core VM drifts by ±25 % between runs of one binary, so a
+# change of a few percent cannot be seen in bench/load.sh. This script counts what the CPU
+# executes instead: each configuration runs the proxy under valgrind's callgrind (user-space
+# instructions, `Ir`), sends warm-up requests with oha, zeroes the counters, sends N requests
+# (c=1, zero-latency mock) and reads the total. Counts repeat within ±1 % between runs.
+#
+# Paths as in bench/load.sh: `ids` the next turn of a running session (one body, repeated),
+# `foreign`, `mini`, `terminus` a request that opens a session (256 rollouts, cycled).
+# SHA-256 is reported apart: valgrind's CPU has no SHA extensions, so the hash runs in its
+# software form there (about ten times the instructions of the SHA-NI form the proxy uses on
+# x86 machines that have it); the `w/o SHA-256` column leaves its compression function out.
+#
+# Usage: bench/instructions.sh [--quick]
+# Env:   PROXY_BIN=path (default target/release/asap-proxy)  BASE_BIN=path (a second build,
+#        e.g. the one before a change: its counts and the change are added to the table)
+#        OHA=path/to/oha  MOCK_PORT=19301  PROXY_PORT=19302
+# Needs: valgrind (callgrind_control), oha (installed as bench/load.sh installs it), python3.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+QUICK=0
+[[ "${1:-}" == "--quick" ]] && QUICK=1
+MOCK_PORT=${MOCK_PORT:-19301}
+PROXY_PORT=${PROXY_PORT:-19302}
+OHA=${OHA:-$(command -v oha || echo "$HOME/.cache/asap-proxy/bin/oha")}
+for tool in valgrind callgrind_control callgrind_annotate python3 curl "$OHA"; do
+    command -v "$tool" >/dev/null || { echo "bench/instructions.sh: needs $tool" >&2; exit 1; }
+done
+
+echo "== cargo build --release (proxy, mock backend, body generator)" >&2
+cargo build --release --locked --bin asap-proxy --bin fake-backend --example bench_bodies >&2
+PROXY_BIN=${PROXY_BIN:-target/release/asap-proxy}
+BASE_BIN=${BASE_BIN:-}
+
+WORK=$(mktemp -d /tmp/asap-instr.XXXXXX)
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== generating bodies in $WORK/bodies" >&2
+target/release/examples/bench_bodies --out "$WORK/bodies" --turns 2,20,100,1000 --sessions 256 >&2
+B="$WORK/bodies"
+mkdir -p "$WORK/no-prefixes"
+
+wait_http() {
+    local url=$1 i
+    for i in $(seq 1 600); do
+        curl -sf -o /dev/null "$url" && return 0
+        sleep 0.1
+    done
+    echo "bench/instructions.sh: $url did not come up" >&2
+    exit 1
+}
+
+target/release/fake-backend --port "$MOCK_PORT" constant --delay-ms 0 >/dev/null 2>"$WORK/mock.log" &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$MOCK_PORT/health"
+
+# count BIN FLAG BODY N: prints "Ir_per_request sha_Ir_per_request" for N requests.
+count() {
+    local bin=$1 flag=$2 body=$3 n=$4 out="$WORK/cg" pid file
+    rm -rf "$WORK/logs" "$out".*
+    valgrind --tool=callgrind --callgrind-out-file="$out.%p" "$bin" serve \
+        --listen "127.0.0.1:$PROXY_PORT" --backend "http://127.0.0.1:$MOCK_PORT/v1" \
+        --backend-model mock --log-dir "$WORK/logs" --max-steps 100000 \
+        --prefixes "$WORK/no-prefixes" 2>"$WORK/valgrind.log" &
+    pid=$!
+    PIDS+=("$pid")
+    wait_http "http://127.0.0.1:$PROXY_PORT/health"
+    "$OHA" --no-tui --output-format json -m POST -H 'content-type: application/json' -c 1 -n 5 \
+        "$flag" "$body" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" >/dev/null
+    callgrind_control -z "$pid" >/dev/null
+    "$OHA" --no-tui --output-format json -m POST -H 'content-type: application/json' -c 1 \
+        -n "$n" "$flag" "$body" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" \
+        >"$WORK/oha.json"
+    callgrind_control -d "$pid" >/dev/null
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    # The dump taken after zeroing: the file with a part number.
+    file=$(ls -t "$out.$pid".* | head -1)
+    # Self cost per function (callgrind_annotate's default): the SHA-256 compression apart.
+    callgrind_annotate --threshold=100 "$file" >"$WORK/annotate.txt"
+    python3 - "$WORK/annotate.txt" "$n" "$WORK/oha.json" <<'EOF'
+import json, re, sys
+n = int(sys.argv[2])
+codes = json.load(open(sys.argv[3]))["statusCodeDistribution"]
+if codes != {"200": n}:
+    sys.exit(f"bench/instructions.sh: answers {codes}, expected {n} times 200")
+total = sha = 0
+for line in open(sys.argv[1]):
+    m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)", line)
+    if not m:
+        continue
+    ir = int(m.group(1).replace(",", ""))
+    if "PROGRAM TOTALS" in m.group(2):
+        total = ir
+    elif "sha2::sha256::" in m.group(2):
+        sha += ir
+print(total // n, sha // n)
+EOF
+}
+
+if [[ $QUICK == 1 ]]; then N_SHORT=50; N_LONG=10; else N_SHORT=200; N_LONG=40; fi
+CONFIGS=(
+    "ids 2 -D $B/chat-2.json $N_SHORT"
+    "ids 20 -D $B/chat-20.json $N_SHORT"
+    "ids 100 -D $B/chat-100.json $N_LONG"
+    "ids 1000 -D $B/chat-1000.json $((N_LONG / 4))"
+    "foreign 20 -Z $B/foreign-20.jsonl $N_LONG"
+    "foreign 100 -Z $B/foreign-100.jsonl $N_LONG"
+    "mini 20 -Z $B/mini-20.jsonl $N_LONG"
+    "mini 100 -Z $B/mini-100.jsonl $N_LONG"
+    "terminus 20 -Z $B/terminus-20.jsonl $N_LONG"
+    "terminus 100 -Z $B/terminus-100.jsonl $N_LONG"
+)
+
+fmt() { python3 -c "import sys; print(f'{int(sys.argv[1]):,}')" "$1"; }
+if [[ -n $BASE_BIN ]]; then
+    echo "| path | turns | base Ir/request | Ir/request | change | base w/o SHA-256 | w/o SHA-256 | change |"
+    echo "|---|---|---|---|---|---|---|---|"
+else
+    echo "| path | turns | Ir/request | of which SHA-256 (software) | w/o SHA-256 |"
+    echo "|---|---|---|---|---|"
+fi
+for config in "${CONFIGS[@]}"; do
+    read -r path turns flag body n <<<"$config"
+    echo "== $path, $turns turns ($n requests)" >&2
+    read -r ir sha < <(count "$PROXY_BIN" "$flag" "$body" "$n")
+    if [[ -n $BASE_BIN ]]; then
+        read -r bir bsha < <(count "$BASE_BIN" "$flag" "$body" "$n")
+        python3 - "$path" "$turns" "$bir" "$bsha" "$ir" "$sha" <<'EOF'
+import sys
+path, turns, bir, bsha, ir, sha = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+pct = lambda a, b: f"{(b - a) / a * 100:+.1f} %"
+print(f"| {path} | {turns} | {bir:,} | {ir:,} | {pct(bir, ir)} | {bir - bsha:,} | {ir - sha:,} | {pct(bir - bsha, ir - sha)} |")
+EOF
+    else
+        echo "| $path | $turns | $(fmt "$ir") | $(fmt "$sha") | $(fmt $((ir - sha))) |"
+    fi
+done
