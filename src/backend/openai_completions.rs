@@ -704,6 +704,10 @@ impl hyper::body::Body for PromptBody {
         if let Some(frame) = &frame {
             self.remaining -= frame.len() as u64;
         }
+        if self.remaining == 0 {
+            // Sent: the connection may keep the body until the response, not its prompt.
+            self.prompt = Arc::default();
+        }
         std::task::Poll::Ready(frame.map(|f| Ok(hyper::body::Frame::data(f))))
     }
 
@@ -968,6 +972,26 @@ mod tests {
             // Head, the prompt in frames of at most PROMPT_FRAME_BYTES, tail.
             assert_eq!(frames, 2 + prompt.len().div_ceil(PROMPT_FRAME_BYTES).max(1));
         }
+    }
+
+    /// The prompt is given up when the last byte is handed to the connection, not when the
+    /// connection drops the body (hyper may keep it until the response).
+    #[tokio::test]
+    async fn a_sent_body_gives_up_its_prompt() {
+        use http_body_util::BodyExt;
+        let prompt = Arc::new(long_prompt(2 * PROMPT_FRAME_BYTES + 3));
+        let request = completions_request(&prompt);
+        let (head, tail) = request.json_around_prompt().unwrap();
+        let mut body = PromptBody::new(head, prompt.clone(), tail);
+        let mut sent = Vec::new();
+        while !hyper::body::Body::is_end_stream(&body) {
+            assert_eq!(Arc::strong_count(&prompt), 2);
+            let frame = body.frame().await.unwrap().unwrap();
+            sent.extend_from_slice(frame.data_ref().unwrap());
+        }
+        assert_eq!(sent, request.to_json().unwrap());
+        assert_eq!(Arc::strong_count(&prompt), 1);
+        assert!(body.frame().await.is_none());
     }
 
     /// A prompt that must not be made again (the call is not retried).
