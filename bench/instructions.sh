@@ -35,31 +35,10 @@ cargo build --release --locked --bin asap-proxy --bin fake-backend --example ben
 PROXY_BIN=${PROXY_BIN:-target/release/asap-proxy}
 BASE_BIN=${BASE_BIN:-}
 
-WORK=$(mktemp -d /tmp/asap-instr.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-echo "== generating bodies in $WORK/bodies" >&2
-target/release/examples/bench_bodies --out "$WORK/bodies" --turns 2,20,100,1000 --sessions 256 >&2
-B="$WORK/bodies"
-mkdir -p "$WORK/no-prefixes"
-
-wait_http() {
-    local url=$1 i
-    for i in $(seq 1 600); do
-        curl -sf -o /dev/null "$url" && return 0
-        sleep 0.1
-    done
-    echo "bench/instructions.sh: $url did not come up" >&2
-    exit 1
-}
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+bench_work asap-instr
+bench_bodies
 
 target/release/fake-backend --port "$MOCK_PORT" constant --delay-ms 0 >/dev/null 2>"$WORK/mock.log" &
 PIDS+=($!)
@@ -75,7 +54,7 @@ count() {
         --prefixes "$WORK/no-prefixes" 2>"$WORK/valgrind.log" &
     pid=$!
     PIDS+=("$pid")
-    wait_http "http://127.0.0.1:$PROXY_PORT/health"
+    wait_http "http://127.0.0.1:$PROXY_PORT/health" 60
     "$OHA" --no-tui --output-format json -m POST -H 'content-type: application/json' -c 1 -n 5 \
         "$flag" "$body" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" >/dev/null
     callgrind_control -z "$pid" >/dev/null

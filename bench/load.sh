@@ -59,41 +59,14 @@ cargo build --release --locked --bin asap-proxy --bin fake-backend --example ben
 PROXY_BIN=${PROXY_BIN:-target/release/asap-proxy}
 MOCK_BIN=target/release/fake-backend
 
-WORK=$(mktemp -d /tmp/asap-load.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-echo "== generating bodies in $WORK/bodies" >&2
-target/release/examples/bench_bodies --out "$WORK/bodies" --turns 2,20,100,1000 --sessions 256 >&2
-B="$WORK/bodies"
-# No task prefixes: every body gets the swe-agent profile's built-in demonstration, as
-# bench_bodies renders the direct baseline's prompt.
-mkdir -p "$WORK/no-prefixes"
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+bench_work asap-load
+bench_bodies
 
 TICK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hwm_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
-
-wait_http() {
-    local url=$1 i
-    for i in $(seq 1 200); do
-        curl -sf -o /dev/null "$url" && return 0
-        sleep 0.05
-    done
-    echo "bench/load.sh: $url did not come up" >&2
-    exit 1
-}
 
 stop_pid() {
     local pid=$1 keep=() p
