@@ -73,33 +73,14 @@ pub const PROMPT_SLOTS: usize = 32;
 pub struct PromptSlot(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
 impl PromptSlot {
-    /// Waits for a place, until `deadline` (a request's `--request-timeout`, with its
-    /// seconds) when given. `Ok(None)` only if the process's semaphore were closed (it never
-    /// is): the request then goes on without one.
-    ///
-    /// Errors: [`ProxyError::RequestTimeout`] when the deadline passes first.
-    pub async fn acquire(
-        deadline: Option<(tokio::time::Instant, u64)>,
-    ) -> Result<Option<Self>, ProxyError> {
+    /// Waits for a place. `None` only if the process's semaphore were closed (it never is):
+    /// the request then goes on without one.
+    pub async fn acquire() -> Option<Self> {
         static SLOTS: std::sync::LazyLock<std::sync::Arc<tokio::sync::Semaphore>> =
             std::sync::LazyLock::new(|| {
                 std::sync::Arc::new(tokio::sync::Semaphore::new(PROMPT_SLOTS))
             });
-        Self::acquire_from(&SLOTS, deadline).await
-    }
-
-    async fn acquire_from(
-        slots: &std::sync::Arc<tokio::sync::Semaphore>,
-        deadline: Option<(tokio::time::Instant, u64)>,
-    ) -> Result<Option<Self>, ProxyError> {
-        let acquired = slots.clone().acquire_owned();
-        let permit = match deadline {
-            None => acquired.await,
-            Some((at, seconds)) => tokio::time::timeout_at(at, acquired)
-                .await
-                .map_err(|_| ProxyError::RequestTimeout(seconds))?,
-        };
-        Ok(permit.ok().map(Self))
+        SLOTS.clone().acquire_owned().await.ok().map(Self)
     }
 }
 
@@ -311,35 +292,5 @@ impl Backend {
             Self::OpenAiCompletions(b) => b.resolved_model().await,
             Self::Replay(b) => b.model_name(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A request whose deadline passes while every place is taken gets its 504, not a wait
-    /// past its `--request-timeout`; with a place free it goes on at once.
-    #[tokio::test]
-    async fn a_prompt_slot_is_waited_for_until_the_deadline() {
-        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
-        let soon = || {
-            Some((
-                tokio::time::Instant::now() + std::time::Duration::from_millis(50),
-                7,
-            ))
-        };
-        let held = PromptSlot::acquire_from(&slots, soon()).await.unwrap();
-        assert!(held.is_some());
-        let waited = PromptSlot::acquire_from(&slots, soon()).await;
-        assert!(
-            matches!(waited, Err(ProxyError::RequestTimeout(7))),
-            "{waited:?}"
-        );
-        drop(held);
-        assert!(PromptSlot::acquire_from(&slots, soon())
-            .await
-            .unwrap()
-            .is_some());
     }
 }

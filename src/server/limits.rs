@@ -177,11 +177,7 @@ pub async fn admit(
         },
     };
     let deadline = state.deadline_from_now();
-    // A wait for a place counts against the request's deadline like everything after it.
-    let slot = match crate::backend::PromptSlot::acquire(deadline).await {
-        Ok(slot) => slot,
-        Err(e) => return rejection(&request, e),
-    };
+    let slot = crate::backend::PromptSlot::acquire().await;
     request.extensions_mut().insert(Admission {
         _permit: permit,
         prompt_slot: Arc::new(std::sync::Mutex::new(slot)),
