@@ -436,67 +436,6 @@ async fn request_timeout_covers_nudge_retries_and_is_traced() {
     assert_stream_error(&data, "request_timeout");
 }
 
-/// More requests than the process's prompt slots (`backend::PROMPT_SLOTS`, taken before a
-/// body is read) are at the backend at once: a slot is given up when the prompt is sent, not
-/// when the answer comes. The backend answers none until all of them have arrived, so a slot
-/// held while waiting would leave the requests past the bound unsent, and this test would fail
-/// after its guard (no timing is asserted).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn more_requests_than_prompt_slots_reach_the_backend_together() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    const N: usize = asap_proxy::backend::PROMPT_SLOTS + 8;
-    let arrived = std::sync::Arc::new(AtomicUsize::new(0));
-    let gave_up = std::sync::Arc::new(AtomicUsize::new(0));
-    let all_in = std::sync::Arc::new(tokio::sync::Notify::new());
-    let router = axum::Router::new().route(
-        "/v1/completions",
-        axum::routing::post({
-            let (arrived, gave_up, all_in) = (arrived.clone(), gave_up.clone(), all_in.clone());
-            move |_body: axum::body::Bytes| {
-                let (arrived, gave_up, all_in) = (arrived.clone(), gave_up.clone(), all_in.clone());
-                async move {
-                    let waiting = all_in.notified();
-                    if arrived.fetch_add(1, Ordering::SeqCst) + 1 >= N {
-                        all_in.notify_waiters();
-                    } else if tokio::time::timeout(Duration::from_secs(20), waiting)
-                        .await
-                        .is_err()
-                    {
-                        // The guard: a held slot would keep the count below N for good.
-                        gave_up.fetch_add(1, Ordering::SeqCst);
-                    }
-                    axum::Json(json!({
-                        "id": "cmpl-1", "object": "text_completion", "model": "m",
-                        "choices": [{"index": 0, "text": "Look.\n<bash>ls</bash>\n",
-                                     "finish_reason": "stop"}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
-                    }))
-                }
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend = format!("http://{}/v1", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    let proxy = Proxy::start_with(&backend, |a| a.backend_model = Some("m".into())).await;
-    let sent = (0..N).map(|i| {
-        let (client, url) = (proxy.client.clone(), proxy.url());
-        let mut body = request("swe-agent-1");
-        // Distinct sessions, as concurrent rollouts are.
-        body["messages"][1]["content"] = json!(format!("Task {i}: fix the bug."));
-        tokio::spawn(async move { client.post(url).json(&body).send().await.unwrap() })
-    });
-    for response in futures_util::future::join_all(sent).await {
-        assert_eq!(response.unwrap().status(), 200);
-    }
-    assert_eq!(arrived.load(Ordering::SeqCst), N);
-    assert_eq!(
-        gave_up.load(Ordering::SeqCst),
-        0,
-        "requests past the prompt slots reached the backend only after the others were answered"
-    );
-}
-
 #[tokio::test]
 async fn concurrency_limit_answers_429_with_retry_after_and_frees_its_slot() {
     let (backend, proxy) = serve_with(

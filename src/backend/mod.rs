@@ -55,71 +55,33 @@ impl RequestClock {
     }
 }
 
-/// Requests a process holds at once between reading their body and sending their first
-/// prompt to the backend (see [`PromptSlot`]).
-pub const PROMPT_SLOTS: usize = 32;
-
-/// A place among the [`PROMPT_SLOTS`] requests being read, decoded and rendered or having
-/// their prompt sent: taken before the request body is read (`server::limits::admit`) and
-/// given up when the backend body has handed over the prompt's last byte, or when the request
-/// ends without one. When a burst of long requests meets a backend that reads bodies more
-/// slowly than the proxy renders them, the requests past the bound wait with their bodies
-/// still in the socket, instead of each holding its body, its decoded history and its
-/// rendered prompt in a queue of unsent backend requests (issue 23: 61 MB of rendered prompts
-/// at the peak with 256 100-turn requests at once; BENCHMARKS.md). Reading, decoding and
-/// rendering are CPU work, so 32 is many times the cores that do it; a request waiting for a
-/// place is counted in its proxy overhead and its `--request-timeout`.
-#[derive(Debug)]
-pub struct PromptSlot(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
-
-impl PromptSlot {
-    /// Waits for a place. `None` only if the process's semaphore were closed (it never is):
-    /// the request then goes on without one.
-    pub async fn acquire() -> Option<Self> {
-        static SLOTS: std::sync::LazyLock<std::sync::Arc<tokio::sync::Semaphore>> =
-            std::sync::LazyLock::new(|| {
-                std::sync::Arc::new(tokio::sync::Semaphore::new(PROMPT_SLOTS))
-            });
-        SLOTS.clone().acquire_owned().await.ok().map(Self)
-    }
-}
-
 /// The prompt of a completion call: the text, given up to the first request that sends it,
 /// and a way to make it again, exactly, for a retry (rendering is a pure function of the
 /// conversation). A turn waiting on the backend thus holds no copy of its prompt once the
 /// request is sent (BENCHMARKS.md, RSS with 256 in-flight requests).
 pub struct Prompt<'a> {
-    text: std::sync::Mutex<(Option<std::sync::Arc<String>>, Option<PromptSlot>)>,
+    text: std::sync::Mutex<Option<std::sync::Arc<String>>>,
     again: &'a (dyn Fn() -> Result<std::sync::Arc<String>, ProxyError> + Sync),
 }
 
 impl<'a> Prompt<'a> {
-    /// `text`, made again by `again` when needed a second time; `slot`, the request's
-    /// [`PromptSlot`], goes with the text the first time.
+    /// `text`, made again by `again` when needed a second time.
     pub fn new(
         text: std::sync::Arc<String>,
-        slot: Option<PromptSlot>,
         again: &'a (dyn Fn() -> Result<std::sync::Arc<String>, ProxyError> + Sync),
     ) -> Self {
         Self {
-            text: std::sync::Mutex::new((Some(text), slot)),
+            text: std::sync::Mutex::new(Some(text)),
             again,
         }
     }
 
-    /// The text and its slot: the ones given, the first time; the text made again after,
-    /// without a slot.
+    /// The text: the one given, the first time; made again after.
     ///
     /// Errors: those of making it again (a template failure).
-    pub fn take(&self) -> Result<(std::sync::Arc<String>, Option<PromptSlot>), ProxyError> {
-        let given = self.text.lock().ok().and_then(|mut given| {
-            let slot = given.1.take();
-            given.0.take().map(|text| (text, slot))
-        });
-        match given {
-            Some(given) => Ok(given),
-            None => Ok(((self.again)()?, None)),
-        }
+    pub fn take(&self) -> Result<std::sync::Arc<String>, ProxyError> {
+        let given = self.text.lock().ok().and_then(|mut text| text.take());
+        given.map_or_else(self.again, Ok)
     }
 }
 
@@ -250,7 +212,7 @@ impl Backend {
     ) -> Result<BackendCompletion, ProxyError> {
         match self {
             Self::OpenAiCompletions(b) => b.complete(prompt, params, stop, request_model).await,
-            Self::Replay(b) => b.complete(&prompt.take()?.0, call),
+            Self::Replay(b) => b.complete(&prompt.take()?, call),
         }
     }
 

@@ -614,10 +614,11 @@ struct Completion<'a> {
 impl JsonBody for Completion<'_> {
     fn body(&self) -> Result<reqwest::Body, ProxyError> {
         let (head, tail) = self.request.json_around_prompt().map_err(encoding_failed)?;
-        let (prompt, slot) = self.prompt.take()?;
-        let mut body = PromptBody::new(head, prompt, tail);
-        body.slot = slot;
-        Ok(reqwest::Body::wrap(body))
+        Ok(reqwest::Body::wrap(PromptBody::new(
+            head,
+            self.prompt.take()?,
+            tail,
+        )))
     }
 }
 
@@ -651,8 +652,6 @@ struct PromptBody {
     tail: Option<bytes::Bytes>,
     /// Bytes not yet handed to the connection.
     remaining: u64,
-    /// The request's place among those holding a prompt unsent, given up with the prompt.
-    slot: Option<super::PromptSlot>,
 }
 
 impl PromptBody {
@@ -665,7 +664,6 @@ impl PromptBody {
             sent: None,
             tail: Some(tail.into()),
             remaining,
-            slot: None,
         }
     }
 
@@ -709,7 +707,6 @@ impl hyper::body::Body for PromptBody {
         if self.remaining == 0 {
             // Sent: the connection may keep the body until the response, not its prompt.
             self.prompt = Arc::default();
-            self.slot = None;
         }
         std::task::Poll::Ready(frame.map(|f| Ok(hyper::body::Frame::data(f))))
     }
@@ -977,29 +974,22 @@ mod tests {
         }
     }
 
-    /// The prompt and the request's prompt slot are given up when the last byte is handed to
-    /// the connection, not when the connection drops the body (hyper may keep it until the
-    /// response).
+    /// The prompt is given up when the last byte is handed to the connection, not when the
+    /// connection drops the body (hyper may keep it until the response).
     #[tokio::test]
-    async fn a_sent_body_gives_up_its_prompt_and_slot() {
+    async fn a_sent_body_gives_up_its_prompt() {
         use http_body_util::BodyExt;
-        let slots = Arc::new(tokio::sync::Semaphore::new(1));
         let prompt = Arc::new(long_prompt(2 * PROMPT_FRAME_BYTES + 3));
         let request = completions_request(&prompt);
         let (head, tail) = request.json_around_prompt().unwrap();
         let mut body = PromptBody::new(head, prompt.clone(), tail);
-        body.slot = Some(crate::backend::PromptSlot(
-            slots.clone().acquire_owned().await.unwrap(),
-        ));
         let mut sent = Vec::new();
         while !hyper::body::Body::is_end_stream(&body) {
-            assert_eq!(slots.available_permits(), 0);
             assert_eq!(Arc::strong_count(&prompt), 2);
             let frame = body.frame().await.unwrap().unwrap();
             sent.extend_from_slice(frame.data_ref().unwrap());
         }
         assert_eq!(sent, request.to_json().unwrap());
-        assert_eq!(slots.available_permits(), 1);
         assert_eq!(Arc::strong_count(&prompt), 1);
         assert!(body.frame().await.is_none());
     }
@@ -1057,7 +1047,7 @@ mod tests {
         };
         let completion = backend
             .complete(
-                crate::backend::Prompt::new(prompt.clone(), None, &|| unreachable_again()),
+                crate::backend::Prompt::new(prompt.clone(), &|| unreachable_again()),
                 &params,
                 &["\n<obs"],
                 None,

@@ -70,10 +70,6 @@ impl StartSignal {
 #[derive(Debug, Default, Clone)]
 pub struct RequestMeta {
     pub headers: AsapHeaders,
-    /// The request's place among those being prepared or having their prompt sent (taken
-    /// before its body was read); the turn gives it to its first backend call, whose body
-    /// gives it up once sent.
-    pub prompt_slot: Arc<std::sync::Mutex<Option<crate::backend::PromptSlot>>>,
     /// Backend waits are added to it (the `x-asap-overhead-ms` figure).
     pub clock: Option<Arc<RequestClock>>,
     /// Fired when the first backend call starts (streams).
@@ -221,24 +217,16 @@ pub async fn run_turn(
     meta: &RequestMeta,
 ) -> Result<TurnOutcome, ProxyError> {
     let started = Instant::now();
-    let mut slot = meta
-        .prompt_slot
-        .lock()
-        .ok()
-        .and_then(|mut slot| slot.take());
     let mut input = Arc::new(RequestInput::from_request(&request, &meta.headers));
     let prepared = scope.prepare(&request, meta)?;
     if input.instance_id.is_none() && prepared.task.is_some() {
         Arc::make_mut(&mut input).instance_id = prepared.task.clone();
     }
-    // The paths that send another body give the slot up here.
     if scope.mode == Mode::Passthrough {
-        drop(slot);
         return passthrough::run(scope, &request, meta, &input, prepared, started).await;
     }
     let asked = Asked::of(scope, &request);
     if let Some(kind) = side_call::detect(&request) {
-        drop(slot);
         let prompt = side_call::prompt(&request);
         return run_side_call(scope, &asked, meta, &input, prepared, prompt, kind, started).await;
     }
@@ -313,7 +301,7 @@ pub async fn run_turn(
         };
         let (completion, mut record) = tokio::join!(
             scope.backend.complete(
-                crate::backend::Prompt::new(prompt.clone(), slot.take(), &again),
+                crate::backend::Prompt::new(prompt.clone(), &again),
                 &asked.params,
                 &stops,
                 asked.model.as_deref(),
@@ -532,7 +520,7 @@ async fn run_side_call(
     let completion = scope
         .backend
         .complete(
-            crate::backend::Prompt::new(side.prompt.clone(), None, &again),
+            crate::backend::Prompt::new(side.prompt.clone(), &again),
             &asked.params,
             &side_call::STOP,
             asked.model.as_deref(),

@@ -247,7 +247,6 @@ async fn answer(
     limits::check_request(&state, &request)?;
     let meta = RequestMeta {
         headers: asap_headers(headers),
-        prompt_slot: admission.prompt_slot.clone(),
         clock: clock.map(|Extension(c)| c),
         started: None,
     };

@@ -131,9 +131,6 @@ pub async fn authenticate(
 pub struct Admission {
     /// Held, never read: dropping the last clone frees the slot.
     _permit: Option<Arc<OwnedSemaphorePermit>>,
-    /// The request's [`crate::backend::PromptSlot`], taken before its body is read; the
-    /// handler moves it to the turn ([`crate::pipeline::RequestMeta::prompt_slot`]).
-    pub prompt_slot: Arc<std::sync::Mutex<Option<crate::backend::PromptSlot>>>,
     /// When the request must be answered, and `--request-timeout` in seconds.
     pub deadline: Option<(Instant, u64)>,
 }
@@ -144,16 +141,14 @@ impl Admission {
     pub fn unlimited(state: &AppState) -> Self {
         Self {
             _permit: None,
-            prompt_slot: Arc::default(),
             deadline: state.deadline_from_now(),
         }
     }
 }
 
 /// Middleware for the chat and responses routes: takes a permit of `--max-concurrency`
-/// without waiting (429 `rate_limit_error` with `Retry-After: 1` when none is free), starts
-/// the request's deadline, then waits for a [`crate::backend::PromptSlot`] before the body is
-/// read.
+/// without waiting (429 `rate_limit_error` with `Retry-After: 1` when none is free) and
+/// starts the request's deadline.
 pub async fn admit(
     State(state): State<Arc<AppState>>,
     mut request: Request,
@@ -176,12 +171,9 @@ pub async fn admit(
             }
         },
     };
-    let deadline = state.deadline_from_now();
-    let slot = crate::backend::PromptSlot::acquire().await;
     request.extensions_mut().insert(Admission {
         _permit: permit,
-        prompt_slot: Arc::new(std::sync::Mutex::new(slot)),
-        deadline,
+        deadline: state.deadline_from_now(),
     });
     next.run(request).await
 }
