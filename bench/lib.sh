@@ -2,7 +2,8 @@
 # exit together with every process started (add their pids to PIDS), the generated bodies,
 # and waiting for a server to answer.
 
-# bench_work NAME: WORK=/tmp/NAME.XXXXXX, PIDS=(), both cleaned up on exit or interrupt.
+# bench_work NAME: WORK=/tmp/NAME.XXXXXX, PIDS=(), both cleaned up on exit or interrupt
+# (WORK kept, and its path printed, when KEEP_WORK=1).
 bench_work() {
     WORK=$(mktemp -d "/tmp/$1.XXXXXX")
     PIDS=()
@@ -18,7 +19,11 @@ bench_cleanup() {
     for pid in "${PIDS[@]}"; do
         wait "$pid" 2>/dev/null || true
     done
-    rm -rf "$WORK"
+    if [[ ${KEEP_WORK:-0} == 1 ]]; then
+        echo "== kept $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
 }
 
 # bench_bodies: SWE-agent-shaped bodies of 2, 20, 100 and 1,000 turns on every path

@@ -43,25 +43,11 @@ PROXY_BIN=target/release/asap-proxy
 BACKEND_BIN=target/release/fake-backend
 DRIVER_BIN=target/release/examples/soak
 
-WORK=$(mktemp -d /tmp/asap-soak.XXXXXX)
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+KEEP_WORK=$KEEP_LOGS
+bench_work asap-soak
 LOGS="$WORK/logs"
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    if [[ $KEEP_LOGS == 1 ]]; then
-        echo "== kept $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # The address a server printed ("... listening on http://ADDR/v1"), once it is up.
 wait_addr() { # LOG PID NAME
