@@ -280,6 +280,11 @@ settings! {
         /// 0: none [default: 32].
         #[arg(long, env = "ASAP_MESSAGE_CACHE_MIB")]
         pub message_cache_mib: Option<usize>,
+        /// MiB of rendered prompts kept for the next requests, so that a turn renders only its
+        /// new steps (a session's next turn, a retry); 0: every prompt rendered whole
+        /// [default: 64].
+        #[arg(long, env = "ASAP_RENDER_CACHE_MIB")]
+        pub render_cache_mib: Option<usize>,
         /// Trace files: `none` (`{session}.jsonl`) or `zstd` (`{session}.jsonl.zst`, one zstd
         /// frame per record; `report`, `replay`, `view` and the replay backend read both). A
         /// file keeps the form it was begun in [default: none].
@@ -513,6 +518,9 @@ pub struct Config {
     /// MiB of decoded messages the message cache holds (`--message-cache-mib`; `None`: the
     /// cache's default).
     pub message_cache_mib: Option<usize>,
+    /// MiB of rendered prompts the render cache holds (`--render-cache-mib`; `None`: the
+    /// cache's default, [`crate::render::RENDER_CACHE_MIB`]).
+    pub render_cache_mib: Option<usize>,
 }
 
 /// Prefix of `--backend` that selects the replay backend: `replay:DIR` or `replay:FILE`.
@@ -757,6 +765,7 @@ impl Config {
             log_format: s.log_format.unwrap_or_default(),
             trace_compression: s.trace_compression.unwrap_or_default(),
             message_cache_mib: s.message_cache_mib,
+            render_cache_mib: s.render_cache_mib,
             prompt: PromptConfig::resolve(&s.prompt),
         })
     }
@@ -890,12 +899,13 @@ mod tests {
     #[test]
     fn file_keys_are_both_groups_without_the_flag_only_ones() {
         let keys = file_keys();
-        assert_eq!(keys.len(), 35);
+        assert_eq!(keys.len(), 36);
         for key in [
             "listen",
             "api_key",
             "log_format",
             "trace_compression",
+            "render_cache_mib",
             "tool_calls",
             "profile",
             "prefixes",

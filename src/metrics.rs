@@ -78,6 +78,13 @@ pub mod names {
     pub const MESSAGE_CACHE_BYTES: &str = "asap_message_cache_bytes";
     /// Gauge, bytes: the cache's bound (`--message-cache-mib`).
     pub const MESSAGE_CACHE_CAPACITY: &str = "asap_message_cache_capacity_bytes";
+    /// Counter `{result}` (`hit`, `extended`, `miss`): prompts asked of the server's render
+    /// cache.
+    pub const RENDER_CACHE_LOOKUPS: &str = "asap_render_cache_lookups_total";
+    /// Gauge, bytes: prompt text the render cache holds.
+    pub const RENDER_CACHE_BYTES: &str = "asap_render_cache_bytes";
+    /// Gauge, bytes: the render cache's bound (`--render-cache-mib`; 0: off).
+    pub const RENDER_CACHE_CAPACITY: &str = "asap_render_cache_capacity_bytes";
 }
 
 /// Buckets (seconds) of the proxy's own work: overhead, render, parse. Typical values are
@@ -204,6 +211,22 @@ impl Metrics {
         });
     }
 
+    /// Sets the render cache's series (read when rendering, from the server's renderer,
+    /// [`crate::render::Renderer::render_cache_stats`]).
+    pub fn set_render_cache(&self, stats: &crate::render::RenderCacheStats) {
+        self.with(|| {
+            for (result, count) in [
+                ("hit", stats.hits),
+                ("extended", stats.extended),
+                ("miss", stats.misses),
+            ] {
+                counter!(names::RENDER_CACHE_LOOKUPS, "result" => result).absolute(count);
+            }
+            gauge!(names::RENDER_CACHE_BYTES).set(stats.bytes as f64);
+            gauge!(names::RENDER_CACHE_CAPACITY).set(stats.capacity as f64);
+        });
+    }
+
     /// One completion call (or side call, or answer made without the model), as its trace
     /// record counts it ([`crate::trace::StepRecord::counts`]): the decision, the stage times,
     /// the parse failure, the nudge, the termination. A stage given 0 ms did not run and is not
@@ -323,6 +346,20 @@ fn describe() {
         names::MESSAGE_CACHE_CAPACITY,
         Unit::Bytes,
         "The message cache's bound (--message-cache-mib)"
+    );
+    describe_counter!(
+        names::RENDER_CACHE_LOOKUPS,
+        "Prompts rendered, by how the render cache answered (hit: whole; extended: only the new steps rendered; miss: rendered whole)"
+    );
+    describe_gauge!(
+        names::RENDER_CACHE_BYTES,
+        Unit::Bytes,
+        "Prompt text the render cache holds"
+    );
+    describe_gauge!(
+        names::RENDER_CACHE_CAPACITY,
+        Unit::Bytes,
+        "The render cache's bound (--render-cache-mib; 0: off)"
     );
     describe_counter!(
         names::REQUESTS,

@@ -207,6 +207,35 @@ async fn the_message_cache_shows_its_hits_misses_and_size() {
     assert!(after.contains("# HELP asap_message_cache_lookups_total"));
 }
 
+/// The render cache's series (one cache per server): a history rendered before is a hit, the
+/// same history with one more turn is extended (only the new step rendered), a first one a
+/// miss; the bytes held and the bound are shown.
+#[tokio::test]
+async fn the_render_cache_shows_its_hits_extensions_and_misses() {
+    let backend = FakeBackend::start(vec![Scripted::text("Look.\n<bash>ls</bash>\n"); 3]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let body = request("swe-agent-1");
+    let mut longer = body.clone();
+    let messages = longer["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": "Look.", "tool_calls": [{"id": "call_x", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"cat setup.py\"}"}}]}));
+    messages.push(json!({"role": "tool", "tool_call_id": "call_x", "content": "from setuptools import setup"}));
+    for body in [&body, &body, &longer] {
+        let (status, answer) = proxy.post(body).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let (_, _, text) = scrape(&proxy).await;
+    for (result, expected) in [("hit", 1.0), ("extended", 1.0), ("miss", 1.0)] {
+        let series = format!("asap_render_cache_lookups_total{{result=\"{result}\"}}");
+        assert_eq!(value(&text, &series), Some(expected), "{series}:\n{text}");
+    }
+    assert!(value(&text, "asap_render_cache_bytes").unwrap() > 0.0);
+    assert_eq!(
+        value(&text, "asap_render_cache_capacity_bytes"),
+        Some((asap_proxy::render::RENDER_CACHE_MIB << 20) as f64)
+    );
+    assert!(text.contains("# HELP asap_render_cache_lookups_total"));
+}
+
 /// A text no other test sends (nanoseconds since the epoch and the process id).
 fn uuid_like() -> String {
     let nanos = std::time::SystemTime::now()

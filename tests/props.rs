@@ -653,4 +653,53 @@ proptest! {
             prop_assert!(prepared.prompt.ends_with(format.cue()), "{:?}", format);
         }
     }
+    /// The render cache gives what a whole render gives: a history grown message by message,
+    /// then cut back and grown again at random lengths (a rewound or dropped turn, another
+    /// rollout of the task), with the built-in demonstration prefix, in every format.
+    #[test]
+    fn cached_prompts_equal_whole_renders(
+        messages in random_history(),
+        cuts in proptest::collection::vec(0usize..64, 0..6),
+    ) {
+        let mut body: Value = serde_json::from_slice(
+            &std::fs::read(crate::util::fixture_path("requests/swe-agent-1.json")).unwrap(),
+        )
+        .unwrap();
+        let profiles = Profiles::builtin().unwrap();
+        let cached = Renderer::new().unwrap();
+        let whole = Renderer::new().unwrap().with_render_cache(0);
+        let prefixes = PrefixStore::load(&[], 3).unwrap();
+        let lengths: Vec<usize> = (2..=messages.len())
+            .chain(cuts.iter().map(|c| 2 + c % (messages.len() - 1)))
+            .collect();
+        for format in FORMATS {
+            let config = PromptConfig { profile: ProfileChoice::Auto, format, prefixes: Vec::new(), tasks: Vec::new(), prefix_k: 3 };
+            let sessions = SessionIndex::new(16);
+            for &n in &lengths {
+                body["messages"] = Value::Array(messages[..n].to_vec());
+                let request = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
+                let prepare_with = |renderer: &Renderer| {
+                    prepare(&request, &Default::default(), &profiles, renderer, &config, &sessions, &prefixes)
+                        .map_err(|e| TestCaseError::fail(format!("{format:?}: {e}")))
+                };
+                let from_cache = prepare_with(&cached)?;
+                let rendered_whole = prepare_with(&whole)?;
+                prop_assert_eq!(&from_cache.prompt, &rendered_whole.prompt, "{:?} after {} messages", format, n);
+                // The backend body's Content-Length comes from the escaped length kept with it.
+                prop_assert_eq!(
+                    cached.prompt_json_len(&from_cache.prompt),
+                    Some(asap_proxy::util::json_escaped_len(from_cache.prompt.as_bytes()))
+                );
+                prop_assert_eq!(whole.prompt_json_len(&rendered_whole.prompt), None);
+            }
+        }
+        let stats = cached.render_cache_stats();
+        prop_assert_eq!(whole.render_cache_stats().capacity, 0);
+        prop_assert!(stats.capacity > 0);
+        prop_assert_eq!(
+            stats.hits + stats.extended + stats.misses,
+            (lengths.len() * FORMATS.len()) as u64,
+            "one lookup a prompt: {:?}", stats
+        );
+    }
 }

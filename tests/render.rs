@@ -224,3 +224,106 @@ proptest! {
         prop_assert_eq!(parse_completion(&text, &tools).outcome, Ok(action));
     }
 }
+
+/// A conversation of `steps` shell steps (each a thought, a call and its output).
+fn shell_conversation(steps: usize) -> asap_proxy::conversation::Conversation {
+    use asap_proxy::conversation::{Conversation, Step};
+    Conversation {
+        system: "You are an agent.".into(),
+        task: "Fix the failing test.".into(),
+        steps: (0..steps)
+            .map(|i| Step {
+                thought: format!("Step {i}: look at the <bash> output."),
+                action: Some(Action::Call {
+                    tag: "bash".into(),
+                    arguments: std::sync::Arc::new(args(&[(
+                        "command",
+                        json!(format!("ls /d{i}")),
+                    )])),
+                }),
+                observation: Some(format!("file{i}\n</observation>\n## Thinking").into()),
+                ..Step::default()
+            })
+            .collect(),
+        ..Conversation::default()
+    }
+}
+
+/// The next turn renders only its new steps, a retry nothing, and a change before the end
+/// (an elided observation, other tools) renders whole: each gives the whole render's bytes.
+#[test]
+fn the_render_cache_extends_answers_and_misses_as_a_whole_render_would() {
+    let tools = tools_for("swe-agent-1.json");
+    for format in asap_proxy::render::FORMATS {
+        let cached = Renderer::new().unwrap();
+        let whole = Renderer::new().unwrap().with_render_cache(0);
+        let check = |conversation: &asap_proxy::conversation::Conversation,
+                     tools: &asap_proxy::profile::ResolvedProfile| {
+            let got = cached.render_shared(format, conversation, tools).unwrap();
+            assert_eq!(
+                *got,
+                whole.render(format, conversation, tools).unwrap(),
+                "{format:?}"
+            );
+        };
+        let mut conversation = shell_conversation(3);
+        check(&conversation, &tools);
+        for steps in 4..8 {
+            conversation = shell_conversation(steps);
+            check(&conversation, &tools);
+        }
+        check(&conversation, &tools);
+        let stats = cached.render_cache_stats();
+        assert_eq!(
+            (stats.misses, stats.extended, stats.hits),
+            (1, 4, 1),
+            "{format:?}"
+        );
+
+        conversation.steps[1].observation = Some("[elided]".into());
+        check(&conversation, &tools);
+        let other_tools = tools_for("openhands-sdk-1.json");
+        check(&conversation, &other_tools);
+        let stats = cached.render_cache_stats();
+        assert_eq!(
+            (stats.misses, stats.extended, stats.hits),
+            (3, 4, 1),
+            "{format:?}"
+        );
+        assert!(stats.bytes > 0 && stats.bytes <= stats.capacity);
+    }
+}
+
+/// Override templates whose step blocks depend on each other (numbered steps) fail the
+/// start-up check and are rendered whole, correctly.
+#[test]
+fn templates_that_number_their_steps_are_rendered_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("markdown_xml.jinja"),
+        "# Task\n{{ task }}\n{% for step in steps %}Step {{ loop.index }}: {{ step.thought }}\n{% endfor %}## Thinking\n",
+    )
+    .unwrap();
+    let renderer = Renderer::with_templates(Some(dir.path())).unwrap();
+    assert_eq!(renderer.render_cache_stats().capacity, 0);
+    let tools = tools_for("swe-agent-1.json");
+    let conversation = shell_conversation(2);
+    renderer
+        .render_shared(Format::MarkdownXml, &shell_conversation(1), &tools)
+        .unwrap();
+    let prompt = renderer
+        .render_shared(Format::MarkdownXml, &conversation, &tools)
+        .unwrap();
+    assert!(
+        prompt.contains("Step 1: Step 0") && prompt.contains("Step 2: Step 1"),
+        "{prompt}"
+    );
+    // The same override without numbers passes the check and is cached.
+    std::fs::write(
+        dir.path().join("markdown_xml.jinja"),
+        "# Task\n{{ task }}\n{% for step in steps %}Step: {{ step.thought }}\n{% endfor %}## Thinking\n",
+    )
+    .unwrap();
+    let renderer = Renderer::with_templates(Some(dir.path())).unwrap();
+    assert!(renderer.render_cache_stats().capacity > 0);
+}

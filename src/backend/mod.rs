@@ -61,6 +61,8 @@ impl RequestClock {
 /// request is sent (BENCHMARKS.md, RSS with 256 in-flight requests).
 pub struct Prompt<'a> {
     text: std::sync::Mutex<Option<std::sync::Arc<String>>>,
+    /// The given text's length JSON-escaped, when known without a pass over it.
+    json_len: Option<usize>,
     again: &'a (dyn Fn() -> Result<std::sync::Arc<String>, ProxyError> + Sync),
 }
 
@@ -72,16 +74,37 @@ impl<'a> Prompt<'a> {
     ) -> Self {
         Self {
             text: std::sync::Mutex::new(Some(text)),
+            json_len: None,
             again,
         }
+    }
+
+    /// The given text's length escaped as a JSON string's content
+    /// ([`crate::util::json_escaped_len`]), when the caller knows it
+    /// ([`crate::render::Renderer::prompt_json_len`]); the backend body's Content-Length then
+    /// needs no pass over the prompt.
+    pub fn with_json_len(mut self, json_len: Option<usize>) -> Self {
+        self.json_len = json_len;
+        self
     }
 
     /// The text: the one given, the first time; made again after.
     ///
     /// Errors: those of making it again (a template failure).
     pub fn take(&self) -> Result<std::sync::Arc<String>, ProxyError> {
+        self.take_with_json_len().map(|(text, _)| text)
+    }
+
+    /// As [`Prompt::take`], with the text's JSON-escaped length when known (the given text's,
+    /// [`Prompt::with_json_len`]; never a text made again).
+    pub fn take_with_json_len(
+        &self,
+    ) -> Result<(std::sync::Arc<String>, Option<usize>), ProxyError> {
         let given = self.text.lock().ok().and_then(|mut text| text.take());
-        given.map_or_else(self.again, Ok)
+        match given {
+            Some(text) => Ok((text, self.json_len)),
+            None => (self.again)().map(|text| (text, None)),
+        }
     }
 }
 

@@ -614,10 +614,9 @@ struct Completion<'a> {
 impl JsonBody for Completion<'_> {
     fn body(&self) -> Result<reqwest::Body, ProxyError> {
         let (head, tail) = self.request.json_around_prompt().map_err(encoding_failed)?;
+        let (prompt, json_len) = self.prompt.take_with_json_len()?;
         Ok(reqwest::Body::wrap(PromptBody::new(
-            head,
-            self.prompt.take()?,
-            tail,
+            head, prompt, json_len, tail,
         )))
     }
 }
@@ -655,8 +654,14 @@ struct PromptBody {
 }
 
 impl PromptBody {
-    fn new(head: Vec<u8>, prompt: Arc<String>, tail: Vec<u8>) -> Self {
-        let prompt_json = crate::util::json_escaped_len(prompt.as_bytes()) + 2;
+    /// `json_len`: the prompt's escaped length if known (else counted here).
+    fn new(head: Vec<u8>, prompt: Arc<String>, json_len: Option<usize>, tail: Vec<u8>) -> Self {
+        debug_assert!(
+            json_len.is_none_or(|n| n == crate::util::json_escaped_len(prompt.as_bytes())),
+            "a wrong escaped length would send a wrong Content-Length"
+        );
+        let prompt_json =
+            json_len.unwrap_or_else(|| crate::util::json_escaped_len(prompt.as_bytes())) + 2;
         let remaining = (head.len() + prompt_json + tail.len()) as u64;
         Self {
             head: Some(head.into()),
@@ -959,7 +964,10 @@ mod tests {
         ] {
             let request = completions_request(&prompt);
             let (head, tail) = request.json_around_prompt().unwrap();
-            let mut body = PromptBody::new(head, Arc::new(prompt.clone()), tail);
+            // The escaped length counted here, or given (by the render cache).
+            let given =
+                (prompt.len() % 2 == 1).then(|| crate::util::json_escaped_len(prompt.as_bytes()));
+            let mut body = PromptBody::new(head, Arc::new(prompt.clone()), given, tail);
             let total = body.remaining;
             let mut sent = Vec::new();
             let mut frames = 0;
@@ -982,7 +990,7 @@ mod tests {
         let prompt = Arc::new(long_prompt(2 * PROMPT_FRAME_BYTES + 3));
         let request = completions_request(&prompt);
         let (head, tail) = request.json_around_prompt().unwrap();
-        let mut body = PromptBody::new(head, prompt.clone(), tail);
+        let mut body = PromptBody::new(head, prompt.clone(), None, tail);
         let mut sent = Vec::new();
         while !hyper::body::Body::is_end_stream(&body) {
             assert_eq!(Arc::strong_count(&prompt), 2);

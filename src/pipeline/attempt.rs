@@ -155,11 +155,9 @@ impl Attempts {
     ///
     /// Errors: a template failure ([`ProxyError::Internal`]).
     pub fn render(&mut self, renderer: &Renderer, format: Format) -> Result<(), ProxyError> {
-        self.prepared.prompt = std::sync::Arc::new(
-            renderer
-                .render(format, &self.prepared.conversation, &self.prepared.tools)
-                .map_err(|e| ProxyError::Internal(e.to_string()))?,
-        );
+        self.prepared.prompt = renderer
+            .render_shared(format, &self.prepared.conversation, &self.prepared.tools)
+            .map_err(|e| ProxyError::Internal(e.to_string()))?;
         Ok(())
     }
 }

@@ -291,17 +291,17 @@ pub async fn run_turn(
         let again = || {
             scope
                 .renderer
-                .render(
+                .render_shared(
                     settings.format,
                     &turn.prepared.conversation,
                     &turn.prepared.tools,
                 )
-                .map(Arc::new)
                 .map_err(|e| ProxyError::Internal(e.to_string()))
         };
         let (completion, mut record) = tokio::join!(
             scope.backend.complete(
-                crate::backend::Prompt::new(prompt.clone(), &again),
+                crate::backend::Prompt::new(prompt.clone(), &again)
+                    .with_json_len(scope.renderer.prompt_json_len(&prompt)),
                 &asked.params,
                 &stops,
                 asked.model.as_deref(),

@@ -139,7 +139,14 @@ pub fn prepare(
             .render(config.format, c, &tools)
             .map_err(|e| ProxyError::Internal(e.to_string()))
     };
-    let base_prompt = render(&base)?;
+    // The prompts the turn sends come from the render cache (only new steps rendered); the
+    // truncated histories a session is looked up by are rendered whole, and not kept.
+    let render_shared = |c: &Conversation| {
+        renderer
+            .render_shared(config.format, c, &tools)
+            .map_err(|e| ProxyError::Internal(e.to_string()))
+    };
+    let base_prompt = render_shared(&base)?;
     let scope = session::index_scope(
         explicit.as_ref().map(|(id, _)| id.as_str()),
         request.explicit_run(headers),
@@ -163,12 +170,12 @@ pub fn prepare(
     let prompt = if session.nudges.0.is_empty() {
         base_prompt
     } else {
-        render(&conversation)?
+        render_shared(&conversation)?
     };
     Ok(Prepared {
         tools,
         conversation,
-        prompt: std::sync::Arc::new(prompt),
+        prompt,
         session,
         base_prompt_key,
         task: explicit

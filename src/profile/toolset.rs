@@ -269,7 +269,7 @@ pub struct ResolvedProfile {
 }
 
 /// One tool as the model sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {
     /// XML tag name the model writes.
     pub tag: String,
@@ -294,7 +294,7 @@ pub enum ToolRole {
 }
 
 /// One parameter of a tool.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ParamSpec {
     pub name: String,
     /// The parameter's JSON schema (`{"type": "integer"}`, `{"enum": [...]}`, ...).

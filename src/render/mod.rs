@@ -7,12 +7,16 @@
 //! The templates are embedded from `templates/`; `--templates DIR` replaces any of them with
 //! `DIR/<format>.jinja` at start-up ([`Renderer::with_templates`]).
 
+mod cache;
 mod escape;
 mod json;
 mod markdown;
 mod xml;
 
+pub use cache::{RenderCacheStats, RENDER_CACHE_MIB};
 pub use json::CUE as JSON_CUE;
+
+use std::sync::Arc;
 
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
@@ -205,10 +209,16 @@ pub struct RenderError {
     source: minijinja::Error,
 }
 
-/// Holds the compiled templates.
+/// Holds the compiled templates and the prompts rendered last ([`Renderer::render_shared`]).
 #[derive(Debug)]
 pub struct Renderer {
     env: Environment<'static>,
+    /// `None`: every prompt is rendered whole (`--render-cache-mib 0`, or override templates
+    /// whose step blocks failed the start-up check).
+    cache: Option<cache::RenderCache>,
+    /// Whether the templates write each step's block from that step alone (checked at
+    /// start-up; the embedded templates do, and `tests/render.rs` checks them).
+    incremental: bool,
 }
 
 #[derive(Serialize)]
@@ -302,7 +312,11 @@ impl Renderer {
                     .map_err(error)?,
             }
         }
-        let renderer = Self { env };
+        let mut renderer = Self {
+            env,
+            cache: None,
+            incremental: false,
+        };
         for format in FORMATS {
             let prompt =
                 renderer.render(format, &Conversation::default(), &ResolvedProfile::empty())?;
@@ -316,14 +330,175 @@ impl Renderer {
                 });
             }
         }
-        Ok(renderer)
+        renderer.incremental = match renderer.check_incremental() {
+            Ok(()) => true,
+            Err(reason) => {
+                tracing::warn!(
+                    %reason,
+                    "the override templates do not write each step's block from that step \
+                     alone: every prompt is rendered whole (docs/architecture.md)"
+                );
+                false
+            }
+        };
+        Ok(renderer.with_render_cache(RENDER_CACHE_MIB << 20))
     }
 
-    /// Renders the continuation document; it always ends with [`Format::cue`].
+    /// Keeps up to `capacity` bytes of rendered prompts (0: none), so that a conversation that
+    /// extends a rendered one renders only its new steps ([`Renderer::render_shared`]). Has no
+    /// effect on templates that failed the start-up check.
+    pub fn with_render_cache(mut self, capacity: usize) -> Self {
+        self.cache =
+            (self.incremental && capacity > 0).then(|| cache::RenderCache::with_capacity(capacity));
+        self
+    }
+
+    /// What the render cache has answered (zeros without one).
+    pub fn render_cache_stats(&self) -> RenderCacheStats {
+        self.cache
+            .as_ref()
+            .map(cache::RenderCache::stats)
+            .unwrap_or_default()
+    }
+
+    /// Start-up check that every format's template writes a step's block from that step
+    /// alone: a sample conversation rendered whole equals its first steps rendered whole
+    /// followed by the rest rendered apart, in every split. Returns the first format that
+    /// does not.
+    fn check_incremental(&self) -> Result<(), String> {
+        let conversation = sample_conversation();
+        let tools = ResolvedProfile::empty();
+        let steps: Vec<&crate::conversation::Step> = conversation
+            .prefix
+            .iter()
+            .chain(&conversation.steps)
+            .collect();
+        for format in FORMATS {
+            let whole = self
+                .render_steps(format, &conversation, &steps, &tools)
+                .map_err(|e| e.to_string())?;
+            for split in 0..steps.len() {
+                let head = self
+                    .render_steps(format, &conversation, &steps[..split], &tools)
+                    .map_err(|e| e.to_string())?;
+                let header = self
+                    .render_steps(format, &conversation, &[], &tools)
+                    .map_err(|e| e.to_string())?;
+                let tail = self
+                    .render_steps(format, &conversation, &steps[split..], &tools)
+                    .map_err(|e| e.to_string())?;
+                let joined = join(&head, &tail, header.len() - format.cue().len(), format);
+                if joined.as_deref() != Some(whole.as_str()) {
+                    return Err(format!(
+                        "{}: steps {split}.. rendered apart differ",
+                        format.template()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// As [`Renderer::render`], shared, and from the render cache where it can: a
+    /// conversation rendered before is answered whole; one whose steps extend a rendered one
+    /// (the next turn of a session, a retry after a nudge) renders its new steps only. The
+    /// result is byte-identical to [`Renderer::render`]'s (property-tested).
+    pub fn render_shared(
+        &self,
+        format: Format,
+        conversation: &Conversation,
+        tools: &ResolvedProfile,
+    ) -> Result<Arc<String>, RenderError> {
+        let Some(cache) = &self.cache else {
+            return self.render(format, conversation, tools).map(Arc::new);
+        };
+        let lookup = cache::Lookup::of(format, conversation);
+        let steps: Vec<&crate::conversation::Step> = conversation
+            .prefix
+            .iter()
+            .chain(&conversation.steps)
+            .collect();
+        let found = cache.find(&lookup, tools);
+        if let Some(found) = &found {
+            if found.steps == steps.len() {
+                cache.count(cache::Outcome::Hit);
+                return Ok(found.prompt.clone());
+            }
+            let header_len = match found.header_len {
+                Some(len) => len,
+                None => self.header_len(format, conversation, tools)?,
+            };
+            let tail = self.render_steps(format, conversation, &steps[found.steps..], tools)?;
+            if let Some(joined) = join(&found.prompt, &tail, header_len, format) {
+                // Escaping is byte by byte: the old prompt's length, less its cue, plus the
+                // new blocks' and the cue's.
+                let cue = format.cue().len();
+                let json_len = found.json_len
+                    - crate::util::json_escaped_len(format.cue().as_bytes())
+                    + crate::util::json_escaped_len(&joined.as_bytes()[found.prompt.len() - cue..]);
+                let prompt = Arc::new(joined);
+                cache.count(cache::Outcome::Extended);
+                cache.insert(
+                    lookup,
+                    tools,
+                    Some(header_len),
+                    prompt.clone(),
+                    json_len,
+                    Some(&found.prompt),
+                );
+                return Ok(prompt);
+            }
+        }
+        cache.count(cache::Outcome::Miss);
+        let prompt = Arc::new(self.render_steps(format, conversation, &steps, tools)?);
+        // The header's length is found when a later turn extends this prompt (`join` checks
+        // the header then).
+        let json_len = crate::util::json_escaped_len(prompt.as_bytes());
+        cache.insert(lookup, tools, None, prompt.clone(), json_len, None);
+        Ok(prompt)
+    }
+
+    /// Bytes of `conversation`'s document before its first step's block: the document without
+    /// steps, less the cue.
+    fn header_len(
+        &self,
+        format: Format,
+        conversation: &Conversation,
+        tools: &ResolvedProfile,
+    ) -> Result<usize, RenderError> {
+        let header = self.render_steps(format, conversation, &[], tools)?;
+        Ok(header.len().saturating_sub(format.cue().len()))
+    }
+
+    /// [`crate::util::json_escaped_len`] of `prompt` when it is a prompt the render cache
+    /// holds (the same allocation, as [`Renderer::render_shared`] returned it): known without
+    /// a pass over it, for the backend body's Content-Length.
+    pub fn prompt_json_len(&self, prompt: &Arc<String>) -> Option<usize> {
+        self.cache.as_ref()?.json_len(prompt)
+    }
+
+    /// Renders the continuation document whole; it always ends with [`Format::cue`].
     pub fn render(
         &self,
         format: Format,
         conversation: &Conversation,
+        tools: &ResolvedProfile,
+    ) -> Result<String, RenderError> {
+        let steps: Vec<&crate::conversation::Step> = conversation
+            .prefix
+            .iter()
+            .chain(&conversation.steps)
+            .collect();
+        self.render_steps(format, conversation, &steps, tools)
+    }
+
+    /// The document of `conversation`'s header (system, task, example) with `steps` as its
+    /// trajectory.
+    fn render_steps(
+        &self,
+        format: Format,
+        conversation: &Conversation,
+        steps: &[&crate::conversation::Step],
         tools: &ResolvedProfile,
     ) -> Result<String, RenderError> {
         let tags: Vec<&str> = tools.tools.iter().map(|t| t.tag.as_str()).collect();
@@ -359,9 +534,8 @@ impl Renderer {
             .collect();
         // JSON strings need no neutralising: the template writes them with `tojson_line`.
         let raw = format == Format::Json;
-        let doc = |steps: &[crate::conversation::Step]| -> Vec<StepDoc> {
+        let doc = |steps: &mut dyn Iterator<Item = &crate::conversation::Step>| -> Vec<StepDoc> {
             steps
-                .iter()
                 .map(|s| StepDoc {
                     thought: if raw {
                         s.thought.clone()
@@ -378,9 +552,11 @@ impl Renderer {
                 })
                 .collect()
         };
-        let mut steps = doc(&conversation.prefix);
-        steps.extend(doc(&conversation.steps));
-        let example_steps = conversation.example.as_ref().map(|e| doc(&e.steps));
+        let steps = doc(&mut steps.iter().copied());
+        let example_steps = conversation
+            .example
+            .as_ref()
+            .map(|e| doc(&mut e.steps.iter()));
         // The document is the texts plus a little markup per step and the fixed parts: size
         // the output once instead of growing it by doubling (long prompts are mostly text).
         let text_bytes = |steps: &[StepDoc]| -> usize {
@@ -434,5 +610,65 @@ impl Renderer {
                 e.to_string(),
             ))
         })
+    }
+}
+
+/// The prompt of a conversation whose first steps `prompt` holds (its header `header_len`
+/// bytes long) followed by the steps `tail` holds, where `tail` is the same header, the later
+/// steps' blocks and the cue: `None` when the headers differ or either lacks the cue.
+fn join(prompt: &str, tail: &str, header_len: usize, format: Format) -> Option<String> {
+    let cue = format.cue();
+    let head = prompt.strip_suffix(cue)?;
+    let blocks = tail.get(header_len..).filter(|b| b.ends_with(cue))?;
+    if head.len() < header_len || head.as_bytes()[..header_len] != tail.as_bytes()[..header_len] {
+        return None;
+    }
+    let mut out = String::with_capacity(head.len() + blocks.len());
+    out.push_str(head);
+    out.push_str(blocks);
+    Some(out)
+}
+
+/// A conversation with every kind of step, for the start-up checks.
+fn sample_conversation() -> Conversation {
+    use crate::conversation::Step;
+    use crate::profile::Action;
+    let call = |command: &str| {
+        Some(Action::Call {
+            tag: "bash".into(),
+            arguments: Arc::new(
+                [("command".to_string(), serde_json::Value::from(command))]
+                    .into_iter()
+                    .collect(),
+            ),
+        })
+    };
+    Conversation {
+        system: "You are a helpful assistant.".into(),
+        task: "Fix the bug.".into(),
+        prefix: vec![Step {
+            thought: "Look around first.".into(),
+            action: call("ls"),
+            observation: Some("README.md\nsrc".into()),
+            ..Step::default()
+        }],
+        steps: vec![
+            Step {
+                thought: "Read the file.".into(),
+                action: call("cat src/lib.rs"),
+                observation: Some("fn main() {}".into()),
+                ..Step::default()
+            },
+            Step {
+                observation: Some("Please answer with one action.".into()),
+                ..Step::default()
+            },
+            Step {
+                thought: "Done.".into(),
+                action: Some(Action::Submit { message: None }),
+                ..Step::default()
+            },
+        ],
+        ..Conversation::default()
     }
 }

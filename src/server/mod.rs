@@ -81,7 +81,13 @@ impl AppState {
         }
         let metrics = Metrics::new();
         let renderer = Renderer::with_templates(config.templates.as_deref())
-            .map_err(|e| ProxyError::invalid(e.to_string()))?;
+            .map_err(|e| ProxyError::invalid(e.to_string()))?
+            .with_render_cache(
+                config
+                    .render_cache_mib
+                    .unwrap_or(crate::render::RENDER_CACHE_MIB)
+                    .saturating_mul(1 << 20),
+            );
         let mut prefixes = PrefixStore::load(&config.prompt.prefixes, config.prompt.prefix_k)
             .map_err(|e| ProxyError::invalid(format!("loading prefixes: {e}")))?;
         for file in &config.prompt.tasks {

@@ -57,6 +57,9 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             .metrics
             .set_message_cache(stats.hits, stats.misses, stats.bytes, stats.capacity);
     }
+    state
+        .metrics
+        .set_render_cache(&state.renderer.render_cache_stats());
     (
         [(header::CONTENT_TYPE, CONTENT_TYPE)],
         state.metrics.render(),

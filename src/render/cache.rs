@@ -1,0 +1,364 @@
+//! The render cache: rendered prompts kept so that the next turn renders only its new steps.
+//!
+//! A conversation's prompt is its header (everything before the first step: the task, the
+//! tool documentation, the example), one block per step (reference prefix steps, then live
+//! ones), then the cue. The built-in templates write each step's block from that step alone
+//! (docs/architecture.md "Append-only rendering"), so the prompt of a conversation whose
+//! steps extend a rendered one is that prompt without its cue, the blocks of the new steps and
+//! the cue. The new blocks come from rendering the new steps alone: the same header, those
+//! blocks, the cue; the header is checked byte for byte against the cached prompt's.
+//!
+//! An entry is found by a *family* key (format, system text, task text, example: XXH3-128)
+//! and matched by the XXH3-128 digests of its steps' rendered inputs (thought, action,
+//! observation) and by the tools, which decide how actions are written: family and tools
+//! decide the header, the digests the blocks. Entries are bounded by the bytes of
+//! their prompts (`--render-cache-mib`); past the bound the least recently used go.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::conversation::{Conversation, Step};
+use crate::profile::{Action, ResolvedProfile, ToolSpec};
+
+use super::Format;
+
+/// MiB of rendered prompts the cache holds by default (`serve --render-cache-mib`).
+pub const RENDER_CACHE_MIB: usize = 64;
+
+/// Rendered prompts by conversation, bounded by their bytes.
+#[derive(Debug)]
+pub(super) struct RenderCache {
+    inner: Mutex<Inner>,
+    /// Bytes of prompt text held at most.
+    capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    families: HashMap<u128, Vec<Entry>>,
+    /// [`Entry::json_len`] by the address of the entry's prompt: the backend body's
+    /// Content-Length without a pass over the prompt. An address is here only while its entry
+    /// holds the prompt, so it names no other text.
+    json_lens: HashMap<usize, usize>,
+    bytes: usize,
+    /// Use counter: an entry's `used` is the count at its last use.
+    clock: u64,
+    stats: RenderCacheStats,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// Digest of each step's rendered inputs, prefix steps first ([`step_digest`]).
+    steps: Vec<u128>,
+    /// What actions and the tool documentation are written from.
+    tools: Arc<Vec<ToolSpec>>,
+    generic_shell: bool,
+    /// Bytes of `prompt` before the first step's block; `None` until a later turn needs it
+    /// (a request that opens a session and has no next turn here does not render it).
+    header_len: Option<usize>,
+    prompt: Arc<String>,
+    /// Bytes of `prompt` escaped as a JSON string's content ([`crate::util::json_escaped_len`]).
+    json_len: usize,
+    used: u64,
+}
+
+impl Entry {
+    fn bytes(&self) -> usize {
+        self.prompt.len() + 16 * self.steps.len() + 256
+    }
+}
+
+/// What a render cache has answered since it was made (`/metrics` `asap_render_cache_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenderCacheStats {
+    /// Renders answered whole from the cache (a retry, a prompt rendered twice in a turn).
+    pub hits: u64,
+    /// Renders that extended a cached prompt with the blocks of their new steps.
+    pub extended: u64,
+    /// Renders of the whole conversation.
+    pub misses: u64,
+    /// Bytes of prompt text held.
+    pub bytes: usize,
+    /// The bound on `bytes` (`--render-cache-mib`).
+    pub capacity: usize,
+}
+
+/// A cached prompt a conversation starts with.
+pub(super) struct Found {
+    pub prompt: Arc<String>,
+    pub header_len: Option<usize>,
+    /// [`crate::util::json_escaped_len`] of `prompt`.
+    pub json_len: usize,
+    /// Steps the prompt holds: the conversation's first `steps` steps.
+    pub steps: usize,
+}
+
+/// The conversation's family key and step digests, computed once per render.
+pub(super) struct Lookup {
+    family: u128,
+    pub steps: Vec<u128>,
+}
+
+impl Lookup {
+    pub fn of(format: Format, conversation: &Conversation) -> Self {
+        let mut h = Xxh3::new();
+        write_str(&mut h, format.name());
+        write_str(&mut h, &conversation.system);
+        write_str(&mut h, &conversation.task);
+        // The example is in the header too: with the tools (compared apart), the family
+        // decides the header whole.
+        match &conversation.example {
+            None => h.update(b"0"),
+            Some(example) => {
+                h.update(b"1");
+                write_str(&mut h, &example.task);
+                h.update(&(example.steps.len() as u64).to_le_bytes());
+                for step in &example.steps {
+                    h.update(&step_digest(step).to_le_bytes());
+                }
+            }
+        }
+        Self {
+            family: h.digest128(),
+            steps: conversation
+                .prefix
+                .iter()
+                .chain(&conversation.steps)
+                .map(step_digest)
+                .collect(),
+        }
+    }
+}
+
+impl RenderCache {
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            capacity,
+        }
+    }
+
+    /// The cached prompt with the most steps that the conversation's steps start with,
+    /// written with the same tools.
+    pub fn find(&self, lookup: &Lookup, tools: &ResolvedProfile) -> Option<Found> {
+        let mut inner = self.inner.lock().ok()?;
+        inner.clock += 1;
+        let clock = inner.clock;
+        let best = inner
+            .families
+            .get_mut(&lookup.family)?
+            .iter_mut()
+            .filter(|e| {
+                lookup.steps.starts_with(&e.steps)
+                    && e.generic_shell == tools.generic_shell
+                    && *e.tools == tools.tools
+            })
+            .max_by_key(|e| e.steps.len())?;
+        best.used = clock;
+        Some(Found {
+            prompt: best.prompt.clone(),
+            header_len: best.header_len,
+            json_len: best.json_len,
+            steps: best.steps.len(),
+        })
+    }
+
+    /// Counts a render: answered whole, extended, or rendered whole.
+    pub fn count(&self, outcome: Outcome) {
+        if let Ok(mut inner) = self.inner.lock() {
+            match outcome {
+                Outcome::Hit => inner.stats.hits += 1,
+                Outcome::Extended => inner.stats.extended += 1,
+                Outcome::Miss => inner.stats.misses += 1,
+            }
+        }
+    }
+
+    /// The JSON-escaped length of `prompt` if it is a cached prompt (the same allocation).
+    pub fn json_len(&self, prompt: &Arc<String>) -> Option<usize> {
+        let inner = self.inner.lock().ok()?;
+        inner.json_lens.get(&address(prompt)).copied()
+    }
+
+    /// Remembers `prompt` (JSON-escaped: `json_len` bytes) for `lookup`'s conversation. The
+    /// entry it extends (`parent`, the prompt of the same conversation's earlier steps) is
+    /// replaced: the next turn extends the newer one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn insert(
+        &self,
+        lookup: Lookup,
+        tools: &ResolvedProfile,
+        header_len: Option<usize>,
+        prompt: Arc<String>,
+        json_len: usize,
+        parent: Option<&Arc<String>>,
+    ) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        inner.clock += 1;
+        let used = inner.clock;
+        let family = inner.families.entry(lookup.family).or_default();
+        // The tools are shared between a family's entries when equal (one copy per rollout).
+        let shared_tools = family
+            .iter()
+            .find(|e| e.generic_shell == tools.generic_shell && *e.tools == tools.tools)
+            .map(|e| e.tools.clone());
+        let entry = Entry {
+            steps: lookup.steps,
+            tools: shared_tools.unwrap_or_else(|| Arc::new(tools.tools.clone())),
+            generic_shell: tools.generic_shell,
+            header_len,
+            prompt,
+            json_len,
+            used,
+        };
+        let added = entry.bytes();
+        if added > self.capacity / 4 {
+            return;
+        }
+        let mut gone = Vec::new();
+        if let Some(i) = parent.and_then(|p| family.iter().position(|e| Arc::ptr_eq(&e.prompt, p)))
+        {
+            gone.push(family.swap_remove(i));
+        }
+        if let Some(i) = family.iter().position(|e| e.steps == entry.steps) {
+            gone.push(family.swap_remove(i));
+        }
+        let kept = (address(&entry.prompt), entry.json_len);
+        family.push(entry);
+        for entry in &gone {
+            inner.json_lens.remove(&address(&entry.prompt));
+        }
+        inner.json_lens.insert(kept.0, kept.1);
+        inner.bytes = inner.bytes + added - gone.iter().map(Entry::bytes).sum::<usize>();
+        if inner.bytes > self.capacity {
+            inner.evict(self.capacity / 4 * 3);
+        }
+        inner.stats.bytes = inner.bytes;
+    }
+
+    pub fn stats(&self) -> RenderCacheStats {
+        self.inner
+            .lock()
+            .map(|inner| RenderCacheStats {
+                bytes: inner.bytes,
+                capacity: self.capacity,
+                ..inner.stats
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// How a render was answered (for [`RenderCacheStats`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Outcome {
+    Hit,
+    Extended,
+    Miss,
+}
+
+impl Inner {
+    /// Drops the least recently used entries until at most `target` bytes are held.
+    fn evict(&mut self, target: usize) {
+        let mut by_use: Vec<(u64, u128)> = self
+            .families
+            .iter()
+            .flat_map(|(family, entries)| entries.iter().map(|e| (e.used, *family)))
+            .collect();
+        by_use.sort_unstable();
+        for (used, family) in by_use {
+            if self.bytes <= target {
+                break;
+            }
+            let Some(entries) = self.families.get_mut(&family) else {
+                continue;
+            };
+            if let Some(i) = entries.iter().position(|e| e.used == used) {
+                let entry = entries.swap_remove(i);
+                self.bytes -= entry.bytes();
+                self.json_lens.remove(&address(&entry.prompt));
+            }
+            if entries.is_empty() {
+                self.families.remove(&family);
+            }
+        }
+    }
+}
+
+fn address(prompt: &Arc<String>) -> usize {
+    Arc::as_ptr(prompt) as usize
+}
+
+/// XXH3-128 of what a step's block is written from: its thought, action and observation
+/// (each with a tag and a length, so that no two steps write the same bytes).
+fn step_digest(step: &Step) -> u128 {
+    let mut h = Xxh3::new();
+    write_str(&mut h, &step.thought);
+    match &step.action {
+        None => h.update(b"n"),
+        Some(Action::Submit { message }) => {
+            h.update(b"s");
+            write_opt(&mut h, message.as_deref());
+        }
+        Some(Action::Call { tag, arguments }) => {
+            h.update(b"c");
+            write_str(&mut h, tag);
+            h.update(&(arguments.len() as u64).to_le_bytes());
+            for (k, v) in arguments.iter() {
+                write_str(&mut h, k);
+                write_value(&mut h, v);
+            }
+        }
+    }
+    write_opt(&mut h, step.observation.as_deref());
+    h.digest128()
+}
+
+fn write_str(h: &mut Xxh3, s: &str) {
+    h.update(&(s.len() as u64).to_le_bytes());
+    h.update(s.as_bytes());
+}
+
+fn write_opt(h: &mut Xxh3, s: Option<&str>) {
+    match s {
+        None => h.update(b"0"),
+        Some(s) => {
+            h.update(b"1");
+            write_str(h, s);
+        }
+    }
+}
+
+fn write_value(h: &mut Xxh3, v: &Value) {
+    match v {
+        Value::Null => h.update(b"n"),
+        Value::Bool(b) => h.update(if *b { b"t" } else { b"f" }),
+        Value::Number(n) => {
+            h.update(b"#");
+            write_str(h, &n.to_string());
+        }
+        Value::String(s) => {
+            h.update(b"\"");
+            write_str(h, s);
+        }
+        Value::Array(items) => {
+            h.update(b"[");
+            h.update(&(items.len() as u64).to_le_bytes());
+            for item in items {
+                write_value(h, item);
+            }
+        }
+        Value::Object(map) => {
+            h.update(b"{");
+            h.update(&(map.len() as u64).to_le_bytes());
+            for (k, v) in map {
+                write_str(h, k);
+                write_value(h, v);
+            }
+        }
+    }
+}
