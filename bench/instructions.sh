@@ -7,7 +7,8 @@
 # instructions, `Ir`), sends warm-up requests with oha, zeroes the counters, sends N requests
 # (c=1, zero-latency mock) and reads the total. Counts repeat within ±1 % between runs.
 #
-# Paths as in bench/load.sh: `ids` the next turn of a running session (one body, repeated),
+# Paths as in bench/load.sh: `ids` the next turns of running sessions (examples/bench_turns.rs:
+# 4 rollouts, each sending its next turns in order after a warm-up turn),
 # `foreign`, `mini`, `terminus` a request that opens a session (256 rollouts, cycled).
 # SHA-256 is reported apart: valgrind's CPU has no SHA extensions, so the hash runs in its
 # software form there (about ten times the instructions of the SHA-NI form the proxy uses on
@@ -31,7 +32,8 @@ for tool in valgrind callgrind_control callgrind_annotate python3 curl "$OHA"; d
 done
 
 echo "== cargo build --release (proxy, mock backend, body generator)" >&2
-cargo build --release --locked --bin asap-proxy --bin fake-backend --example bench_bodies >&2
+cargo build --release --locked --bin asap-proxy --bin fake-backend --example bench_bodies \
+    --example bench_turns >&2
 PROXY_BIN=${PROXY_BIN:-target/release/asap-proxy}
 BASE_BIN=${BASE_BIN:-}
 
@@ -44,6 +46,22 @@ target/release/fake-backend --port "$MOCK_PORT" constant --delay-ms 0 >/dev/null
 PIDS+=($!)
 wait_http "http://127.0.0.1:$MOCK_PORT/health"
 
+# send FLAG BODY N [--warm-only|--skip-warm]: N requests of BODY with oha (FLAG -D or -Z),
+# or (FLAG `turns`) the next turns of 4 rollouts of BODY turns, N / 4 each, with bench_turns.
+send() {
+    local flag=$1 body=$2 n=$3 url="http://127.0.0.1:$PROXY_PORT/v1/chat/completions"
+    if [[ $flag == turns ]]; then
+        target/release/examples/bench_turns --url "$url" --turns "$body" --sessions 4 \
+            --rounds $((n / 4)) "$4"
+    elif [[ $4 == --warm-only ]]; then
+        "$OHA" --no-tui --output-format json -m POST -H 'content-type: application/json' \
+            -c 1 -n 5 "$flag" "$body" "$url"
+    else
+        "$OHA" --no-tui --output-format json -m POST -H 'content-type: application/json' \
+            -c 1 -n "$n" "$flag" "$body" "$url"
+    fi
+}
+
 # count BIN FLAG BODY N: prints "Ir_per_request sha_Ir_per_request" for N requests.
 count() {
     local bin=$1 flag=$2 body=$3 n=$4 out="$WORK/cg" pid file
@@ -55,12 +73,9 @@ count() {
     pid=$!
     PIDS+=("$pid")
     wait_http "http://127.0.0.1:$PROXY_PORT/health" 60
-    "$OHA" --no-tui --output-format json -m POST -H 'content-type: application/json' -c 1 -n 5 \
-        "$flag" "$body" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" >/dev/null
+    send "$flag" "$body" "$n" --warm-only >/dev/null
     callgrind_control -z "$pid" >/dev/null
-    "$OHA" --no-tui --output-format json -m POST -H 'content-type: application/json' -c 1 \
-        -n "$n" "$flag" "$body" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" \
-        >"$WORK/oha.json"
+    send "$flag" "$body" "$n" --skip-warm >"$WORK/oha.json"
     callgrind_control -d "$pid" >/dev/null
     kill "$pid"
     wait "$pid" 2>/dev/null || true
@@ -71,7 +86,10 @@ count() {
     python3 - "$WORK/annotate.txt" "$n" "$WORK/oha.json" <<'EOF'
 import json, re, sys
 n = int(sys.argv[2])
-codes = json.load(open(sys.argv[3]))["statusCodeDistribution"]
+report = json.load(open(sys.argv[3]))
+# oha's report, or bench_turns' (answers `ok` of `total`, every 2xx).
+codes = report.get("statusCodeDistribution") or {"200": report["ok"], "other": report["total"] - report["ok"]}
+codes = {k: v for k, v in codes.items() if v}
 if codes != {"200": n}:
     sys.exit(f"bench/instructions.sh: answers {codes}, expected {n} times 200")
 total = sha = 0
@@ -90,10 +108,10 @@ EOF
 
 if [[ $QUICK == 1 ]]; then N_SHORT=50; N_LONG=10; else N_SHORT=200; N_LONG=40; fi
 CONFIGS=(
-    "ids 2 -D $B/chat-2.json $N_SHORT"
-    "ids 20 -D $B/chat-20.json $N_SHORT"
-    "ids 100 -D $B/chat-100.json $N_LONG"
-    "ids 1000 -D $B/chat-1000.json $((N_LONG / 4))"
+    "ids 2 turns 2 32"
+    "ids 20 turns 20 32"
+    "ids 100 turns 100 32"
+    "ids 1000 turns 1000 8"
     "foreign 20 -Z $B/foreign-20.jsonl $N_LONG"
     "foreign 100 -Z $B/foreign-100.jsonl $N_LONG"
     "mini 20 -Z $B/mini-20.jsonl $N_LONG"

@@ -55,7 +55,8 @@ for tool in taskset python3 curl; do
 done
 
 echo "== cargo build --release (proxy, mock backend, body generator)" >&2
-cargo build --release --locked --bin asap-proxy --bin fake-backend --example bench_bodies >&2
+cargo build --release --locked --bin asap-proxy --bin fake-backend --example bench_bodies \
+    --example bench_turns >&2
 PROXY_BIN=${PROXY_BIN:-target/release/asap-proxy}
 MOCK_BIN=target/release/fake-backend
 
@@ -109,11 +110,26 @@ oha_json() {
         -H 'content-type: application/json' -c "$c" -n "$n" "$flag" "$file" "$url" >"$out"
 }
 
-# The fields of an oha JSON report: p50_ms p99_ms rps ok_count total
+# The next turns of running sessions, in order (examples/bench_turns.rs): a load tool that
+# picks bodies at random or repeats one would send what the proxy's caches answer whole.
+# turns_json OUT URL C TURNS STREAM(yes|no) [--warm-only|--skip-warm]: 4 rollouts a worker,
+# 16 turns each at c=1 (256 requests), 8 at c>1 (32 a worker), from TURNS turns on.
+turns_json() {
+    local out=$1 url=$2 c=$3 turns=$4 stream=$5 rounds=16 extra=()
+    [[ $c -gt 1 ]] && rounds=8
+    [[ $stream == yes ]] && extra+=(--stream)
+    taskset -c "$CLIENT_CPU" target/release/examples/bench_turns --url "$url" --turns "$turns" \
+        --sessions $((c * 4)) --rounds "$rounds" --concurrency "$c" "${extra[@]}" "${@:6}" >"$out"
+}
+
+# The fields of an oha JSON report (or bench_turns'): p50_ms p99_ms rps ok_count total
 oha_fields() {
     python3 - "$1" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
+if "p50_ms" in r:  # bench_turns
+    print(f'{r["p50_ms"]:.3f} {r["p99_ms"]:.3f} {r["rps"]:.1f} {r["ok"]} {r["total"]}')
+    sys.exit()
 p = r["latencyPercentiles"]
 s = r["summary"]
 codes = r.get("statusCodeDistribution", {})
@@ -150,13 +166,10 @@ measure() {
     if [[ $path != ids ]]; then
         proxy_body="$B/$path-$turns$sfx.jsonl"
         flag=-Z
-    elif [[ $c -gt 1 ]]; then
-        # Concurrent requests come from distinct sessions, as concurrent rollouts do.
-        proxy_body="$B/chat-$turns$sfx.jsonl"
-        flag=-Z
     else
-        proxy_body="$B/chat-$turns$sfx.json"
-        flag=-D
+        # The next turns of running sessions, in order (bench_turns).
+        proxy_body=
+        flag=turns
     fi
     # Direct: warm-up, then the measured run.
     oha_json "$WORK/warm.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" "$c" $((c * 4)) -D "$direct_body"
@@ -164,13 +177,20 @@ measure() {
     read -r d50 d99 drps dok dtotal < <(oha_fields "$WORK/direct.json")
     # Proxy: fresh process (clean CPU and RSS counters), warm-up of every session, then the run.
     start_proxy "${serve_flags[@]}"
-    local warm_n=$((c * 4))
-    [[ $flag == -Z ]] && warm_n=512
-    oha_json "$WORK/warm.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" "$c" "$warm_n" "$flag" "$proxy_body"
+    local url="http://127.0.0.1:$PROXY_PORT/v1/chat/completions"
+    if [[ $flag == turns ]]; then
+        turns_json "$WORK/warm.json" "$url" "$c" "$turns" "$stream" --warm-only
+    else
+        oha_json "$WORK/warm.json" "$url" "$c" 512 "$flag" "$proxy_body"
+    fi
     local cpu0 cpu1 bytes0 bytes1
     cpu0=$(cpu_ticks "$PROXY_PID")
     bytes0=$(du -sb "$WORK/logs" | cut -f1)
-    oha_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" "$c" "$n" "$flag" "$proxy_body"
+    if [[ $flag == turns ]]; then
+        turns_json "$WORK/proxy.json" "$url" "$c" "$turns" "$stream" --skip-warm
+    else
+        oha_json "$WORK/proxy.json" "$url" "$c" "$n" "$flag" "$proxy_body"
+    fi
     cpu1=$(cpu_ticks "$PROXY_PID")
     bytes1=$(du -sb "$WORK/logs" | cut -f1)
     read -r p50 p99 prps pok ptotal < <(oha_fields "$WORK/proxy.json")
@@ -272,9 +292,10 @@ oha_json "$WORK/warm.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" 1 5 -D "
 oha_json "$WORK/direct.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" 1 $((QUICK ? 20 : 100)) -D "$B/completions-1000.json"
 read -r k_d50 k_d99 _ _ _ < <(oha_fields "$WORK/direct.json")
 start_proxy
-oha_json "$WORK/warm.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 1 5 -D "$B/chat-1000.json"
+# Next turns in order: 4 rollouts, turns 1,000 to 1,015.
+turns_json "$WORK/warm.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 1 1000 no --warm-only
 cpu0=$(cpu_ticks "$PROXY_PID")
-oha_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 1 $((QUICK ? 20 : 100)) -D "$B/chat-1000.json"
+turns_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 1 1000 no --skip-warm
 cpu1=$(cpu_ticks "$PROXY_PID")
 read -r k_p50 k_p99 _ k_ok k_total < <(oha_fields "$WORK/proxy.json")
 k_cpu=$(python3 -c "print(f'{($cpu1 - $cpu0) * 1000 / $TICK / $k_total:.2f}')")
@@ -333,7 +354,9 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "Latency in ms (oha, request sent to response body read). Added = proxy - direct."
     echo "CPU = proxy utime+stime per request. RSS = proxy VmHWM after the run."
     echo
-    echo "Path: \`ids\` the next turn of a running session (proxy-minted ids); \`foreign\` the same"
+    echo "Path: \`ids\` the next turns of running sessions (proxy-minted ids), sent in order by"
+    echo "examples/bench_turns.rs: c × 4 rollouts, each sends turns TURNS, TURNS+1, … (16 at c=1,"
+    echo "8 at c=32; the body column is the first's size), after a warm-up at TURNS-1; \`foreign\` the same"
     echo "conversation with ids that are not the proxy's, \`mini\` mini-swe-agent's text mode (no"
     echo "ids) and \`terminus\` Terminus-2's JSON keystrokes (no ids): every such request opens a"
     echo "session. \`+zstd\`: with \`--trace-compression zstd\`; \`+mc128\`: \`--message-cache-mib 128\`."
