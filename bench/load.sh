@@ -112,14 +112,15 @@ oha_json() {
 
 # The next turns of running sessions, in order (examples/bench_turns.rs): a load tool that
 # picks bodies at random or repeats one would send what the proxy's caches answer whole.
-# turns_json OUT URL C TURNS STREAM(yes|no) [--warm-only|--skip-warm]: 4 rollouts a worker,
-# 16 turns each at c=1 (256 requests), 8 at c>1 (32 a worker), from TURNS turns on.
+# turns_json OUT URL C TURNS STREAM(yes|no) [--warm-only|--skip-warm]: at c=1 16 rollouts of
+# 16 turns each (256 requests), at c>1 4 rollouts a worker of 8 turns each (32 a worker),
+# from TURNS turns on.
 turns_json() {
-    local out=$1 url=$2 c=$3 turns=$4 stream=$5 rounds=16 extra=()
-    [[ $c -gt 1 ]] && rounds=8
+    local out=$1 url=$2 c=$3 turns=$4 stream=$5 sessions=16 rounds=16 extra=()
+    [[ $c -gt 1 ]] && sessions=$((c * 4)) && rounds=8
     [[ $stream == yes ]] && extra+=(--stream)
     taskset -c "$CLIENT_CPU" target/release/examples/bench_turns --url "$url" --turns "$turns" \
-        --sessions $((c * 4)) --rounds "$rounds" --concurrency "$c" "${extra[@]}" "${@:6}" >"$out"
+        --sessions "$sessions" --rounds "$rounds" --concurrency "$c" "${extra[@]}" "${@:6}" >"$out"
 }
 
 # The fields of an oha JSON report (or bench_turns'): p50_ms p99_ms rps ok_count total
@@ -292,7 +293,7 @@ oha_json "$WORK/warm.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" 1 5 -D "
 oha_json "$WORK/direct.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" 1 $((QUICK ? 20 : 100)) -D "$B/completions-1000.json"
 read -r k_d50 k_d99 _ _ _ < <(oha_fields "$WORK/direct.json")
 start_proxy
-# Next turns in order: 4 rollouts, turns 1,000 to 1,015.
+# Next turns in order: 16 rollouts, turns 1,000 to 1,015.
 turns_json "$WORK/warm.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 1 1000 no --warm-only
 cpu0=$(cpu_ticks "$PROXY_PID")
 turns_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 1 1000 no --skip-warm
@@ -355,8 +356,8 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "CPU = proxy utime+stime per request. RSS = proxy VmHWM after the run."
     echo
     echo "Path: \`ids\` the next turns of running sessions (proxy-minted ids), sent in order by"
-    echo "examples/bench_turns.rs: c × 4 rollouts, each sends turns TURNS, TURNS+1, … (16 at c=1,"
-    echo "8 at c=32; the body column is the first's size), after a warm-up at TURNS-1; \`foreign\` the same"
+    echo "examples/bench_turns.rs: 16 rollouts at c=1, c × 4 at c=32, each sends turns TURNS, TURNS+1, …"
+    echo "(16 at c=1, 8 at c=32; the body column is the first's size) after a warm-up at TURNS-1; \`foreign\` the same"
     echo "conversation with ids that are not the proxy's, \`mini\` mini-swe-agent's text mode (no"
     echo "ids) and \`terminus\` Terminus-2's JSON keystrokes (no ids): every such request opens a"
     echo "session. \`+zstd\`: with \`--trace-compression zstd\`; \`+mc128\`: \`--message-cache-mib 128\`."
