@@ -43,6 +43,9 @@ struct Inner {
     /// Content-Length without a pass over the prompt. An address is here only while its entry
     /// holds the prompt, so it names no other text.
     json_lens: HashMap<usize, usize>,
+    /// The distinct tool sets the entries hold (shared; those no entry holds are dropped at
+    /// eviction).
+    tool_sets: Vec<Arc<Vec<ToolSpec>>>,
     bytes: usize,
     /// Use counter: an entry's `used` is the count at its last use.
     clock: u64,
@@ -104,7 +107,7 @@ pub(super) struct Lookup {
 
 impl Lookup {
     pub fn of(format: Format, conversation: &Conversation) -> Self {
-        let mut h = Xxh3::new();
+        let mut h = Xxh3::with_seed(seed());
         write_str(&mut h, format.name());
         write_str(&mut h, &conversation.system);
         write_str(&mut h, &conversation.task);
@@ -199,17 +202,27 @@ impl RenderCache {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
+        if prompt.len() + 16 * lookup.steps.len() + 256 > self.capacity / 4 {
+            return;
+        }
         inner.clock += 1;
         let used = inner.clock;
-        let family = inner.families.entry(lookup.family).or_default();
-        // The tools are shared between a family's entries when equal (one copy per rollout).
-        let shared_tools = family
-            .iter()
-            .find(|e| e.generic_shell == tools.generic_shell && *e.tools == tools.tools)
-            .map(|e| e.tools.clone());
+        // One copy of each tool set, whatever the family (the tools are not counted in the
+        // bound: a scaffold version has one set, a run a handful).
+        let tool_set = match inner.tool_sets.iter().find(|t| ***t == tools.tools) {
+            Some(set) => set.clone(),
+            None => {
+                if inner.tool_sets.len() >= 64 {
+                    inner.tool_sets.retain(|set| Arc::strong_count(set) > 1);
+                }
+                let set = Arc::new(tools.tools.clone());
+                inner.tool_sets.push(set.clone());
+                set
+            }
+        };
         let entry = Entry {
             steps: lookup.steps,
-            tools: shared_tools.unwrap_or_else(|| Arc::new(tools.tools.clone())),
+            tools: tool_set,
             generic_shell: tools.generic_shell,
             header_len,
             prompt,
@@ -217,9 +230,7 @@ impl RenderCache {
             used,
         };
         let added = entry.bytes();
-        if added > self.capacity / 4 {
-            return;
-        }
+        let family = inner.families.entry(lookup.family).or_default();
         let mut gone = Vec::new();
         if let Some(i) = parent.and_then(|p| family.iter().position(|e| Arc::ptr_eq(&e.prompt, p)))
         {
@@ -286,7 +297,19 @@ impl Inner {
                 self.families.remove(&family);
             }
         }
+        self.tool_sets.retain(|set| Arc::strong_count(set) > 1);
     }
+}
+
+/// The digests' seed: random per process, so that no client can craft two conversations of
+/// one digest offline (XXH3 is not collision-resistant against chosen inputs) and be given
+/// another conversation's prompt. Digests are never stored.
+fn seed() -> u64 {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
+    });
+    *SEED
 }
 
 fn address(prompt: &Arc<String>) -> usize {
@@ -296,7 +319,7 @@ fn address(prompt: &Arc<String>) -> usize {
 /// XXH3-128 of what a step's block is written from: its thought, action and observation
 /// (each with a tag and a length, so that no two steps write the same bytes).
 fn step_digest(step: &Step) -> u128 {
-    let mut h = Xxh3::new();
+    let mut h = Xxh3::with_seed(seed());
     write_str(&mut h, &step.thought);
     match &step.action {
         None => h.update(b"n"),
@@ -360,5 +383,71 @@ fn write_value(h: &mut Xxh3, v: &Value) {
                 write_value(h, v);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conversation(task: &str, observation: &str) -> Conversation {
+        Conversation {
+            task: task.into(),
+            steps: vec![Step {
+                thought: "Look.".into(),
+                observation: Some(observation.into()),
+                ..Step::default()
+            }],
+            ..Conversation::default()
+        }
+    }
+
+    /// Entries stay within the bound, every one's escaped length is findable by its prompt
+    /// and no other, and a prompt too large for the cache leaves nothing behind.
+    #[test]
+    fn the_bound_holds_and_nothing_outlives_its_entry() {
+        let cache = RenderCache::with_capacity(64 * 1024);
+        let tools = ResolvedProfile::empty();
+        let mut prompts = Vec::new();
+        for i in 0..200 {
+            let c = conversation(&format!("task {i}"), &"x".repeat(i * 37 % 5000));
+            let prompt = Arc::new(format!("prompt {i} {}", "y".repeat(i * 53 % 6000)));
+            cache.insert(
+                Lookup::of(Format::Xml, &c),
+                &tools,
+                None,
+                prompt.clone(),
+                i,
+                None,
+            );
+            prompts.push(prompt);
+            let inner = cache.inner.lock().unwrap();
+            let entries: Vec<&Entry> = inner.families.values().flatten().collect();
+            assert!(inner.bytes <= cache.capacity);
+            assert_eq!(
+                inner.bytes,
+                entries.iter().map(|e| e.bytes()).sum::<usize>()
+            );
+            assert_eq!(inner.json_lens.len(), entries.len());
+            assert!(inner.families.values().all(|f| !f.is_empty()));
+        }
+        let held = prompts
+            .iter()
+            .filter(|p| cache.json_len(p).is_some())
+            .count();
+        assert!(held > 5 && held < 200, "{held}");
+        let huge = Arc::new("z".repeat(cache.capacity));
+        let before = cache.inner.lock().unwrap().families.len();
+        let c = conversation("a task too long", "");
+        cache.insert(
+            Lookup::of(Format::Xml, &c),
+            &tools,
+            None,
+            huge.clone(),
+            1,
+            None,
+        );
+        assert_eq!(cache.inner.lock().unwrap().families.len(), before);
+        assert_eq!(cache.json_len(&huge), None);
     }
 }

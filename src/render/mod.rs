@@ -213,12 +213,12 @@ pub struct RenderError {
 #[derive(Debug)]
 pub struct Renderer {
     env: Environment<'static>,
-    /// `None`: every prompt is rendered whole (`--render-cache-mib 0`, or override templates
-    /// whose step blocks failed the start-up check).
+    /// `None`: every prompt is rendered whole (`--render-cache-mib 0`).
     cache: Option<cache::RenderCache>,
-    /// Whether the templates write each step's block from that step alone (checked at
-    /// start-up; the embedded templates do, and `tests/render.rs` checks them).
-    incremental: bool,
+    /// Formats always rendered whole: those of override templates (`--templates`), whose
+    /// step blocks may depend on each other or on the step count in ways no sample shows,
+    /// and any embedded template that failed the start-up check (none should).
+    whole: Vec<Format>,
 }
 
 #[derive(Serialize)]
@@ -315,7 +315,7 @@ impl Renderer {
         let mut renderer = Self {
             env,
             cache: None,
-            incremental: false,
+            whole: overrides.iter().map(|(format, _)| *format).collect(),
         };
         for format in FORMATS {
             let prompt =
@@ -330,26 +330,23 @@ impl Renderer {
                 });
             }
         }
-        renderer.incremental = match renderer.check_incremental() {
-            Ok(()) => true,
-            Err(reason) => {
-                tracing::warn!(
-                    %reason,
-                    "the override templates do not write each step's block from that step \
-                     alone: every prompt is rendered whole (docs/architecture.md)"
-                );
-                false
+        for format in FORMATS {
+            if renderer.whole.contains(&format) {
+                continue;
             }
-        };
+            if let Err(reason) = renderer.check_incremental(format) {
+                tracing::error!(%reason, "rendering this format whole (a template bug)");
+                renderer.whole.push(format);
+            }
+        }
         Ok(renderer.with_render_cache(RENDER_CACHE_MIB << 20))
     }
 
     /// Keeps up to `capacity` bytes of rendered prompts (0: none), so that a conversation that
-    /// extends a rendered one renders only its new steps ([`Renderer::render_shared`]). Has no
-    /// effect on templates that failed the start-up check.
+    /// extends a rendered one renders only its new steps ([`Renderer::render_shared`]). Formats
+    /// of override templates are rendered whole all the same.
     pub fn with_render_cache(mut self, capacity: usize) -> Self {
-        self.cache =
-            (self.incremental && capacity > 0).then(|| cache::RenderCache::with_capacity(capacity));
+        self.cache = (capacity > 0).then(|| cache::RenderCache::with_capacity(capacity));
         self
     }
 
@@ -361,11 +358,11 @@ impl Renderer {
             .unwrap_or_default()
     }
 
-    /// Start-up check that every format's template writes a step's block from that step
-    /// alone: a sample conversation rendered whole equals its first steps rendered whole
-    /// followed by the rest rendered apart, in every split. Returns the first format that
-    /// does not.
-    fn check_incremental(&self) -> Result<(), String> {
+    /// Start-up self-test of an embedded template (whose step blocks are written from their
+    /// step alone by design; `tests/props.rs` checks it on random histories): a sample
+    /// conversation rendered whole equals its first steps rendered whole followed by the rest
+    /// rendered apart, in every split.
+    fn check_incremental(&self, format: Format) -> Result<(), String> {
         let conversation = sample_conversation();
         let tools = ResolvedProfile::empty();
         let steps: Vec<&crate::conversation::Step> = conversation
@@ -373,7 +370,7 @@ impl Renderer {
             .iter()
             .chain(&conversation.steps)
             .collect();
-        for format in FORMATS {
+        {
             let whole = self
                 .render_steps(format, &conversation, &steps, &tools)
                 .map_err(|e| e.to_string())?;
@@ -387,7 +384,8 @@ impl Renderer {
                 let tail = self
                     .render_steps(format, &conversation, &steps[split..], &tools)
                     .map_err(|e| e.to_string())?;
-                let joined = join(&head, &tail, header.len() - format.cue().len(), format);
+                let header_len = header.len().saturating_sub(format.cue().len());
+                let joined = join(&head, &tail, header_len, format);
                 if joined.as_deref() != Some(whole.as_str()) {
                     return Err(format!(
                         "{}: steps {split}.. rendered apart differ",
@@ -409,7 +407,11 @@ impl Renderer {
         conversation: &Conversation,
         tools: &ResolvedProfile,
     ) -> Result<Arc<String>, RenderError> {
-        let Some(cache) = &self.cache else {
+        let Some(cache) = self
+            .cache
+            .as_ref()
+            .filter(|_| !self.whole.contains(&format))
+        else {
             return self.render(format, conversation, tools).map(Arc::new);
         };
         let lookup = cache::Lookup::of(format, conversation);
