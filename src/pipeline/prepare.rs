@@ -139,8 +139,10 @@ pub fn prepare(
             .render(config.format, c, &tools)
             .map_err(|e| ProxyError::Internal(e.to_string()))
     };
-    // The prompts the turn sends come from the render cache (only new steps rendered); the
-    // truncated histories a session is looked up by are rendered whole, and not kept.
+    // The history as sent (the prompt unless the session has nudges, and the key it is
+    // identified by) and the prompt with nudged steps come from the render cache (only new
+    // steps rendered); the truncated histories of `find_session` are rendered whole and not
+    // kept (they are looked up once).
     let render_shared = |c: &Conversation| {
         renderer
             .render_shared(config.format, c, &tools)
