@@ -365,33 +365,25 @@ impl Renderer {
     fn check_incremental(&self, format: Format) -> Result<(), String> {
         let conversation = sample_conversation();
         let tools = ResolvedProfile::empty();
-        let steps: Vec<&crate::conversation::Step> = conversation
-            .prefix
-            .iter()
-            .chain(&conversation.steps)
-            .collect();
-        {
-            let whole = self
-                .render_steps(format, &conversation, &steps, &tools)
-                .map_err(|e| e.to_string())?;
-            for split in 0..steps.len() {
-                let head = self
-                    .render_steps(format, &conversation, &steps[..split], &tools)
-                    .map_err(|e| e.to_string())?;
-                let header = self
-                    .render_steps(format, &conversation, &[], &tools)
-                    .map_err(|e| e.to_string())?;
-                let tail = self
-                    .render_steps(format, &conversation, &steps[split..], &tools)
-                    .map_err(|e| e.to_string())?;
-                let header_len = header.len().saturating_sub(format.cue().len());
-                let joined = join(&head, &tail, header_len, format);
-                if joined.as_deref() != Some(whole.as_str()) {
-                    return Err(format!(
-                        "{}: steps {split}.. rendered apart differ",
-                        format.template()
-                    ));
-                }
+        let steps = all_steps(&conversation);
+        let render = |steps: &[&crate::conversation::Step]| {
+            self.render_steps(format, &conversation, steps, &tools)
+                .map_err(|e| e.to_string())
+        };
+        let whole = render(&steps)?;
+        let header_len = render(&[])?.len().saturating_sub(format.cue().len());
+        for split in 0..steps.len() {
+            let joined = join(
+                &render(&steps[..split])?,
+                &render(&steps[split..])?,
+                header_len,
+                format,
+            );
+            if joined.as_deref() != Some(whole.as_str()) {
+                return Err(format!(
+                    "{}: steps {split}.. rendered apart differ",
+                    format.template()
+                ));
             }
         }
         Ok(())
@@ -415,11 +407,7 @@ impl Renderer {
             return self.render(format, conversation, tools).map(Arc::new);
         };
         let lookup = cache::Lookup::of(format, conversation);
-        let steps: Vec<&crate::conversation::Step> = conversation
-            .prefix
-            .iter()
-            .chain(&conversation.steps)
-            .collect();
+        let steps = all_steps(conversation);
         let found = cache.find(&lookup, tools);
         if let Some(found) = &found {
             if found.steps == steps.len() {
@@ -486,11 +474,7 @@ impl Renderer {
         conversation: &Conversation,
         tools: &ResolvedProfile,
     ) -> Result<String, RenderError> {
-        let steps: Vec<&crate::conversation::Step> = conversation
-            .prefix
-            .iter()
-            .chain(&conversation.steps)
-            .collect();
+        let steps = all_steps(conversation);
         self.render_steps(format, conversation, &steps, tools)
     }
 
@@ -629,6 +613,15 @@ fn join(prompt: &str, tail: &str, header_len: usize, format: Format) -> Option<S
     out.push_str(head);
     out.push_str(blocks);
     Some(out)
+}
+
+/// The steps of a document, in order: reference prefix steps, then live ones.
+fn all_steps(conversation: &Conversation) -> Vec<&crate::conversation::Step> {
+    conversation
+        .prefix
+        .iter()
+        .chain(&conversation.steps)
+        .collect()
 }
 
 /// A conversation with every kind of step, for the start-up checks.
