@@ -260,7 +260,8 @@ pub fn tool_output_text(content: &str, shape: ToolOutput) -> Cow<'_, str> {
 /// the model cannot interpret); borrowed when it has no `\r`. Deterministic, so an
 /// observation renders identically on every later turn (prefix-cache stable).
 pub fn normalize_line_ends(text: &str) -> Cow<'_, str> {
-    if !text.contains('\r') {
+    // The SIMD search: this runs over every observation of the history on every turn.
+    if memchr::memchr(b'\r', text.as_bytes()).is_none() {
         return Cow::Borrowed(text);
     }
     Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n"))

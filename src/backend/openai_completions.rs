@@ -133,6 +133,9 @@ enum Attempt {
 pub struct OpenAiCompletions {
     client: reqwest::Client,
     base: String,
+    /// `{base}/completions`, parsed once (a parse per call was 2 % of a short turn's
+    /// instructions); `None` when it does not parse, and the call words the error.
+    completions_url: Option<reqwest::Url>,
     model: Option<String>,
     /// Sent as `Authorization: Bearer`; never logged (its `Debug` is redacted and error
     /// messages are scrubbed of it).
@@ -171,6 +174,7 @@ impl OpenAiCompletions {
             .map_err(|e| ProxyError::Internal(format!("building HTTP client: {e}")))?;
         Ok(Self {
             client,
+            completions_url: reqwest::Url::parse(&format!("{base}/completions")).ok(),
             base,
             model,
             api_key: api_key.filter(|k| !k.is_empty()).map(Secret::new),
@@ -397,18 +401,22 @@ impl OpenAiCompletions {
         body: &T,
         max_tokens: Option<u32>,
     ) -> Result<(String, u32), ProxyError> {
-        let url = format!("{}/{path}", self.base);
+        let url = match &self.completions_url {
+            Some(url) if path == "completions" => Ok(url.clone()),
+            _ => Err(format!("{}/{path}", self.base)),
+        };
         let budget = CallBudget::current();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let (timeout, by_deadline) = budget.bound(Duration::from_secs(self.timeout_s))?;
-            let mut req = self
-                .client
-                .post(&url)
-                .timeout(timeout)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.body()?);
+            let mut req = match &url {
+                Ok(url) => self.client.post(url.clone()),
+                Err(url) => self.client.post(url),
+            }
+            .timeout(timeout)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.body()?);
             if let Some(key) = &self.api_key {
                 req = req.bearer_auth(key.expose());
             }

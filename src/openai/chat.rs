@@ -575,7 +575,9 @@ fn without_context_blocks(text: &str) -> std::borrow::Cow<'_, str> {
         let mut at = 0;
         while at < rest.len() {
             let line = &rest[at..];
-            for (open, close) in CONTEXT_BLOCKS {
+            // Every block opens with `<` or `#`: most lines are passed over without a look.
+            let opens = matches!(line.as_bytes().first(), Some(b'<' | b'#'));
+            for (open, close) in CONTEXT_BLOCKS.iter().filter(|_| opens) {
                 if line.starts_with(open) {
                     if let Some(end) = line.find(close) {
                         out.push_str(&rest[..at]);
@@ -585,7 +587,7 @@ fn without_context_blocks(text: &str) -> std::borrow::Cow<'_, str> {
                     }
                 }
             }
-            at += line.find('\n').map_or(line.len(), |n| n + 1);
+            at += memchr::memchr(b'\n', line.as_bytes()).map_or(line.len(), |n| n + 1);
         }
         break;
     }

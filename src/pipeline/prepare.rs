@@ -15,7 +15,9 @@ use crate::trace::{PrefixInfo, StepRecord};
 /// A request turned into a prompt.
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    pub tools: ResolvedProfile,
+    /// Shared with the requests whose tool set was resolved from the same inputs
+    /// ([`tools_for`]).
+    pub tools: std::sync::Arc<ResolvedProfile>,
     /// The conversation with this session's nudged steps in place.
     pub conversation: Conversation,
     /// Shared with the backend call and the trace record of each completion call (no copy
@@ -197,7 +199,100 @@ pub fn prepare(
 /// The profile's tools for this request: the configured profile or the detected one, with
 /// OpenHands' text-mode tools read from its system prompt and mini-swe-agent's block form
 /// from its own prompt.
+///
+/// The set is remembered by what it was resolved from ([`ResolvedFrom`]): the turns of a
+/// session, and sessions of one scaffold and task, send the same tools and opening messages,
+/// which the body decoder hands out as the same shared values, so a later request finds its
+/// set without detecting and building it again (about 0.1 M instructions a request).
 fn tools_for(
+    request: &ChatCompletionRequest,
+    profiles: &Profiles,
+    config: &PromptConfig,
+) -> Result<std::sync::Arc<ResolvedProfile>, ProxyError> {
+    let from = ResolvedFrom::of(request, config);
+    if let Some(found) = ResolvedFrom::find(&from) {
+        return Ok(found);
+    }
+    let tools = std::sync::Arc::new(resolve_tools(request, profiles, config)?);
+    ResolvedFrom::remember(from, tools.clone());
+    Ok(tools)
+}
+
+/// What [`tools_for`] reads of a request: the profile named, the tools and the messages
+/// detection and the dialects read (system and developer messages, the first user message).
+/// Values are compared by address and held, so an equal key means equal content; the
+/// profiles are the built-in ones, the same in every server.
+struct ResolvedFrom {
+    named: Option<String>,
+    tools: std::sync::Arc<[Tool]>,
+    read: Vec<std::sync::Arc<crate::openai::chat::ChatMessage>>,
+}
+
+/// Sets remembered at most: a server sees a few scaffolds and tasks at a time; the oldest
+/// goes first.
+const RESOLVED_KEPT: usize = 64;
+
+type ResolvedSets = Vec<(ResolvedFrom, std::sync::Arc<ResolvedProfile>)>;
+
+impl ResolvedFrom {
+    fn of(request: &ChatCompletionRequest, config: &PromptConfig) -> Self {
+        use crate::openai::chat::Role;
+        let first_user = request.messages.iter().position(|m| m.role == Role::User);
+        let read = request
+            .messages
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| {
+                matches!(m.role, Role::System | Role::Developer) || Some(*i) == first_user
+            })
+            .map(|(_, m)| m.clone())
+            .collect();
+        Self {
+            named: match &config.profile {
+                ProfileChoice::Auto => None,
+                ProfileChoice::Named(name) => Some(name.clone()),
+            },
+            tools: request.tools.clone(),
+            read,
+        }
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self.named == other.named
+            && ((self.tools.is_empty() && other.tools.is_empty())
+                || std::sync::Arc::ptr_eq(&self.tools, &other.tools))
+            && self.read.len() == other.read.len()
+            && self
+                .read
+                .iter()
+                .zip(&other.read)
+                .all(|(a, b)| std::sync::Arc::ptr_eq(a, b))
+    }
+
+    fn sets() -> &'static std::sync::Mutex<ResolvedSets> {
+        static SETS: std::sync::LazyLock<std::sync::Mutex<ResolvedSets>> =
+            std::sync::LazyLock::new(Default::default);
+        &SETS
+    }
+
+    fn find(from: &Self) -> Option<std::sync::Arc<ResolvedProfile>> {
+        let sets = Self::sets().lock().ok()?;
+        sets.iter()
+            .find(|(key, _)| key.same(from))
+            .map(|(_, tools)| tools.clone())
+    }
+
+    fn remember(from: Self, tools: std::sync::Arc<ResolvedProfile>) {
+        if let Ok(mut sets) = Self::sets().lock() {
+            if sets.len() >= RESOLVED_KEPT {
+                sets.remove(0);
+            }
+            sets.push((from, tools));
+        }
+    }
+}
+
+fn resolve_tools(
     request: &ChatCompletionRequest,
     profiles: &Profiles,
     config: &PromptConfig,
@@ -319,4 +414,62 @@ fn session_by_prompt(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(system: &str) -> ChatCompletionRequest {
+        let body = serde_json::json!({
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": "Fix the failing test in utils.py."},
+            ],
+            "tools": [{"type": "function", "function": {
+                "name": "bash",
+                "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}
+            }}],
+        });
+        ChatCompletionRequest::from_bytes(body.to_string().into()).unwrap()
+    }
+
+    fn config(profile: ProfileChoice) -> PromptConfig {
+        PromptConfig {
+            profile,
+            format: Default::default(),
+            prefixes: Vec::new(),
+            tasks: Vec::new(),
+            prefix_k: 0,
+        }
+    }
+
+    #[test]
+    fn a_tool_set_is_resolved_once_per_tools_and_opening_messages() {
+        let profiles = Profiles::builtin().unwrap();
+        let auto = config(ProfileChoice::Auto);
+        let system = "You are a helpful assistant that can interact with a computer.";
+        let first = tools_for(&request(system), &profiles, &auto).unwrap();
+        // The same body again decodes to the same shared values: the set is found, not built.
+        let again = tools_for(&request(system), &profiles, &auto).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&first, &again));
+        // Another system text, another profile choice: resolved apart, as they were.
+        let mini = "You are a helpful assistant. mini-swe-agent ```bash";
+        let other = tools_for(&request(mini), &profiles, &auto).unwrap();
+        assert!(!std::sync::Arc::ptr_eq(&first, &other));
+        let built = |system: &str, config: &PromptConfig| {
+            format!(
+                "{:?}",
+                resolve_tools(&request(system), &profiles, config).unwrap()
+            )
+        };
+        assert_eq!(format!("{other:?}"), built(mini, &auto));
+        let named = config(ProfileChoice::Named("generic".into()));
+        let generic = tools_for(&request(system), &profiles, &named).unwrap();
+        assert!(!std::sync::Arc::ptr_eq(&first, &generic));
+        assert_eq!(generic.profile, "generic");
+        assert_eq!(format!("{first:?}"), built(system, &auto));
+        assert_eq!(format!("{generic:?}"), built(system, &named));
+    }
 }

@@ -59,9 +59,6 @@ struct Entry {
     /// What actions and the tool documentation are written from.
     tools: Arc<Vec<ToolSpec>>,
     generic_shell: bool,
-    /// Bytes of `prompt` before the first step's block; `None` until a later turn needs it
-    /// (a request that opens a session and has no next turn here does not render it).
-    header_len: Option<usize>,
     prompt: Arc<String>,
     /// Bytes of `prompt` escaped as a JSON string's content ([`crate::util::json_escaped_len`]).
     json_len: usize,
@@ -92,7 +89,6 @@ pub struct RenderCacheStats {
 /// A cached prompt a conversation starts with.
 pub(super) struct Found {
     pub prompt: Arc<String>,
-    pub header_len: Option<usize>,
     /// [`crate::util::json_escaped_len`] of `prompt`.
     pub json_len: usize,
     /// Steps the prompt holds: the conversation's first `steps` steps.
@@ -163,7 +159,6 @@ impl RenderCache {
         best.used = clock;
         Some(Found {
             prompt: best.prompt.clone(),
-            header_len: best.header_len,
             json_len: best.json_len,
             steps: best.steps.len(),
         })
@@ -194,7 +189,6 @@ impl RenderCache {
         &self,
         lookup: Lookup,
         tools: &ResolvedProfile,
-        header_len: Option<usize>,
         prompt: Arc<String>,
         json_len: usize,
         parent: Option<&Arc<String>>,
@@ -224,7 +218,6 @@ impl RenderCache {
             steps: lookup.steps,
             tools: tool_set,
             generic_shell: tools.generic_shell,
-            header_len,
             prompt,
             json_len,
             used,
@@ -412,14 +405,7 @@ mod tests {
         for i in 0..200 {
             let c = conversation(&format!("task {i}"), &"x".repeat(i * 37 % 5000));
             let prompt = Arc::new(format!("prompt {i} {}", "y".repeat(i * 53 % 6000)));
-            cache.insert(
-                Lookup::of(Format::Xml, &c),
-                &tools,
-                None,
-                prompt.clone(),
-                i,
-                None,
-            );
+            cache.insert(Lookup::of(Format::Xml, &c), &tools, prompt.clone(), i, None);
             prompts.push(prompt);
             let inner = cache.inner.lock().unwrap();
             let entries: Vec<&Entry> = inner.families.values().flatten().collect();
@@ -439,14 +425,7 @@ mod tests {
         let huge = Arc::new("z".repeat(cache.capacity));
         let before = cache.inner.lock().unwrap().families.len();
         let c = conversation("a task too long", "");
-        cache.insert(
-            Lookup::of(Format::Xml, &c),
-            &tools,
-            None,
-            huge.clone(),
-            1,
-            None,
-        );
+        cache.insert(Lookup::of(Format::Xml, &c), &tools, huge.clone(), 1, None);
         assert_eq!(cache.inner.lock().unwrap().families.len(), before);
         assert_eq!(cache.json_len(&huge), None);
     }

@@ -219,6 +219,20 @@ pub struct Renderer {
     /// step blocks may depend on each other or on the step count in ways no sample shows,
     /// and any embedded template that failed the start-up check (none should).
     whole: Vec<Format>,
+    /// Per format (in [`FORMATS`] order), the length of the document with no header content
+    /// and no steps, less its cue: where the step blocks of a [`Header::Bare`] render start.
+    bare_header_len: Vec<usize>,
+}
+
+/// What a render writes before the steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Header {
+    /// The conversation's system, task, tool documentation and example.
+    Whole,
+    /// The template's fixed text only: the render cache's extensions keep the step blocks
+    /// and the cue, and writing the header (its Markdown quoting, the tools' documentation)
+    /// cost more than a step's block.
+    Bare,
 }
 
 #[derive(Serialize)]
@@ -316,7 +330,20 @@ impl Renderer {
             env,
             cache: None,
             whole: overrides.iter().map(|(format, _)| *format).collect(),
+            bare_header_len: Vec::new(),
         };
+        for format in FORMATS {
+            let bare = renderer.render_document(
+                format,
+                &Conversation::default(),
+                &[],
+                &ResolvedProfile::empty(),
+                Header::Bare,
+            )?;
+            renderer
+                .bare_header_len
+                .push(bare.len().saturating_sub(format.cue().len()));
+        }
         for format in FORMATS {
             let prompt =
                 renderer.render(format, &Conversation::default(), &ResolvedProfile::empty())?;
@@ -371,14 +398,11 @@ impl Renderer {
                 .map_err(|e| e.to_string())
         };
         let whole = render(&steps)?;
-        let header_len = render(&[])?.len().saturating_sub(format.cue().len());
         for split in 0..steps.len() {
-            let joined = join(
-                &render(&steps[..split])?,
-                &render(&steps[split..])?,
-                header_len,
-                format,
-            );
+            let tail = self
+                .render_document(format, &conversation, &steps[split..], &tools, Header::Bare)
+                .map_err(|e| e.to_string())?;
+            let joined = self.join(format, &render(&steps[..split])?, &tail);
             if joined.as_deref() != Some(whole.as_str()) {
                 return Err(format!(
                     "{}: steps {split}.. rendered apart differ",
@@ -414,12 +438,14 @@ impl Renderer {
                 cache.count(cache::Outcome::Hit);
                 return Ok(found.prompt.clone());
             }
-            let header_len = match found.header_len {
-                Some(len) => len,
-                None => self.header_len(format, conversation, tools)?,
-            };
-            let tail = self.render_steps(format, conversation, &steps[found.steps..], tools)?;
-            if let Some(joined) = join(&found.prompt, &tail, header_len, format) {
+            let tail = self.render_document(
+                format,
+                conversation,
+                &steps[found.steps..],
+                tools,
+                Header::Bare,
+            )?;
+            if let Some(joined) = self.join(format, &found.prompt, &tail) {
                 // Escaping is byte by byte: the old prompt's length, less its cue, plus the
                 // new blocks' and the cue's.
                 let cue = format.cue().len();
@@ -428,36 +454,15 @@ impl Renderer {
                     + crate::util::json_escaped_len(&joined.as_bytes()[found.prompt.len() - cue..]);
                 let prompt = Arc::new(joined);
                 cache.count(cache::Outcome::Extended);
-                cache.insert(
-                    lookup,
-                    tools,
-                    Some(header_len),
-                    prompt.clone(),
-                    json_len,
-                    Some(&found.prompt),
-                );
+                cache.insert(lookup, tools, prompt.clone(), json_len, Some(&found.prompt));
                 return Ok(prompt);
             }
         }
         cache.count(cache::Outcome::Miss);
         let prompt = Arc::new(self.render_steps(format, conversation, &steps, tools)?);
-        // The header's length is found when a later turn extends this prompt (`join` checks
-        // the header then).
         let json_len = crate::util::json_escaped_len(prompt.as_bytes());
-        cache.insert(lookup, tools, None, prompt.clone(), json_len, None);
+        cache.insert(lookup, tools, prompt.clone(), json_len, None);
         Ok(prompt)
-    }
-
-    /// Bytes of `conversation`'s document before its first step's block: the document without
-    /// steps, less the cue.
-    fn header_len(
-        &self,
-        format: Format,
-        conversation: &Conversation,
-        tools: &ResolvedProfile,
-    ) -> Result<usize, RenderError> {
-        let header = self.render_steps(format, conversation, &[], tools)?;
-        Ok(header.len().saturating_sub(format.cue().len()))
     }
 
     /// [`crate::util::json_escaped_len`] of `prompt` when it is a prompt the render cache
@@ -465,6 +470,21 @@ impl Renderer {
     /// a pass over it, for the backend body's Content-Length.
     pub fn prompt_json_len(&self, prompt: &Arc<String>) -> Option<usize> {
         self.cache.as_ref()?.json_len(prompt)
+    }
+
+    /// The prompt of a conversation whose first steps `prompt` holds, followed by the blocks
+    /// that `tail` (a [`Header::Bare`] render of the later steps) holds: `prompt` less its cue,
+    /// then `tail` from its first block on (its blocks and the cue). `None` when either lacks
+    /// the cue.
+    fn join(&self, format: Format, prompt: &str, tail: &str) -> Option<String> {
+        let cue = format.cue();
+        let start = self.bare_header_len[FORMATS.iter().position(|f| *f == format)?];
+        let head = prompt.strip_suffix(cue)?;
+        let blocks = tail.get(start..).filter(|b| b.ends_with(cue))?;
+        let mut out = String::with_capacity(head.len() + blocks.len());
+        out.push_str(head);
+        out.push_str(blocks);
+        Some(out)
     }
 
     /// Renders the continuation document whole; it always ends with [`Format::cue`].
@@ -487,10 +507,24 @@ impl Renderer {
         steps: &[&crate::conversation::Step],
         tools: &ResolvedProfile,
     ) -> Result<String, RenderError> {
+        self.render_document(format, conversation, steps, tools, Header::Whole)
+    }
+
+    /// The document with `steps` as its trajectory, after the header `header` says.
+    fn render_document(
+        &self,
+        format: Format,
+        conversation: &Conversation,
+        steps: &[&crate::conversation::Step],
+        tools: &ResolvedProfile,
+        header: Header,
+    ) -> Result<String, RenderError> {
+        let bare = header == Header::Bare;
         let tags: Vec<&str> = tools.tools.iter().map(|t| t.tag.as_str()).collect();
         let tool_docs: Vec<ToolDoc> = tools
             .tools
             .iter()
+            .filter(|_| !bare)
             .map(|t| ToolDoc {
                 tag: t.tag.clone(),
                 description: t.description.clone(),
@@ -539,10 +573,8 @@ impl Renderer {
                 .collect()
         };
         let steps = doc(&mut steps.iter().copied());
-        let example_steps = conversation
-            .example
-            .as_ref()
-            .map(|e| doc(&mut e.steps.iter()));
+        let example = conversation.example.as_ref().filter(|_| !bare);
+        let example_steps = example.map(|e| doc(&mut e.steps.iter()));
         // The document is the texts plus a little markup per step and the fixed parts: size
         // the output once instead of growing it by doubling (long prompts are mostly text).
         let text_bytes = |steps: &[StepDoc]| -> usize {
@@ -562,10 +594,13 @@ impl Renderer {
                 .iter()
                 .map(|t| t.description.len() + t.usage.len() + 256 * (t.params.len() + 1))
                 .sum::<usize>()
-            + conversation.system.len()
-            + conversation.task.len()
+            + if bare {
+                0
+            } else {
+                conversation.system.len() + conversation.task.len()
+            }
             + 4096;
-        let example = conversation.example.as_ref().map(|e| {
+        let example = example.map(|e| {
             minijinja::context! {
                 task => e.task.trim(),
                 steps => example_steps,
@@ -580,8 +615,8 @@ impl Renderer {
         template
             .render_captured_to(
                 minijinja::context! {
-                    system => conversation.system.trim(),
-                    task => conversation.task.trim(),
+                    system => if bare { "" } else { conversation.system.trim() },
+                    task => if bare { "" } else { conversation.task.trim() },
                     tools => tool_docs,
                     example => example,
                     steps => steps,
@@ -597,22 +632,6 @@ impl Renderer {
             ))
         })
     }
-}
-
-/// The prompt of a conversation whose first steps `prompt` holds (its header `header_len`
-/// bytes long) followed by the steps `tail` holds, where `tail` is the same header, the later
-/// steps' blocks and the cue: `None` when the headers differ or either lacks the cue.
-fn join(prompt: &str, tail: &str, header_len: usize, format: Format) -> Option<String> {
-    let cue = format.cue();
-    let head = prompt.strip_suffix(cue)?;
-    let blocks = tail.get(header_len..).filter(|b| b.ends_with(cue))?;
-    if head.len() < header_len || head.as_bytes()[..header_len] != tail.as_bytes()[..header_len] {
-        return None;
-    }
-    let mut out = String::with_capacity(head.len() + blocks.len());
-    out.push_str(head);
-    out.push_str(blocks);
-    Some(out)
 }
 
 /// The steps of a document, in order: reference prefix steps, then live ones.

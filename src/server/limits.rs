@@ -204,10 +204,39 @@ pub fn check_request(state: &AppState, request: &ChatCompletionRequest) -> Resul
             param: Some("tools".into()),
         });
     }
+    if checked_before(&request.tools) {
+        return Ok(());
+    }
     crate::profile::check_tools(&request.tools).map_err(|e| ProxyError::InvalidRequest {
         message: e.message,
         param: Some(e.param),
-    })
+    })?;
+    remember_checked(&request.tools);
+    Ok(())
+}
+
+/// Tool sets that passed [`crate::profile::check_tools`], held (so an address found here is
+/// the same content): the body decoder hands out one shared value for a tools array it has
+/// decoded before, so a session's later turns skip the check. At most [`CHECKED_KEPT`].
+static CHECKED: std::sync::Mutex<Vec<std::sync::Arc<[crate::openai::chat::Tool]>>> =
+    std::sync::Mutex::new(Vec::new());
+
+const CHECKED_KEPT: usize = 64;
+
+fn checked_before(tools: &std::sync::Arc<[crate::openai::chat::Tool]>) -> bool {
+    tools.is_empty()
+        || CHECKED
+            .lock()
+            .is_ok_and(|checked| checked.iter().any(|t| std::sync::Arc::ptr_eq(t, tools)))
+}
+
+fn remember_checked(tools: &std::sync::Arc<[crate::openai::chat::Tool]>) {
+    if let Ok(mut checked) = CHECKED.lock() {
+        if checked.len() >= CHECKED_KEPT {
+            checked.remove(0);
+        }
+        checked.push(tools.clone());
+    }
 }
 
 /// The budget a step's backend calls run under: the admission's deadline and the server's

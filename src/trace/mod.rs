@@ -1261,7 +1261,7 @@ impl Line<'_> {
 /// (the request delta compacts those already; this keeps the one-record-per-line guarantee
 /// for anything embedded later).
 fn one_line(buf: &mut Vec<u8>) {
-    if !buf.contains(&b'\n') && !buf.contains(&b'\r') {
+    if memchr::memchr2(b'\n', b'\r', buf).is_none() {
         return;
     }
     if let Ok(text) = std::str::from_utf8(buf) {
