@@ -313,7 +313,8 @@ pub async fn run_turn(
                 },
             ),
             async {
-                let pending = scope.trace.begin(&session, record, &prompt);
+                let lineage = scope.renderer.prompt_lineage(&prompt);
+                let pending = scope.trace.begin_from(&session, record, &prompt, lineage);
                 drop(prompt);
                 input = Arc::new(input.without_body());
                 pending

@@ -9,7 +9,7 @@ use crate::policy;
 use crate::prefix::{PrefixStore, Selected};
 use crate::profile::{Dialect, Profiles, ResolvedProfile};
 use crate::render::Renderer;
-use crate::session::{self, CallId, IndexKey, NudgeState, SessionId, SessionIndex, SessionState};
+use crate::session::{self, CallId, NudgeState, SessionId, SessionIndex, SessionState};
 use crate::trace::{PrefixInfo, StepRecord};
 
 /// A request turned into a prompt.
@@ -25,9 +25,11 @@ pub struct Prepared {
     pub prompt: std::sync::Arc<String>,
     /// The session the history belongs to (fresh if none is found).
     pub session: SessionState,
-    /// Index key of the prompt of the history alone (no nudged steps): what a turn answered
-    /// without a tool call is remembered under ([`crate::session::prompt_key`]).
-    base_prompt_key: IndexKey,
+    /// The prompt of the history alone (no nudged steps; `prompt` itself when the session
+    /// has none): a turn answered without a tool call is remembered under its key
+    /// ([`crate::session::prompt_key`]), hashed then rather than on every request (a pass over
+    /// the whole prompt).
+    base_prompt: std::sync::Arc<String>,
     /// The reference prefix rendered, if any.
     pub prefix: Option<PrefixInfo>,
     /// The task the request names explicitly, else the one its first user message holds
@@ -98,7 +100,7 @@ impl Prepared {
         sessions.remember(
             &self.index_scope,
             content,
-            self.base_prompt_key,
+            session::prompt_key(&self.index_scope, &self.base_prompt),
             session,
             nudges,
         );
@@ -170,9 +172,8 @@ pub fn prepare(
     }
     let mut conversation = base;
     policy::insert_nudged_steps(&mut conversation, &session.nudges, &tools);
-    let base_prompt_key = session::prompt_key(&scope, &base_prompt);
     let prompt = if session.nudges.0.is_empty() {
-        base_prompt
+        base_prompt.clone()
     } else {
         render_shared(&conversation)?
     };
@@ -181,7 +182,7 @@ pub fn prepare(
         conversation,
         prompt,
         session,
-        base_prompt_key,
+        base_prompt,
         task: explicit
             .as_ref()
             .map(|(id, _)| id.clone())

@@ -39,10 +39,11 @@ pub(super) struct RenderCache {
 #[derive(Debug, Default)]
 struct Inner {
     families: HashMap<u128, Vec<Entry>>,
-    /// [`Entry::json_len`] by the address of the entry's prompt: the backend body's
-    /// Content-Length without a pass over the prompt. An address is here only while its entry
-    /// holds the prompt, so it names no other text.
-    json_lens: HashMap<usize, usize>,
+    /// [`Entry::json_len`] and the prompt's [`PromptLineage`] by the address of the entry's
+    /// prompt: the backend body's Content-Length without a pass over the prompt, and what the
+    /// trace may take as unchanged. An address is here only while its entry holds the prompt,
+    /// so it names no other text.
+    held: HashMap<usize, (usize, PromptLineage)>,
     /// The distinct tool sets the entries hold (shared; those no entry holds are dropped at
     /// eviction).
     tool_sets: Vec<Arc<Vec<ToolSpec>>>,
@@ -84,6 +85,17 @@ pub struct RenderCacheStats {
     pub bytes: usize,
     /// The bound on `bytes` (`--render-cache-mib`).
     pub capacity: usize,
+}
+
+/// Where a prompt the render cache holds comes from: an id of its own (never reused within
+/// the process) and, for one that extended another, that prompt's id and how many bytes
+/// the two share from the start (the older less its cue). The trace takes those bytes as
+/// unchanged without reading them ([`crate::trace::delta::PromptState`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptLineage {
+    pub id: u64,
+    /// The prompt extended and the bytes shared with it.
+    pub extends: Option<(u64, usize)>,
 }
 
 /// A cached prompt a conversation starts with.
@@ -175,15 +187,17 @@ impl RenderCache {
         }
     }
 
-    /// The JSON-escaped length of `prompt` if it is a cached prompt (the same allocation).
-    pub fn json_len(&self, prompt: &Arc<String>) -> Option<usize> {
+    /// The JSON-escaped length and the lineage of `prompt` if it is a cached prompt (the same
+    /// allocation).
+    pub fn held(&self, prompt: &Arc<String>) -> Option<(usize, PromptLineage)> {
         let inner = self.inner.lock().ok()?;
-        inner.json_lens.get(&address(prompt)).copied()
+        inner.held.get(&address(prompt)).copied()
     }
 
     /// Remembers `prompt` (JSON-escaped: `json_len` bytes) for `lookup`'s conversation. The
-    /// entry it extends (`parent`, the prompt of the same conversation's earlier steps) is
-    /// replaced: the next turn extends the newer one.
+    /// entry it extends (`parent`, the prompt of the same conversation's earlier steps, with
+    /// the bytes the two share from the start) is replaced: the next turn extends the newer
+    /// one.
     #[allow(clippy::too_many_arguments)]
     pub fn insert(
         &self,
@@ -191,7 +205,7 @@ impl RenderCache {
         tools: &ResolvedProfile,
         prompt: Arc<String>,
         json_len: usize,
-        parent: Option<&Arc<String>>,
+        parent: Option<(&Arc<String>, usize)>,
     ) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
@@ -223,21 +237,32 @@ impl RenderCache {
             used,
         };
         let added = entry.bytes();
+        // Unique in the process, not only in this cache: a trace writer may see prompts of
+        // several renderers (servers started in one process).
+        static LAST_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let lineage = PromptLineage {
+            id: LAST_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
+            extends: parent.and_then(|(p, shared)| {
+                let (_, of) = inner.held.get(&address(p))?;
+                Some((of.id, shared))
+            }),
+        };
         let family = inner.families.entry(lookup.family).or_default();
         let mut gone = Vec::new();
-        if let Some(i) = parent.and_then(|p| family.iter().position(|e| Arc::ptr_eq(&e.prompt, p)))
+        if let Some(i) =
+            parent.and_then(|(p, _)| family.iter().position(|e| Arc::ptr_eq(&e.prompt, p)))
         {
             gone.push(family.swap_remove(i));
         }
         if let Some(i) = family.iter().position(|e| e.steps == entry.steps) {
             gone.push(family.swap_remove(i));
         }
-        let kept = (address(&entry.prompt), entry.json_len);
+        let kept = (address(&entry.prompt), (entry.json_len, lineage));
         family.push(entry);
         for entry in &gone {
-            inner.json_lens.remove(&address(&entry.prompt));
+            inner.held.remove(&address(&entry.prompt));
         }
-        inner.json_lens.insert(kept.0, kept.1);
+        inner.held.insert(kept.0, kept.1);
         inner.bytes = inner.bytes + added - gone.iter().map(Entry::bytes).sum::<usize>();
         if inner.bytes > self.capacity {
             inner.evict(self.capacity / 4 * 3);
@@ -284,7 +309,7 @@ impl Inner {
             if let Some(i) = entries.iter().position(|e| e.used == used) {
                 let entry = entries.swap_remove(i);
                 self.bytes -= entry.bytes();
-                self.json_lens.remove(&address(&entry.prompt));
+                self.held.remove(&address(&entry.prompt));
             }
             if entries.is_empty() {
                 self.families.remove(&family);
@@ -414,19 +439,16 @@ mod tests {
                 inner.bytes,
                 entries.iter().map(|e| e.bytes()).sum::<usize>()
             );
-            assert_eq!(inner.json_lens.len(), entries.len());
+            assert_eq!(inner.held.len(), entries.len());
             assert!(inner.families.values().all(|f| !f.is_empty()));
         }
-        let held = prompts
-            .iter()
-            .filter(|p| cache.json_len(p).is_some())
-            .count();
+        let held = prompts.iter().filter(|p| cache.held(p).is_some()).count();
         assert!(held > 5 && held < 200, "{held}");
         let huge = Arc::new("z".repeat(cache.capacity));
         let before = cache.inner.lock().unwrap().families.len();
         let c = conversation("a task too long", "");
         cache.insert(Lookup::of(Format::Xml, &c), &tools, huge.clone(), 1, None);
         assert_eq!(cache.inner.lock().unwrap().families.len(), before);
-        assert_eq!(cache.json_len(&huge), None);
+        assert_eq!(cache.held(&huge), None);
     }
 }

@@ -13,7 +13,7 @@ mod json;
 mod markdown;
 mod xml;
 
-pub use cache::{RenderCacheStats, RENDER_CACHE_MIB};
+pub use cache::{PromptLineage, RenderCacheStats, RENDER_CACHE_MIB};
 pub use json::CUE as JSON_CUE;
 
 use std::sync::Arc;
@@ -454,7 +454,14 @@ impl Renderer {
                     + crate::util::json_escaped_len(&joined.as_bytes()[found.prompt.len() - cue..]);
                 let prompt = Arc::new(joined);
                 cache.count(cache::Outcome::Extended);
-                cache.insert(lookup, tools, prompt.clone(), json_len, Some(&found.prompt));
+                let shared = found.prompt.len() - cue;
+                cache.insert(
+                    lookup,
+                    tools,
+                    prompt.clone(),
+                    json_len,
+                    Some((&found.prompt, shared)),
+                );
                 return Ok(prompt);
             }
         }
@@ -469,7 +476,16 @@ impl Renderer {
     /// holds (the same allocation, as [`Renderer::render_shared`] returned it): known without
     /// a pass over it, for the backend body's Content-Length.
     pub fn prompt_json_len(&self, prompt: &Arc<String>) -> Option<usize> {
-        self.cache.as_ref()?.json_len(prompt)
+        self.cache.as_ref()?.held(prompt).map(|(len, _)| len)
+    }
+
+    /// The [`PromptLineage`] of `prompt` when it is a prompt the render cache holds (the same
+    /// allocation, as [`Renderer::render_shared`] returned it).
+    pub fn prompt_lineage(&self, prompt: &Arc<String>) -> Option<PromptLineage> {
+        self.cache
+            .as_ref()?
+            .held(prompt)
+            .map(|(_, lineage)| lineage)
     }
 
     /// The prompt of a conversation whose first steps `prompt` holds, followed by the blocks

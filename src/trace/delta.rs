@@ -477,6 +477,9 @@ pub struct PromptState {
     /// otherwise cost its whole length on every step).
     full_sha: Option<Sha256>,
     known: bool,
+    /// The render cache's id of the last stored prompt, when it came from there
+    /// ([`crate::render::PromptLineage`]).
+    last_id: Option<u64>,
 }
 
 impl PromptState {
@@ -488,26 +491,52 @@ impl PromptState {
 
     /// [`PromptState::shared_prefix`] and the hex SHA-256 of `prompt`.
     pub fn shared_prefix_and_sha256(&mut self, prompt: &str) -> (usize, String) {
+        self.shared_prefix_and_sha256_of(prompt, None)
+    }
+
+    /// [`PromptState::shared_prefix_and_sha256`] of a prompt the render cache holds, with its
+    /// `lineage`: the bytes it shares with the last stored prompt (the same prompt again, or
+    /// one it extends) are known equal, and are not read to find the shared prefix (a pass
+    /// over the whole history on every turn otherwise).
+    pub fn shared_prefix_and_sha256_of(
+        &mut self,
+        prompt: &str,
+        lineage: Option<crate::render::PromptLineage>,
+    ) -> (usize, String) {
         let bytes = prompt.as_bytes();
+        let trusted = match (lineage, self.last_id) {
+            (Some(lineage), Some(last)) if self.known => match lineage.extends {
+                _ if lineage.id == last => bytes.len(),
+                Some((of, shared)) if of == last => shared.min(bytes.len()),
+                _ => 0,
+            },
+            _ => 0,
+        };
         let mut shared = 0;
         let mut verified = 0;
         if self.known {
             for (i, digest) in self.blocks.iter().enumerate() {
-                match bytes.get(i * PROMPT_BLOCK..(i + 1) * PROMPT_BLOCK) {
+                let range = i * PROMPT_BLOCK..(i + 1) * PROMPT_BLOCK;
+                match bytes.get(range.clone()) {
+                    Some(_) if range.end <= trusted => verified = i + 1,
                     Some(block) if digest16(block) == *digest => verified = i + 1,
                     _ => break,
                 }
             }
             shared = verified * PROMPT_BLOCK;
             if verified == self.blocks.len() {
-                shared += self
-                    .tail
-                    .iter()
-                    .zip(&bytes[shared..])
-                    .take_while(|(a, b)| a == b)
-                    .count();
+                shared += if shared + self.tail.len() <= trusted {
+                    self.tail.len()
+                } else {
+                    self.tail
+                        .iter()
+                        .zip(&bytes[shared..])
+                        .take_while(|(a, b)| a == b)
+                        .count()
+                };
             }
         }
+        self.last_id = lineage.map(|l| l.id);
         while !prompt.is_char_boundary(shared) {
             shared -= 1;
         }
@@ -540,9 +569,15 @@ impl PromptState {
 /// remembers (`None` for a prompt outside the chain: stored whole, state untouched). A prompt
 /// stored whole is shared, not copied; a delta is copied (usually the few KiB of the last
 /// turn), so the record does not keep the whole prompt alive while its call waits.
-pub fn prompt_record(prompt: &Arc<String>, state: Option<&mut PromptState>) -> PromptRecord {
+/// `lineage`: the prompt's, when the render cache holds it
+/// ([`PromptState::shared_prefix_and_sha256_of`]).
+pub fn prompt_record(
+    prompt: &Arc<String>,
+    state: Option<&mut PromptState>,
+    lineage: Option<crate::render::PromptLineage>,
+) -> PromptRecord {
     let (prefix_bytes, sha256) = match state {
-        Some(state) => state.shared_prefix_and_sha256(prompt),
+        Some(state) => state.shared_prefix_and_sha256_of(prompt, lineage),
         None => (0, sha256_hex(prompt.as_bytes())),
     };
     PromptRecord {
@@ -746,6 +781,45 @@ mod tests {
             let (_, sha) = state.shared_prefix_and_sha256(prompt);
             assert_eq!(sha, sha256_hex(prompt.as_bytes()), "{} bytes", prompt.len());
         }
+    }
+
+    #[test]
+    fn a_rendered_prompts_lineage_gives_the_same_records_without_reading_the_shared_bytes() {
+        use crate::render::PromptLineage;
+        let lineage = |id, extends| Some(PromptLineage { id, extends });
+        let cue = "\n## Thinking\n";
+        let first = format!(
+            "{}{cue}",
+            (0..3000).map(|i| format!("line {i}\n")).collect::<String>()
+        );
+        let stem = first.strip_suffix(cue).unwrap();
+        let second = format!("{stem}<observation>ok</observation>\n{cue}");
+        let third = format!("{}more\n{cue}", second.strip_suffix(cue).unwrap());
+        // Each prompt with its true lineage, then without any: the same prefix and hash.
+        let steps = [
+            (&first, lineage(1, None)),
+            (&second, lineage(2, Some((1, stem.len())))),
+            (&second, lineage(2, Some((1, stem.len())))), // a retry: the same prompt
+            (&third, lineage(3, Some((2, second.len() - cue.len())))),
+            (&first, lineage(4, None)), // another conversation's prompt
+            (&second, lineage(5, Some((9, stem.len())))), // extends a prompt not stored last
+        ];
+        let mut with = PromptState::default();
+        let mut without = PromptState::default();
+        for (prompt, lineage) in steps {
+            let got = with.shared_prefix_and_sha256_of(prompt, lineage);
+            assert_eq!(got, without.shared_prefix_and_sha256(prompt));
+            assert_eq!(got.1, sha256_hex(prompt.as_bytes()));
+        }
+        // The shared bytes are taken on the lineage's word, not read: a lineage that claimed
+        // more than is shared would be believed (the render cache's joins make it exact).
+        let mut state = PromptState::default();
+        state.shared_prefix_and_sha256_of(&first, lineage(7, None));
+        let rewritten = first.replacen("line 10\n", "line X\n", 1);
+        let claimed = 4 * PROMPT_BLOCK;
+        let (shared, _) =
+            state.shared_prefix_and_sha256_of(&rewritten, lineage(8, Some((7, claimed))));
+        assert_eq!(shared, claimed);
     }
 
     #[test]

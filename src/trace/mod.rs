@@ -995,11 +995,19 @@ impl TraceWriter {
     ///
     /// Records of a session are written in the order they were begun. A [`Pending`] dropped
     /// without a commit is written anyway, as `aborted`, so later records never wait on it.
-    pub fn begin(
+    pub fn begin(&self, session: &SessionId, record: StepRecord, prompt: &Arc<String>) -> Pending {
+        self.begin_from(session, record, prompt, None)
+    }
+
+    /// [`TraceWriter::begin`] for a prompt the render cache holds, with its `lineage`: the
+    /// bytes it shares with the session's last stored prompt are not read again to find the
+    /// prompt's delta.
+    pub fn begin_from(
         &self,
         session: &SessionId,
         mut record: StepRecord,
         prompt: &Arc<String>,
+        lineage: Option<crate::render::PromptLineage>,
     ) -> Pending {
         let cache = self.cache(session);
         let seq = {
@@ -1018,7 +1026,8 @@ impl TraceWriter {
             }
             let side_call = record.kind.is_some();
             record.chain_unknown = !state.delta.is_known();
-            let stored = delta::prompt_record(prompt, (!side_call).then_some(&mut state.prompt));
+            let stored =
+                delta::prompt_record(prompt, (!side_call).then_some(&mut state.prompt), lineage);
             record.request = record.input.as_deref().and_then(|input| {
                 state
                     .delta
