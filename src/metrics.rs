@@ -78,6 +78,9 @@ pub mod names {
     pub const MESSAGE_CACHE_BYTES: &str = "asap_message_cache_bytes";
     /// Gauge, bytes: the cache's bound (`--message-cache-mib`).
     pub const MESSAGE_CACHE_CAPACITY: &str = "asap_message_cache_capacity_bytes";
+    /// Gauge: new messages are admitted one in this many (1: all; the cache narrows it when
+    /// the histories in flight exceed its bound).
+    pub const MESSAGE_CACHE_ADMIT_ONE_IN: &str = "asap_message_cache_admit_one_in";
     /// Counter `{result}` (`hit`, `extended`, `miss`): prompts asked of the server's render
     /// cache.
     pub const RENDER_CACHE_LOOKUPS: &str = "asap_render_cache_lookups_total";
@@ -201,13 +204,21 @@ impl Metrics {
 
     /// Sets the message cache's series (read when rendering, from the process's cache,
     /// `openai::split::MessageCache`): lookups answered (`hits`) and not (`misses`) since the
-    /// process started, and the bytes of JSON text held and allowed.
-    pub fn set_message_cache(&self, hits: u64, misses: u64, bytes: usize, capacity: usize) {
+    /// process started, the bytes of JSON text held and allowed, and the share of new messages
+    /// admitted (one in `admit_one_in`).
+    pub fn set_message_cache(
+        &self,
+        hits: u64,
+        misses: u64,
+        (bytes, capacity): (usize, usize),
+        admit_one_in: u64,
+    ) {
         self.with(|| {
             counter!(names::MESSAGE_CACHE_LOOKUPS, "result" => "hit").absolute(hits);
             counter!(names::MESSAGE_CACHE_LOOKUPS, "result" => "miss").absolute(misses);
             gauge!(names::MESSAGE_CACHE_BYTES).set(bytes as f64);
             gauge!(names::MESSAGE_CACHE_CAPACITY).set(capacity as f64);
+            gauge!(names::MESSAGE_CACHE_ADMIT_ONE_IN).set(admit_one_in as f64);
         });
     }
 
@@ -346,6 +357,10 @@ fn describe() {
         names::MESSAGE_CACHE_CAPACITY,
         Unit::Bytes,
         "The message cache's bound (--message-cache-mib)"
+    );
+    describe_gauge!(
+        names::MESSAGE_CACHE_ADMIT_ONE_IN,
+        "New messages the message cache admits: one in this many (1: all)"
     );
     describe_counter!(
         names::RENDER_CACHE_LOOKUPS,

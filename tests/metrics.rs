@@ -205,6 +205,8 @@ async fn the_message_cache_shows_its_hits_misses_and_size() {
         Some((asap_proxy::openai::split::MESSAGE_CACHE_MIB << 20) as f64)
     );
     assert!(after.contains("# HELP asap_message_cache_lookups_total"));
+    // A few short histories: every new message admitted.
+    assert_eq!(value(&after, "asap_message_cache_admit_one_in"), Some(1.0));
 }
 
 /// The render cache's series (one cache per server): a history rendered before is a hit, the

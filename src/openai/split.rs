@@ -385,6 +385,17 @@ impl ToolsCache {
 /// Decoded messages by the digest of their JSON text, bounded in bytes of that text
 /// (two generations: a lookup moves a message to the current one; when the current one is
 /// full it becomes the old one and the old one is dropped).
+///
+/// Admission adapts to the histories in flight. Rollouts send their whole history each turn,
+/// in turn: when their histories together exceed the bound, each message is asked for again
+/// only after the generations have turned over twice, and no lookup would ever be answered.
+/// So when few lookups were answered between two turnovers (fewer than one in
+/// [`THRASH_ONE_IN`] while all messages are admitted; fewer than half the admitted share
+/// after), the cache admits only the messages whose digest is 0 modulo 2 (then 4, at most
+/// [`MAX_ADMIT_ONE_IN`]): a fixed share that fits stays and is answered every turn. When
+/// twice the capacity has been looked up without a turnover, the admitted share fits with
+/// room and the cache admits twice as many again. A message found is kept whatever the
+/// share. `/metrics` shows the share (`asap_message_cache_admit_one_in`).
 #[derive(Debug)]
 pub struct MessageCache {
     /// Each message with the length of its JSON text, bytes.
@@ -396,7 +407,22 @@ pub struct MessageCache {
     capacity: usize,
     hits: u64,
     misses: u64,
+    /// Messages admitted: those whose digest is 0 modulo this (1: all).
+    admit_one_in: u64,
+    /// Lookups, those answered, and the bytes looked up since the generations last turned
+    /// over (or admission last widened).
+    window: (u64, u64, usize),
 }
+
+/// While all messages are admitted, the share of lookups answered between two turnovers
+/// under which the cache admits fewer (one in this many: [`MessageCache`]).
+pub const THRASH_ONE_IN: u64 = 8;
+
+/// The fewest messages admitted: one in this many ([`MessageCache`]).
+pub const MAX_ADMIT_ONE_IN: u64 = 8;
+
+/// Lookups between two turnovers below which admission is left as it is (too few to judge).
+const MIN_WINDOW: u64 = 256;
 
 /// What a [`MessageCache`] holds and has answered since it was made (the `/metrics`
 /// `asap_message_cache_*` series, docs/metrics.md).
@@ -412,6 +438,8 @@ pub struct MessageCacheStats {
     pub capacity: usize,
     /// Messages held.
     pub messages: usize,
+    /// New messages are admitted one in this many (1: all; [`MessageCache`]).
+    pub admit_one_in: u64,
 }
 
 impl Default for MessageCache {
@@ -431,6 +459,8 @@ impl MessageCache {
             capacity,
             hits: 0,
             misses: 0,
+            admit_one_in: 1,
+            window: (0, 0, 0),
         }
     }
 
@@ -454,8 +484,15 @@ impl MessageCache {
 
     /// The message decoded from text of digest `digest` and `len` bytes, if remembered.
     pub fn get(&mut self, digest: u128, len: usize) -> Option<Arc<ChatMessage>> {
+        self.window.0 += 1;
+        self.window.2 += len;
+        if self.admit_one_in > 1 && self.window.2 > 2 * self.capacity {
+            self.admit_one_in /= 2;
+            self.window = (0, 0, 0);
+        }
         if let Some((_, found)) = self.current.get(&digest) {
             self.hits += 1;
+            self.window.1 += 1;
             return Some(found.clone());
         }
         let Some((old_len, found)) = self.old.remove(&digest) else {
@@ -463,25 +500,47 @@ impl MessageCache {
             return None;
         };
         self.hits += 1;
+        self.window.1 += 1;
         self.old_bytes -= old_len;
-        self.insert(digest, len, found.clone());
+        self.keep(digest, len, found.clone());
         Some(found)
     }
 
-    /// Remembers `message`, decoded from text of digest `digest` and `len` bytes.
+    /// Remembers `message`, decoded from text of digest `digest` and `len` bytes, if the
+    /// cache admits it now.
     pub fn insert(&mut self, digest: u128, len: usize, message: Arc<ChatMessage>) {
+        if digest % u128::from(self.admit_one_in) == 0 {
+            self.keep(digest, len, message);
+        }
+    }
+
+    fn keep(&mut self, digest: u128, len: usize, message: Arc<ChatMessage>) {
         let half = self.capacity / 2;
         if len > half {
             return;
         }
         if self.current_bytes + len > half {
-            self.old = std::mem::take(&mut self.current);
-            self.old_bytes = self.current_bytes;
-            self.current_bytes = 0;
+            self.turn_over();
         }
         if self.current.insert(digest, (len, message)).is_none() {
             self.current_bytes += len;
         }
+    }
+
+    /// The current generation becomes the old one; admission follows the share of lookups
+    /// answered since the last turnover ([`MessageCache`]).
+    fn turn_over(&mut self) {
+        let (lookups, answered, _) = std::mem::take(&mut self.window);
+        let floor = match self.admit_one_in {
+            1 => THRASH_ONE_IN,
+            n => 2 * n,
+        };
+        if lookups >= MIN_WINDOW && answered * floor < lookups {
+            self.admit_one_in = (self.admit_one_in * 2).min(MAX_ADMIT_ONE_IN);
+        }
+        self.old = std::mem::take(&mut self.current);
+        self.old_bytes = self.current_bytes;
+        self.current_bytes = 0;
     }
 
     /// Its counts and size now.
@@ -492,6 +551,7 @@ impl MessageCache {
             bytes: self.current_bytes + self.old_bytes,
             capacity: self.capacity,
             messages: self.len(),
+            admit_one_in: self.admit_one_in,
         }
     }
 
@@ -638,6 +698,61 @@ pub(crate) mod tests {
         }
     }
 
+    /// Rollouts sending their whole history each turn, in turn (`sessions` of them from
+    /// `first`, each history `turns` messages of `len` bytes, two new messages a turn): the
+    /// share of the last round's lookups answered.
+    fn rollouts(
+        cache: &mut MessageCache,
+        first: u64,
+        sessions: u64,
+        turns: u64,
+        len: usize,
+    ) -> f64 {
+        let message: Arc<ChatMessage> =
+            Arc::new(serde_json::from_str(r#"{"role":"user","content":"x"}"#).unwrap());
+        let digest = |session: u64, i: u64| {
+            let key = [session.to_le_bytes(), i.to_le_bytes()].concat();
+            xxhash_rust::xxh3::xxh3_128(&key)
+        };
+        let mut share = 0.0;
+        for turn in (2..=turns).step_by(2) {
+            let before = cache.stats();
+            for session in first..first + sessions {
+                for i in 0..turn {
+                    if cache.get(digest(session, i), len).is_none() {
+                        cache.insert(digest(session, i), len, message.clone());
+                    }
+                }
+                assert!(cache.stats().bytes <= cache.capacity);
+            }
+            let after = cache.stats();
+            let hits = (after.hits - before.hits) as f64;
+            share = hits / (hits + (after.misses - before.misses) as f64);
+        }
+        share
+    }
+
+    #[test]
+    fn histories_past_the_bound_are_answered_in_part_not_never() {
+        let cache = || MessageCache::with_capacity(32 << 20);
+        // Histories that fit (32 rollouts of 100 turns, 3 KB a turn: 10 MB): every old
+        // message answered, all admitted.
+        let mut fits = cache();
+        assert!(rollouts(&mut fits, 0, 32, 200, 1500) > 0.97);
+        assert_eq!(fits.stats().admit_one_in, 1);
+        // Past the bound (128 such rollouts: 38 MB; 16 of 1,000 turns: 51 MB; 256: 77 MB),
+        // where admitting all would answer nothing: a share admitted is answered.
+        for (sessions, turns, least) in [(128, 200, 0.35), (16, 2000, 0.3), (256, 200, 0.15)] {
+            let mut past = cache();
+            let share = rollouts(&mut past, 0, sessions, turns, 1500);
+            assert!(share > least, "{sessions} x {turns}: {share}");
+            assert!(past.stats().admit_one_in > 1);
+            // Then histories that fit again: all admitted once more, all answered.
+            assert!(rollouts(&mut past, 1000, 32, 200, 1500) > 0.97);
+            assert_eq!(past.stats().admit_one_in, 1);
+        }
+    }
+
     #[test]
     fn the_cache_keeps_two_generations_within_its_bound() {
         let message: Arc<ChatMessage> =
@@ -664,6 +779,7 @@ pub(crate) mod tests {
                 bytes: 2 * half,
                 capacity: MESSAGE_CACHE_MIB << 20,
                 messages: 2,
+                admit_one_in: 1,
             }
         );
         let mut none = MessageCache::with_capacity(0);

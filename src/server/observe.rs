@@ -53,9 +53,12 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     state.metrics.set_steps_in_flight(state.in_flight.count());
     if let Ok(cache) = crate::openai::split::MessageCache::global().lock() {
         let stats = cache.stats();
-        state
-            .metrics
-            .set_message_cache(stats.hits, stats.misses, stats.bytes, stats.capacity);
+        state.metrics.set_message_cache(
+            stats.hits,
+            stats.misses,
+            (stats.bytes, stats.capacity),
+            stats.admit_one_in,
+        );
     }
     state
         .metrics
