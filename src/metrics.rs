@@ -84,8 +84,10 @@ pub mod names {
     /// Counter `{result}` (`hit`, `extended`, `miss`): prompts asked of the server's render
     /// cache.
     pub const RENDER_CACHE_LOOKUPS: &str = "asap_render_cache_lookups_total";
-    /// Gauge, bytes: prompt text the render cache holds.
+    /// Gauge, bytes: prompt text and escaped frames the render cache holds.
     pub const RENDER_CACHE_BYTES: &str = "asap_render_cache_bytes";
+    /// Gauge, bytes: of those, the prompts' JSON-escaped frames.
+    pub const RENDER_CACHE_ESCAPED_BYTES: &str = "asap_render_cache_escaped_bytes";
     /// Gauge, bytes: the render cache's bound (`--render-cache-mib`; 0: off).
     pub const RENDER_CACHE_CAPACITY: &str = "asap_render_cache_capacity_bytes";
 }
@@ -234,6 +236,7 @@ impl Metrics {
                 counter!(names::RENDER_CACHE_LOOKUPS, "result" => result).absolute(count);
             }
             gauge!(names::RENDER_CACHE_BYTES).set(stats.bytes as f64);
+            gauge!(names::RENDER_CACHE_ESCAPED_BYTES).set(stats.escaped_bytes as f64);
             gauge!(names::RENDER_CACHE_CAPACITY).set(stats.capacity as f64);
         });
     }
@@ -369,7 +372,12 @@ fn describe() {
     describe_gauge!(
         names::RENDER_CACHE_BYTES,
         Unit::Bytes,
-        "Prompt text the render cache holds"
+        "Prompt text and escaped frames the render cache holds"
+    );
+    describe_gauge!(
+        names::RENDER_CACHE_ESCAPED_BYTES,
+        Unit::Bytes,
+        "Of the render cache's bytes, the prompts' JSON-escaped frames (dropped first past the bound)"
     );
     describe_gauge!(
         names::RENDER_CACHE_CAPACITY,

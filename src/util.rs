@@ -104,6 +104,100 @@ pub fn push_json_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     });
 }
 
+/// A text JSON-escaped ([`push_json_escaped`], no quotes) as shared frames, so that a text
+/// which extends another escapes only its new bytes: the frames of the older body are shared,
+/// not copied (`bytes::Bytes`). The text is a *body* that grows and a short *end* (a prompt's
+/// cue) that each extension writes again after the new bytes. Every frame but the end and the
+/// last one of the body holds at least [`JsonFrames::MIN_FRAME`] bytes (an extension copies a
+/// shorter last frame into its first new one), so a long text is a few dozen frames, not one
+/// per extension. The render cache keeps them with its prompts (issue 23: escaping the prompt
+/// was a third of a next turn's instructions at 100 turns); the backend body sends them as they
+/// are.
+#[derive(Debug, Clone, Default)]
+pub struct JsonFrames {
+    /// The body's frames, then the end's (one frame, possibly empty).
+    frames: Vec<bytes::Bytes>,
+    /// Escaped bytes of all frames.
+    len: usize,
+}
+
+impl JsonFrames {
+    /// Escaped bytes a frame of the body holds at least (except the last one).
+    pub const MIN_FRAME: usize = 32 * 1024;
+
+    /// `body` then `end`, escaped.
+    pub fn of(body: &[u8], end: &[u8]) -> Self {
+        Self::default().with(Vec::new(), body, end)
+    }
+
+    /// These frames with their end replaced by `new` (escaped) and `end`: the escaped form of
+    /// this text's body followed by `new` and `end`.
+    pub fn extended(&self, new: &[u8], end: &[u8]) -> Self {
+        let body = &self.frames[..self.frames.len().saturating_sub(1)];
+        let mut frames = Vec::with_capacity(body.len() + 2);
+        frames.extend_from_slice(body);
+        // A short last frame is copied into the first new one.
+        let carry = match frames.last() {
+            Some(last) if last.len() < Self::MIN_FRAME => {
+                let last = frames.pop().unwrap_or_default();
+                let mut carry = Vec::with_capacity(last.len() + new.len() + new.len() / 8);
+                carry.extend_from_slice(&last);
+                carry
+            }
+            _ => Vec::new(),
+        };
+        let len = frames.iter().map(bytes::Bytes::len).sum();
+        Self { frames, len }.with(carry, new, end)
+    }
+
+    /// Appends `new` escaped to `carry` (the start of the next body frame), then the end frame.
+    fn with(mut self, mut carry: Vec<u8>, new: &[u8], end: &[u8]) -> Self {
+        // Escaping takes at most six bytes for one: cut the input so that a frame ends near
+        // MIN_FRAME without a pass to count.
+        for chunk in new.chunks(Self::MIN_FRAME) {
+            if carry.is_empty() {
+                carry.reserve(chunk.len() + chunk.len() / 8);
+            }
+            push_json_escaped(&mut carry, chunk);
+            if carry.len() >= Self::MIN_FRAME {
+                self.push(std::mem::take(&mut carry));
+            }
+        }
+        if !carry.is_empty() {
+            self.push(carry);
+        }
+        let mut escaped_end = Vec::with_capacity(end.len() + 8);
+        push_json_escaped(&mut escaped_end, end);
+        self.push(escaped_end);
+        self
+    }
+
+    fn push(&mut self, mut frame: Vec<u8>) {
+        // Held for as long as the text is: little spare capacity (escaping grew a typical
+        // frame by less than the eighth reserved for it, so this rarely copies).
+        if frame.capacity() - frame.len() > frame.len() / 8 {
+            frame.shrink_to_fit();
+        }
+        self.len += frame.len();
+        self.frames.push(frame.into());
+    }
+
+    /// Escaped bytes in all: [`json_escaped_len`] of the text.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the text is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The frames, in order; together the escaped text.
+    pub fn frames(&self) -> &[bytes::Bytes] {
+        &self.frames
+    }
+}
+
 /// Length in bytes of what [`push_json_escaped`] appends for `bytes`.
 pub fn json_escaped_len(bytes: &[u8]) -> usize {
     let mut len = bytes.len();
@@ -269,6 +363,42 @@ mod tests {
             let mut out = Vec::new();
             push_json_string(&mut out, &text);
             proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&text).unwrap());
+        }
+    }
+
+    proptest::proptest! {
+        /// Frames extended piece by piece are the whole text escaped, each with its end, and
+        /// every body frame but the last holds at least `MIN_FRAME` bytes.
+        #[test]
+        fn json_frames_are_the_text_escaped(
+            text in "(\\PC|[\\x00-\\x1f\"\\\\é])*",
+            cuts in proptest::collection::vec(0usize..40_000, 0..6),
+            ends in proptest::collection::vec("[\\n#\"a]{0,4}", 7),
+        ) {
+            let bytes = text.repeat(1 + 50_000 / (text.len() + 1));
+            let bytes = bytes.as_bytes();
+            let mut to = cuts.first().copied().unwrap_or(0).min(bytes.len());
+            let mut frames = super::JsonFrames::of(&bytes[..to], ends[0].as_bytes());
+            let check = |frames: &super::JsonFrames, to: usize, end: &str| {
+                let mut whole = Vec::new();
+                push_json_escaped(&mut whole, &bytes[..to]);
+                push_json_escaped(&mut whole, end.as_bytes());
+                proptest::prop_assert_eq!(frames.frames().concat(), whole.clone());
+                proptest::prop_assert_eq!(frames.len(), whole.len());
+                let body = &frames.frames()[..frames.frames().len() - 1];
+                let short = body.iter().rev().skip(1).filter(|f| f.len() < super::JsonFrames::MIN_FRAME).count();
+                proptest::prop_assert_eq!(short, 0);
+                Ok(())
+            };
+            check(&frames, to, &ends[0])?;
+            for (i, cut) in cuts.iter().enumerate().skip(1) {
+                let from = to;
+                to = (to + cut).min(bytes.len());
+                frames = frames.extended(&bytes[from..to], ends[i].as_bytes());
+                check(&frames, to, &ends[i])?;
+            }
+            let rest = frames.extended(&bytes[to..], ends[6].as_bytes());
+            check(&rest, bytes.len(), &ends[6])?;
         }
     }
 

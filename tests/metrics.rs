@@ -230,7 +230,13 @@ async fn the_render_cache_shows_its_hits_extensions_and_misses() {
         let series = format!("asap_render_cache_lookups_total{{result=\"{result}\"}}");
         assert_eq!(value(&text, &series), Some(expected), "{series}:\n{text}");
     }
-    assert!(value(&text, "asap_render_cache_bytes").unwrap() > 0.0);
+    // The prompt and its escaped frames (escaping only grows a text).
+    let bytes = value(&text, "asap_render_cache_bytes").unwrap();
+    let escaped = value(&text, "asap_render_cache_escaped_bytes").unwrap();
+    assert!(
+        escaped > 0.0 && bytes > 2.0 * escaped - 4096.0,
+        "{bytes} {escaped}"
+    );
     assert_eq!(
         value(&text, "asap_render_cache_capacity_bytes"),
         Some((asap_proxy::render::RENDER_CACHE_MIB << 20) as f64)

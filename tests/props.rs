@@ -685,12 +685,14 @@ proptest! {
                 let from_cache = prepare_with(&cached)?;
                 let rendered_whole = prepare_with(&whole)?;
                 prop_assert_eq!(&from_cache.prompt, &rendered_whole.prompt, "{:?} after {} messages", format, n);
-                // The backend body's Content-Length comes from the escaped length kept with it.
-                prop_assert_eq!(
-                    cached.prompt_json_len(&from_cache.prompt),
-                    Some(asap_proxy::util::json_escaped_len(from_cache.prompt.as_bytes()))
-                );
-                prop_assert_eq!(whole.prompt_json_len(&rendered_whole.prompt), None);
+                // The backend body's Content-Length comes from the escaped length kept with
+                // it, its prompt from the escaped frames (extended turn by turn).
+                let held = cached.prompt_held(&from_cache.prompt).unwrap();
+                let mut escaped = Vec::new();
+                asap_proxy::util::push_json_escaped(&mut escaped, from_cache.prompt.as_bytes());
+                prop_assert_eq!(held.json_len, escaped.len());
+                prop_assert_eq!(held.escaped.unwrap().frames().concat(), escaped);
+                prop_assert!(whole.prompt_held(&rendered_whole.prompt).is_none());
             }
         }
         let stats = cached.render_cache_stats();

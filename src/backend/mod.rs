@@ -63,6 +63,8 @@ pub struct Prompt<'a> {
     text: std::sync::Mutex<Option<std::sync::Arc<String>>>,
     /// The given text's length JSON-escaped, when known without a pass over it.
     json_len: Option<usize>,
+    /// The given text JSON-escaped, when kept (the render cache's frames).
+    escaped: Option<std::sync::Arc<crate::util::JsonFrames>>,
     again: &'a (dyn Fn() -> Result<std::sync::Arc<String>, ProxyError> + Sync),
 }
 
@@ -75,16 +77,28 @@ impl<'a> Prompt<'a> {
         Self {
             text: std::sync::Mutex::new(Some(text)),
             json_len: None,
+            escaped: None,
             again,
         }
     }
 
     /// The given text's length escaped as a JSON string's content
     /// ([`crate::util::json_escaped_len`]), when the caller knows it
-    /// ([`crate::render::Renderer::prompt_json_len`]); the backend body's Content-Length then
-    /// needs no pass over the prompt.
+    /// ([`crate::render::HeldPrompt`]); the backend body's Content-Length then needs no pass
+    /// over the prompt.
     pub fn with_json_len(mut self, json_len: Option<usize>) -> Self {
         self.json_len = json_len;
+        self
+    }
+
+    /// The given text JSON-escaped, when the caller keeps it ([`crate::render::HeldPrompt`]):
+    /// the backend body sends these frames instead of escaping the text. They must be the
+    /// text's escaped form (debug-asserted where sent).
+    pub fn with_escaped(
+        mut self,
+        escaped: Option<std::sync::Arc<crate::util::JsonFrames>>,
+    ) -> Self {
+        self.escaped = escaped;
         self
     }
 
@@ -92,20 +106,35 @@ impl<'a> Prompt<'a> {
     ///
     /// Errors: those of making it again (a template failure).
     pub fn take(&self) -> Result<std::sync::Arc<String>, ProxyError> {
-        self.take_with_json_len().map(|(text, _)| text)
+        self.take_parts().map(|taken| taken.text)
     }
 
-    /// As [`Prompt::take`], with the text's JSON-escaped length when known (the given text's,
-    /// [`Prompt::with_json_len`]; never a text made again).
-    pub fn take_with_json_len(
-        &self,
-    ) -> Result<(std::sync::Arc<String>, Option<usize>), ProxyError> {
+    /// As [`Prompt::take`], with what is known of the text's escaped form (the given text's,
+    /// [`Prompt::with_json_len`], [`Prompt::with_escaped`]; never a text made again's).
+    pub fn take_parts(&self) -> Result<TakenPrompt, ProxyError> {
         let given = self.text.lock().ok().and_then(|mut text| text.take());
         match given {
-            Some(text) => Ok((text, self.json_len)),
-            None => (self.again)().map(|text| (text, None)),
+            Some(text) => Ok(TakenPrompt {
+                text,
+                json_len: self.json_len,
+                escaped: self.escaped.clone(),
+            }),
+            None => (self.again)().map(|text| TakenPrompt {
+                text,
+                json_len: None,
+                escaped: None,
+            }),
         }
     }
+}
+
+/// A prompt taken for a backend body ([`Prompt::take_parts`]).
+pub struct TakenPrompt {
+    pub text: std::sync::Arc<String>,
+    /// [`crate::util::json_escaped_len`] of `text`, when known.
+    pub json_len: Option<usize>,
+    /// `text` JSON-escaped, when kept.
+    pub escaped: Option<std::sync::Arc<crate::util::JsonFrames>>,
 }
 
 /// Who a completion call is for. HTTP backends ignore it; the replay backend uses it to

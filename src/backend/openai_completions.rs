@@ -622,10 +622,8 @@ struct Completion<'a> {
 impl JsonBody for Completion<'_> {
     fn body(&self) -> Result<reqwest::Body, ProxyError> {
         let (head, tail) = self.request.json_around_prompt().map_err(encoding_failed)?;
-        let (prompt, json_len) = self.prompt.take_with_json_len()?;
-        Ok(reqwest::Body::wrap(PromptBody::new(
-            head, prompt, json_len, tail,
-        )))
+        let taken = self.prompt.take_parts()?;
+        Ok(reqwest::Body::wrap(PromptBody::new(head, taken, tail)))
     }
 }
 
@@ -648,33 +646,80 @@ const PROMPT_FRAME_BYTES: usize = 64 * 1024;
 /// A completions body that escapes its prompt into frames of [`PROMPT_FRAME_BYTES`] as the
 /// connection takes them, instead of holding the whole prompt escaped (a second copy of the
 /// history per request until it is sent, 58 MB of the peak with 256 100-turn requests sent at
-/// once to a backend that reads them slowly; BENCHMARKS.md "Issue 23"). The frames together are
-/// byte for byte [`CompletionRequest::to_json`], and the exact length is known before the
-/// first frame (Content-Length, not chunked: llama-server, vLLM, SGLang and TGI all take it).
+/// once to a backend that reads them slowly; BENCHMARKS.md "Issue 23"), or that sends the
+/// escaped frames the render cache keeps with the prompt (shared, not copied). The frames
+/// together are byte for byte [`CompletionRequest::to_json`], and the exact length is known
+/// before the first frame (Content-Length, not chunked: llama-server, vLLM, SGLang and TGI all
+/// take it).
 struct PromptBody {
     head: Option<bytes::Bytes>,
-    prompt: Arc<String>,
-    /// Bytes of the prompt sent; `None` before the opening quote.
-    sent: Option<usize>,
+    prompt: PromptSource,
     tail: Option<bytes::Bytes>,
     /// Bytes not yet handed to the connection.
     remaining: u64,
 }
 
+/// Where a [`PromptBody`]'s prompt frames come from.
+enum PromptSource {
+    /// The text, escaped frame by frame; `sent`: bytes of it sent, `None` before the opening
+    /// quote.
+    Text {
+        prompt: Arc<String>,
+        sent: Option<usize>,
+    },
+    /// Frames escaped before (the quotes are in the head and the tail); `next`: the next one
+    /// to send.
+    Escaped {
+        frames: Arc<crate::util::JsonFrames>,
+        next: usize,
+    },
+}
+
 impl PromptBody {
-    /// `json_len`: the prompt's escaped length if known (else counted here).
-    fn new(head: Vec<u8>, prompt: Arc<String>, json_len: Option<usize>, tail: Vec<u8>) -> Self {
+    /// The body of `head`, the prompt (from its kept frames if any, else escaped here; its
+    /// escaped length counted here unless known) as a JSON string, and `tail`.
+    fn new(mut head: Vec<u8>, prompt: super::TakenPrompt, mut tail: Vec<u8>) -> Self {
+        let super::TakenPrompt {
+            text,
+            json_len,
+            escaped,
+        } = prompt;
         debug_assert!(
-            json_len.is_none_or(|n| n == crate::util::json_escaped_len(prompt.as_bytes())),
+            json_len.is_none_or(|n| n == crate::util::json_escaped_len(text.as_bytes())),
             "a wrong escaped length would send a wrong Content-Length"
         );
-        let prompt_json =
-            json_len.unwrap_or_else(|| crate::util::json_escaped_len(prompt.as_bytes())) + 2;
+        let (prompt, prompt_json) = match escaped {
+            Some(frames) => {
+                debug_assert!(
+                    {
+                        let mut whole = Vec::new();
+                        crate::util::push_json_escaped(&mut whole, text.as_bytes());
+                        frames.frames().concat() == whole
+                    },
+                    "kept frames must be the prompt escaped"
+                );
+                // The quotes go with the head and the tail, so the frames are sent as kept.
+                head.push(b'"');
+                tail.insert(0, b'"');
+                let len = frames.len();
+                (PromptSource::Escaped { frames, next: 0 }, len)
+            }
+            None => {
+                let len =
+                    json_len.unwrap_or_else(|| crate::util::json_escaped_len(text.as_bytes())) + 2;
+                (
+                    PromptSource::Text {
+                        prompt: text,
+                        sent: None,
+                    },
+                    len,
+                )
+            }
+        };
         let remaining = (head.len() + prompt_json + tail.len()) as u64;
         Self {
             head: Some(head.into()),
             prompt,
-            sent: None,
             tail: Some(tail.into()),
             remaining,
         }
@@ -685,23 +730,36 @@ impl PromptBody {
         if let Some(head) = self.head.take() {
             return Some(head);
         }
-        let bytes = self.prompt.as_bytes();
-        let from = match self.sent {
-            Some(from) if from >= bytes.len() => return self.tail.take(),
-            Some(from) => from,
-            None => 0,
-        };
-        let to = (from + PROMPT_FRAME_BYTES).min(bytes.len());
-        let mut frame = Vec::with_capacity((to - from) * 9 / 8 + 2);
-        if self.sent.is_none() {
-            frame.push(b'"');
+        match &mut self.prompt {
+            PromptSource::Escaped { frames, next } => {
+                while let Some(frame) = frames.frames().get(*next) {
+                    *next += 1;
+                    if !frame.is_empty() {
+                        return Some(frame.clone());
+                    }
+                }
+                self.tail.take()
+            }
+            PromptSource::Text { prompt, sent } => {
+                let bytes = prompt.as_bytes();
+                let from = match *sent {
+                    Some(from) if from >= bytes.len() => return self.tail.take(),
+                    Some(from) => from,
+                    None => 0,
+                };
+                let to = (from + PROMPT_FRAME_BYTES).min(bytes.len());
+                let mut frame = Vec::with_capacity((to - from) * 9 / 8 + 2);
+                if sent.is_none() {
+                    frame.push(b'"');
+                }
+                crate::util::push_json_escaped(&mut frame, &bytes[from..to]);
+                if to == bytes.len() {
+                    frame.push(b'"');
+                }
+                *sent = Some(to);
+                Some(frame.into())
+            }
         }
-        crate::util::push_json_escaped(&mut frame, &bytes[from..to]);
-        if to == bytes.len() {
-            frame.push(b'"');
-        }
-        self.sent = Some(to);
-        Some(frame.into())
     }
 }
 
@@ -719,7 +777,10 @@ impl hyper::body::Body for PromptBody {
         }
         if self.remaining == 0 {
             // Sent: the connection may keep the body until the response, not its prompt.
-            self.prompt = Arc::default();
+            self.prompt = PromptSource::Text {
+                prompt: Arc::default(),
+                sent: Some(0),
+            };
         }
         std::task::Poll::Ready(frame.map(|f| Ok(hyper::body::Frame::data(f))))
     }
@@ -975,7 +1036,12 @@ mod tests {
             // The escaped length counted here, or given (by the render cache).
             let given =
                 (prompt.len() % 2 == 1).then(|| crate::util::json_escaped_len(prompt.as_bytes()));
-            let mut body = PromptBody::new(head, Arc::new(prompt.clone()), given, tail);
+            let taken = super::super::TakenPrompt {
+                text: Arc::new(prompt.clone()),
+                json_len: given,
+                escaped: None,
+            };
+            let mut body = PromptBody::new(head.clone(), taken, tail.clone());
             let total = body.remaining;
             let mut sent = Vec::new();
             let mut frames = 0;
@@ -987,6 +1053,26 @@ mod tests {
             assert_eq!(total, sent.len() as u64);
             // Head, the prompt in frames of at most PROMPT_FRAME_BYTES, tail.
             assert_eq!(frames, 2 + prompt.len().div_ceil(PROMPT_FRAME_BYTES).max(1));
+
+            // From kept frames (grown turn by turn, the cue their end): the same bytes.
+            let cut = prompt.len() / 3;
+            let end = prompt.len().saturating_sub(2);
+            let kept = crate::util::JsonFrames::of(&prompt.as_bytes()[..cut], b"<cue>")
+                .extended(&prompt.as_bytes()[cut..end], &prompt.as_bytes()[end..]);
+            let taken = super::super::TakenPrompt {
+                text: Arc::new(prompt.clone()),
+                json_len: Some(kept.len()),
+                escaped: Some(Arc::new(kept)),
+            };
+            let mut body = PromptBody::new(head, taken, tail);
+            let total = body.remaining;
+            let mut sent = Vec::new();
+            while let Some(frame) = body.next_frame() {
+                assert!(!frame.is_empty());
+                sent.extend_from_slice(&frame);
+            }
+            assert_eq!(sent, request.to_json().unwrap());
+            assert_eq!(total, sent.len() as u64);
         }
     }
 
@@ -998,7 +1084,12 @@ mod tests {
         let prompt = Arc::new(long_prompt(2 * PROMPT_FRAME_BYTES + 3));
         let request = completions_request(&prompt);
         let (head, tail) = request.json_around_prompt().unwrap();
-        let mut body = PromptBody::new(head, prompt.clone(), None, tail);
+        let taken = super::super::TakenPrompt {
+            text: prompt.clone(),
+            json_len: None,
+            escaped: None,
+        };
+        let mut body = PromptBody::new(head.clone(), taken, tail.clone());
         let mut sent = Vec::new();
         while !hyper::body::Body::is_end_stream(&body) {
             assert_eq!(Arc::strong_count(&prompt), 2);
@@ -1008,6 +1099,23 @@ mod tests {
         assert_eq!(sent, request.to_json().unwrap());
         assert_eq!(Arc::strong_count(&prompt), 1);
         assert!(body.frame().await.is_none());
+
+        // Kept frames too: given up at the last byte.
+        let kept = Arc::new(crate::util::JsonFrames::of(prompt.as_bytes(), b""));
+        let taken = super::super::TakenPrompt {
+            text: prompt.clone(),
+            json_len: Some(kept.len()),
+            escaped: Some(kept.clone()),
+        };
+        let mut body = PromptBody::new(head, taken, tail);
+        let mut sent = Vec::new();
+        while !hyper::body::Body::is_end_stream(&body) {
+            assert_eq!(Arc::strong_count(&kept), 2);
+            let frame = body.frame().await.unwrap().unwrap();
+            sent.extend_from_slice(frame.data_ref().unwrap());
+        }
+        assert_eq!(sent, request.to_json().unwrap());
+        assert_eq!(Arc::strong_count(&kept), 1);
     }
 
     /// A prompt that must not be made again (the call is not retried).

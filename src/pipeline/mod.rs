@@ -288,6 +288,9 @@ pub async fn run_turn(
         // and the record: once sent (and stored, unless the record holds it whole) it is
         // freed, and a retry renders it again from the conversation.
         let prompt = std::mem::take(&mut turn.prepared.prompt);
+        let held = scope.renderer.prompt_held(&prompt);
+        let lineage = held.as_ref().map(|h| h.lineage);
+        let (json_len, escaped) = held.map_or((None, None), |h| (Some(h.json_len), h.escaped));
         let again = || {
             scope
                 .renderer
@@ -301,7 +304,8 @@ pub async fn run_turn(
         let (completion, mut record) = tokio::join!(
             scope.backend.complete(
                 crate::backend::Prompt::new(prompt.clone(), &again)
-                    .with_json_len(scope.renderer.prompt_json_len(&prompt)),
+                    .with_json_len(json_len)
+                    .with_escaped(escaped),
                 &asked.params,
                 &stops,
                 asked.model.as_deref(),
@@ -313,7 +317,6 @@ pub async fn run_turn(
                 },
             ),
             async {
-                let lineage = scope.renderer.prompt_lineage(&prompt);
                 let pending = scope.trace.begin_from(&session, record, &prompt, lineage);
                 drop(prompt);
                 input = Arc::new(input.without_body());

@@ -13,6 +13,12 @@
 //! observation) and by the tools, which decide how actions are written: family and tools
 //! decide the header, the digests the blocks. Entries are bounded by the bytes of
 //! their prompts (`--render-cache-mib`); past the bound the least recently used go.
+//!
+//! Each entry also keeps its prompt JSON-escaped ([`JsonFrames`], as the backend body sends
+//! it), and an extension escapes only its new bytes, sharing the frames of the prompt it
+//! extends. The escaped frames count in the bound; past it they are dropped first (least
+//! recently used first), then entries, so a cache too small for both keeps as many prompts as
+//! one without them: a prompt without frames is escaped whole when sent, as every prompt was.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,6 +28,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::conversation::{Conversation, Step};
 use crate::profile::{Action, ResolvedProfile, ToolSpec};
+use crate::util::JsonFrames;
 
 use super::Format;
 
@@ -39,17 +46,18 @@ pub(super) struct RenderCache {
 #[derive(Debug, Default)]
 struct Inner {
     families: HashMap<u128, Vec<Entry>>,
-    /// [`Entry::json_len`] and the prompt's [`PromptLineage`] by the address of the entry's
-    /// prompt: the backend body's Content-Length without a pass over the prompt, and what the
-    /// trace may take as unchanged. An address is here only while its entry holds the prompt,
-    /// so it names no other text.
-    held: HashMap<usize, (usize, PromptLineage)>,
+    /// What the cache knows of each entry's prompt, by the address of the prompt: its escaped
+    /// form for the backend body and what the trace may take as unchanged. An address is here
+    /// only while its entry holds the prompt, so it names no other text.
+    held: HashMap<usize, HeldPrompt>,
     /// The distinct tool sets the entries hold (shared; those no entry holds are dropped at
     /// eviction).
     tool_sets: Vec<Arc<Vec<ToolSpec>>>,
     bytes: usize,
     /// Use counter: an entry's `used` is the count at its last use.
     clock: u64,
+    /// Of `bytes`, those of escaped frames.
+    escaped_bytes: usize,
     stats: RenderCacheStats,
 }
 
@@ -61,15 +69,31 @@ struct Entry {
     tools: Arc<Vec<ToolSpec>>,
     generic_shell: bool,
     prompt: Arc<String>,
-    /// Bytes of `prompt` escaped as a JSON string's content ([`crate::util::json_escaped_len`]).
-    json_len: usize,
+    /// Bytes of the escaped frames the entry holds ([`HeldPrompt::escaped`]); 0 once dropped.
+    escaped_bytes: usize,
     used: u64,
 }
 
 impl Entry {
     fn bytes(&self) -> usize {
-        self.prompt.len() + 16 * self.steps.len() + 256
+        entry_bytes(self.prompt.len(), self.steps.len()) + self.escaped_bytes
     }
+}
+
+/// Bytes an entry is counted for, less its escaped frames.
+fn entry_bytes(prompt: usize, steps: usize) -> usize {
+    prompt + 16 * steps + 256
+}
+
+/// What the render cache knows of a prompt it holds (found by the prompt's allocation).
+#[derive(Debug, Clone)]
+pub struct HeldPrompt {
+    /// [`crate::util::json_escaped_len`] of the prompt: the backend body's Content-Length
+    /// without a pass over it.
+    pub json_len: usize,
+    pub lineage: PromptLineage,
+    /// The prompt JSON-escaped, its cue the frames' end; `None` once dropped for room.
+    pub escaped: Option<Arc<JsonFrames>>,
 }
 
 /// What a render cache has answered since it was made (`/metrics` `asap_render_cache_*`).
@@ -81,8 +105,10 @@ pub struct RenderCacheStats {
     pub extended: u64,
     /// Renders of the whole conversation.
     pub misses: u64,
-    /// Bytes of prompt text held.
+    /// Bytes held: prompt text and escaped frames.
     pub bytes: usize,
+    /// Of `bytes`, those of escaped frames.
+    pub escaped_bytes: usize,
     /// The bound on `bytes` (`--render-cache-mib`).
     pub capacity: usize,
 }
@@ -101,8 +127,8 @@ pub struct PromptLineage {
 /// A cached prompt a conversation starts with.
 pub(super) struct Found {
     pub prompt: Arc<String>,
-    /// [`crate::util::json_escaped_len`] of `prompt`.
-    pub json_len: usize,
+    /// `prompt` escaped, when the cache still holds its frames.
+    pub escaped: Option<Arc<JsonFrames>>,
     /// Steps the prompt holds: the conversation's first `steps` steps.
     pub steps: usize,
 }
@@ -158,8 +184,8 @@ impl RenderCache {
         let mut inner = self.inner.lock().ok()?;
         inner.clock += 1;
         let clock = inner.clock;
-        let best = inner
-            .families
+        let Inner { families, held, .. } = &mut *inner;
+        let best = families
             .get_mut(&lookup.family)?
             .iter_mut()
             .filter(|e| {
@@ -171,7 +197,9 @@ impl RenderCache {
         best.used = clock;
         Some(Found {
             prompt: best.prompt.clone(),
-            json_len: best.json_len,
+            escaped: held
+                .get(&address(&best.prompt))
+                .and_then(|h| h.escaped.clone()),
             steps: best.steps.len(),
         })
     }
@@ -187,30 +215,35 @@ impl RenderCache {
         }
     }
 
-    /// The JSON-escaped length and the lineage of `prompt` if it is a cached prompt (the same
-    /// allocation).
-    pub fn held(&self, prompt: &Arc<String>) -> Option<(usize, PromptLineage)> {
+    /// What the cache knows of `prompt` if it is a cached prompt (the same allocation).
+    pub fn held(&self, prompt: &Arc<String>) -> Option<HeldPrompt> {
         let inner = self.inner.lock().ok()?;
-        inner.held.get(&address(prompt)).copied()
+        inner.held.get(&address(prompt)).cloned()
     }
 
-    /// Remembers `prompt` (JSON-escaped: `json_len` bytes) for `lookup`'s conversation. The
-    /// entry it extends (`parent`, the prompt of the same conversation's earlier steps, with
-    /// the bytes the two share from the start) is replaced: the next turn extends the newer
-    /// one.
-    #[allow(clippy::too_many_arguments)]
+    /// Whether [`RenderCache::insert`] keeps a prompt of `prompt_len` bytes and `steps` steps
+    /// (a prompt over a quarter of the bound is not kept), so that a caller escapes only what
+    /// is kept.
+    pub fn admits(&self, prompt_len: usize, steps: usize) -> bool {
+        entry_bytes(prompt_len, steps) <= self.capacity / 4
+    }
+
+    /// Remembers `prompt` (JSON-escaped: `escaped`) for `lookup`'s conversation, if
+    /// [`RenderCache::admits`] it. The entry it extends (`parent`, the prompt of the same
+    /// conversation's earlier steps, with the bytes the two share from the start) is replaced:
+    /// the next turn extends the newer one.
     pub fn insert(
         &self,
         lookup: Lookup,
         tools: &ResolvedProfile,
         prompt: Arc<String>,
-        json_len: usize,
+        escaped: JsonFrames,
         parent: Option<(&Arc<String>, usize)>,
     ) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        if prompt.len() + 16 * lookup.steps.len() + 256 > self.capacity / 4 {
+        if !self.admits(prompt.len(), lookup.steps.len()) {
             return;
         }
         inner.clock += 1;
@@ -233,17 +266,18 @@ impl RenderCache {
             tools: tool_set,
             generic_shell: tools.generic_shell,
             prompt,
-            json_len,
+            escaped_bytes: escaped.len(),
             used,
         };
         let added = entry.bytes();
+        let added_escaped = entry.escaped_bytes;
         // Unique in the process, not only in this cache: a trace writer may see prompts of
         // several renderers (servers started in one process).
         static LAST_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let lineage = PromptLineage {
             id: LAST_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
             extends: parent.and_then(|(p, shared)| {
-                let (_, of) = inner.held.get(&address(p))?;
+                let of = inner.held.get(&address(p))?.lineage;
                 Some((of.id, shared))
             }),
         };
@@ -257,17 +291,27 @@ impl RenderCache {
         if let Some(i) = family.iter().position(|e| e.steps == entry.steps) {
             gone.push(family.swap_remove(i));
         }
-        let kept = (address(&entry.prompt), (entry.json_len, lineage));
+        let kept = address(&entry.prompt);
         family.push(entry);
         for entry in &gone {
             inner.held.remove(&address(&entry.prompt));
         }
-        inner.held.insert(kept.0, kept.1);
+        inner.held.insert(
+            kept,
+            HeldPrompt {
+                json_len: escaped.len(),
+                lineage,
+                escaped: Some(Arc::new(escaped)),
+            },
+        );
         inner.bytes = inner.bytes + added - gone.iter().map(Entry::bytes).sum::<usize>();
+        inner.escaped_bytes = inner.escaped_bytes + added_escaped
+            - gone.iter().map(|e| e.escaped_bytes).sum::<usize>();
         if inner.bytes > self.capacity {
             inner.evict(self.capacity / 4 * 3);
         }
         inner.stats.bytes = inner.bytes;
+        inner.stats.escaped_bytes = inner.escaped_bytes;
     }
 
     pub fn stats(&self) -> RenderCacheStats {
@@ -275,6 +319,7 @@ impl RenderCache {
             .lock()
             .map(|inner| RenderCacheStats {
                 bytes: inner.bytes,
+                escaped_bytes: inner.escaped_bytes,
                 capacity: self.capacity,
                 ..inner.stats
             })
@@ -291,7 +336,9 @@ pub(super) enum Outcome {
 }
 
 impl Inner {
-    /// Drops the least recently used entries until at most `target` bytes are held.
+    /// Drops escaped frames, least recently used first, then the least recently used entries
+    /// until at most `target` bytes are held: frames save a pass over the prompt, an entry
+    /// the render of the whole history.
     fn evict(&mut self, target: usize) {
         let mut by_use: Vec<(u64, u128)> = self
             .families
@@ -299,6 +346,24 @@ impl Inner {
             .flat_map(|(family, entries)| entries.iter().map(|e| (e.used, *family)))
             .collect();
         by_use.sort_unstable();
+        for (used, family) in &by_use {
+            if self.bytes <= target {
+                return;
+            }
+            let Some(entry) = self
+                .families
+                .get_mut(family)
+                .and_then(|entries| entries.iter_mut().find(|e| e.used == *used))
+            else {
+                continue;
+            };
+            if let Some(held) = self.held.get_mut(&address(&entry.prompt)) {
+                held.escaped = None;
+            }
+            self.bytes -= entry.escaped_bytes;
+            self.escaped_bytes -= entry.escaped_bytes;
+            entry.escaped_bytes = 0;
+        }
         for (used, family) in by_use {
             if self.bytes <= target {
                 break;
@@ -309,6 +374,7 @@ impl Inner {
             if let Some(i) = entries.iter().position(|e| e.used == used) {
                 let entry = entries.swap_remove(i);
                 self.bytes -= entry.bytes();
+                self.escaped_bytes -= entry.escaped_bytes;
                 self.held.remove(&address(&entry.prompt));
             }
             if entries.is_empty() {
@@ -430,7 +496,14 @@ mod tests {
         for i in 0..200 {
             let c = conversation(&format!("task {i}"), &"x".repeat(i * 37 % 5000));
             let prompt = Arc::new(format!("prompt {i} {}", "y".repeat(i * 53 % 6000)));
-            cache.insert(Lookup::of(Format::Xml, &c), &tools, prompt.clone(), i, None);
+            let escaped = JsonFrames::of(prompt.as_bytes(), b"");
+            cache.insert(
+                Lookup::of(Format::Xml, &c),
+                &tools,
+                prompt.clone(),
+                escaped,
+                None,
+            );
             prompts.push(prompt);
             let inner = cache.inner.lock().unwrap();
             let entries: Vec<&Entry> = inner.families.values().flatten().collect();
@@ -439,6 +512,19 @@ mod tests {
                 inner.bytes,
                 entries.iter().map(|e| e.bytes()).sum::<usize>()
             );
+            assert_eq!(
+                inner.escaped_bytes,
+                entries.iter().map(|e| e.escaped_bytes).sum::<usize>()
+            );
+            for e in &entries {
+                let held = &inner.held[&address(&e.prompt)];
+                let frames = held.escaped.as_ref().map_or(0, |f| f.len());
+                assert_eq!(frames, e.escaped_bytes);
+                assert_eq!(
+                    held.json_len,
+                    crate::util::json_escaped_len(e.prompt.as_bytes())
+                );
+            }
             assert_eq!(inner.held.len(), entries.len());
             assert!(inner.families.values().all(|f| !f.is_empty()));
         }
@@ -447,8 +533,59 @@ mod tests {
         let huge = Arc::new("z".repeat(cache.capacity));
         let before = cache.inner.lock().unwrap().families.len();
         let c = conversation("a task too long", "");
-        cache.insert(Lookup::of(Format::Xml, &c), &tools, huge.clone(), 1, None);
+        let escaped = JsonFrames::of(huge.as_bytes(), b"");
+        cache.insert(
+            Lookup::of(Format::Xml, &c),
+            &tools,
+            huge.clone(),
+            escaped,
+            None,
+        );
         assert_eq!(cache.inner.lock().unwrap().families.len(), before);
-        assert_eq!(cache.held(&huge), None);
+        assert!(cache.held(&huge).is_none());
+    }
+
+    /// Past the bound, escaped frames go before any entry does, least recently used first:
+    /// a cache too small for the frames keeps as many prompts as one without them.
+    #[test]
+    fn frames_are_dropped_before_prompts() {
+        let cache = RenderCache::with_capacity(64 * 1024);
+        let tools = ResolvedProfile::empty();
+        let mut prompts = Vec::new();
+        for i in 0..16 {
+            let c = conversation(&format!("task {i}"), "");
+            let prompt = Arc::new(format!("{}\n", i % 10).repeat(1000));
+            let escaped = JsonFrames::of(prompt.as_bytes(), b"");
+            cache.insert(
+                Lookup::of(Format::Xml, &c),
+                &tools,
+                prompt.clone(),
+                escaped,
+                None,
+            );
+            prompts.push(prompt);
+        }
+        // Sixteen prompts of 2 KB fit without their frames (3 KB each) in the three quarters
+        // of the bound that eviction leaves, not with them: every prompt is kept, the older
+        // ones without frames.
+        let held: Vec<HeldPrompt> = prompts.iter().map(|p| cache.held(p).unwrap()).collect();
+        let with_frames: Vec<bool> = held.iter().map(|h| h.escaped.is_some()).collect();
+        let first_kept = with_frames.iter().position(|f| *f).unwrap();
+        assert!(first_kept > 0, "{with_frames:?}");
+        assert!(
+            with_frames[first_kept..].iter().all(|f| *f),
+            "{with_frames:?}"
+        );
+        let stats = cache.stats();
+        assert!(stats.bytes <= stats.capacity);
+        assert_eq!(
+            stats.escaped_bytes,
+            held.iter()
+                .filter_map(|h| h.escaped.as_ref())
+                .map(|f| f.len())
+                .sum::<usize>()
+        );
+        // A prompt that lost its frames still has its escaped length and its entry.
+        assert_eq!(held[0].json_len, 3000);
     }
 }

@@ -13,7 +13,7 @@ mod json;
 mod markdown;
 mod xml;
 
-pub use cache::{PromptLineage, RenderCacheStats, RENDER_CACHE_MIB};
+pub use cache::{HeldPrompt, PromptLineage, RenderCacheStats, RENDER_CACHE_MIB};
 pub use json::CUE as JSON_CUE;
 
 use std::sync::Arc;
@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use crate::conversation::Conversation;
 use crate::profile::ResolvedProfile;
+use crate::util::JsonFrames;
 
 /// The cue of the default format (Markdown+XML): the model continues with its thought.
 pub const CUE: &str = "## Thinking\n";
@@ -446,46 +447,46 @@ impl Renderer {
                 Header::Bare,
             )?;
             if let Some(joined) = self.join(format, &found.prompt, &tail) {
-                // Escaping is byte by byte: the old prompt's length, less its cue, plus the
-                // new blocks' and the cue's.
-                let cue = format.cue().len();
-                let json_len = found.json_len
-                    - crate::util::json_escaped_len(format.cue().as_bytes())
-                    + crate::util::json_escaped_len(&joined.as_bytes()[found.prompt.len() - cue..]);
                 let prompt = Arc::new(joined);
                 cache.count(cache::Outcome::Extended);
-                let shared = found.prompt.len() - cue;
-                cache.insert(
-                    lookup,
-                    tools,
-                    prompt.clone(),
-                    json_len,
-                    Some((&found.prompt, shared)),
-                );
+                let shared = found.prompt.len() - format.cue().len();
+                if cache.admits(prompt.len(), lookup.steps.len()) {
+                    // Only the new blocks are escaped when the older prompt's frames are kept.
+                    let cue = format.cue().as_bytes();
+                    let body = &prompt.as_bytes()[..prompt.len() - cue.len()];
+                    let escaped = match &found.escaped {
+                        Some(older) => older.extended(&body[shared..], cue),
+                        None => JsonFrames::of(body, cue),
+                    };
+                    cache.insert(
+                        lookup,
+                        tools,
+                        prompt.clone(),
+                        escaped,
+                        Some((&found.prompt, shared)),
+                    );
+                }
                 return Ok(prompt);
             }
         }
         cache.count(cache::Outcome::Miss);
         let prompt = Arc::new(self.render_steps(format, conversation, &steps, tools)?);
-        let json_len = crate::util::json_escaped_len(prompt.as_bytes());
-        cache.insert(lookup, tools, prompt.clone(), json_len, None);
+        if cache.admits(prompt.len(), lookup.steps.len()) {
+            let cue = format.cue();
+            let escaped = match prompt.strip_suffix(cue) {
+                Some(body) => JsonFrames::of(body.as_bytes(), cue.as_bytes()),
+                None => JsonFrames::of(prompt.as_bytes(), b""),
+            };
+            cache.insert(lookup, tools, prompt.clone(), escaped, None);
+        }
         Ok(prompt)
     }
 
-    /// [`crate::util::json_escaped_len`] of `prompt` when it is a prompt the render cache
-    /// holds (the same allocation, as [`Renderer::render_shared`] returned it): known without
-    /// a pass over it, for the backend body's Content-Length.
-    pub fn prompt_json_len(&self, prompt: &Arc<String>) -> Option<usize> {
-        self.cache.as_ref()?.held(prompt).map(|(len, _)| len)
-    }
-
-    /// The [`PromptLineage`] of `prompt` when it is a prompt the render cache holds (the same
-    /// allocation, as [`Renderer::render_shared`] returned it).
-    pub fn prompt_lineage(&self, prompt: &Arc<String>) -> Option<PromptLineage> {
-        self.cache
-            .as_ref()?
-            .held(prompt)
-            .map(|(_, lineage)| lineage)
+    /// What the render cache knows of `prompt` when it holds it (the same allocation, as
+    /// [`Renderer::render_shared`] returned it): its escaped length and frames for the backend
+    /// body (no pass over the prompt), its [`PromptLineage`] for the trace.
+    pub fn prompt_held(&self, prompt: &Arc<String>) -> Option<HeldPrompt> {
+        self.cache.as_ref()?.held(prompt)
     }
 
     /// The prompt of a conversation whose first steps `prompt` holds, followed by the blocks
