@@ -60,11 +60,9 @@ impl RequestClock {
 /// conversation). A turn waiting on the backend thus holds no copy of its prompt once the
 /// request is sent (BENCHMARKS.md, RSS with 256 in-flight requests).
 pub struct Prompt<'a> {
-    text: std::sync::Mutex<Option<std::sync::Arc<String>>>,
-    /// The given text's length JSON-escaped, when known without a pass over it.
-    json_len: Option<usize>,
-    /// The given text JSON-escaped, when kept (the render cache's frames).
-    escaped: Option<std::sync::Arc<crate::util::JsonFrames>>,
+    /// The given text, with what is known of its escaped form; taken whole by the first
+    /// request, so that nothing of it outlives the send.
+    given: std::sync::Mutex<Option<TakenPrompt>>,
     again: &'a (dyn Fn() -> Result<std::sync::Arc<String>, ProxyError> + Sync),
 }
 
@@ -75,9 +73,11 @@ impl<'a> Prompt<'a> {
         again: &'a (dyn Fn() -> Result<std::sync::Arc<String>, ProxyError> + Sync),
     ) -> Self {
         Self {
-            text: std::sync::Mutex::new(Some(text)),
-            json_len: None,
-            escaped: None,
+            given: std::sync::Mutex::new(Some(TakenPrompt {
+                text,
+                json_len: None,
+                escaped: None,
+            })),
             again,
         }
     }
@@ -87,7 +87,9 @@ impl<'a> Prompt<'a> {
     /// ([`crate::render::HeldPrompt`]); the backend body's Content-Length then needs no pass
     /// over the prompt.
     pub fn with_json_len(mut self, json_len: Option<usize>) -> Self {
-        self.json_len = json_len;
+        if let Ok(Some(given)) = self.given.get_mut() {
+            given.json_len = json_len;
+        }
         self
     }
 
@@ -98,7 +100,9 @@ impl<'a> Prompt<'a> {
         mut self,
         escaped: Option<std::sync::Arc<crate::util::JsonFrames>>,
     ) -> Self {
-        self.escaped = escaped;
+        if let Ok(Some(given)) = self.given.get_mut() {
+            given.escaped = escaped;
+        }
         self
     }
 
@@ -112,13 +116,9 @@ impl<'a> Prompt<'a> {
     /// As [`Prompt::take`], with what is known of the text's escaped form (the given text's,
     /// [`Prompt::with_json_len`], [`Prompt::with_escaped`]; never a text made again's).
     pub fn take_parts(&self) -> Result<TakenPrompt, ProxyError> {
-        let given = self.text.lock().ok().and_then(|mut text| text.take());
+        let given = self.given.lock().ok().and_then(|mut given| given.take());
         match given {
-            Some(text) => Ok(TakenPrompt {
-                text,
-                json_len: self.json_len,
-                escaped: self.escaped.clone(),
-            }),
+            Some(given) => Ok(given),
             None => (self.again)().map(|text| TakenPrompt {
                 text,
                 json_len: None,

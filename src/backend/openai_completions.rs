@@ -1100,14 +1100,14 @@ mod tests {
         assert_eq!(Arc::strong_count(&prompt), 1);
         assert!(body.frame().await.is_none());
 
-        // Kept frames too: given up at the last byte.
+        // Kept frames too, given to the call as the pipeline gives them: given up at the last
+        // byte, by the body and by the call's prompt.
         let kept = Arc::new(crate::util::JsonFrames::of(prompt.as_bytes(), b""));
-        let taken = super::super::TakenPrompt {
-            text: prompt.clone(),
-            json_len: Some(kept.len()),
-            escaped: Some(kept.clone()),
-        };
-        let mut body = PromptBody::new(head, taken, tail);
+        let again = unreachable_again;
+        let given = super::super::Prompt::new(prompt.clone(), &again)
+            .with_json_len(Some(kept.len()))
+            .with_escaped(Some(kept.clone()));
+        let mut body = PromptBody::new(head, given.take_parts().unwrap(), tail);
         let mut sent = Vec::new();
         while !hyper::body::Body::is_end_stream(&body) {
             assert_eq!(Arc::strong_count(&kept), 2);

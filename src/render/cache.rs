@@ -17,8 +17,9 @@
 //! Each entry also keeps its prompt JSON-escaped ([`JsonFrames`], as the backend body sends
 //! it), and an extension escapes only its new bytes, sharing the frames of the prompt it
 //! extends. The escaped frames count in the bound; past it they are dropped first (least
-//! recently used first), then entries, so a cache too small for both keeps as many prompts as
-//! one without them: a prompt without frames is escaped whole when sent, as every prompt was.
+//! recently used first), and entries only when the prompts alone pass it, so a cache too small
+//! for both keeps the prompts a cache without frames would: a prompt without frames is
+//! escaped whole when sent, as every prompt was.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -308,7 +309,7 @@ impl RenderCache {
         inner.escaped_bytes = inner.escaped_bytes + added_escaped
             - gone.iter().map(|e| e.escaped_bytes).sum::<usize>();
         if inner.bytes > self.capacity {
-            inner.evict(self.capacity / 4 * 3);
+            inner.evict(self.capacity);
         }
         inner.stats.bytes = inner.bytes;
         inner.stats.escaped_bytes = inner.escaped_bytes;
@@ -336,10 +337,13 @@ pub(super) enum Outcome {
 }
 
 impl Inner {
-    /// Drops escaped frames, least recently used first, then the least recently used entries
-    /// until at most `target` bytes are held: frames save a pass over the prompt, an entry
-    /// the render of the whole history.
-    fn evict(&mut self, target: usize) {
+    /// Makes room once more than `capacity` bytes are held: drops escaped frames, least
+    /// recently used first, down to three quarters of it; then, if the prompts alone still
+    /// pass `capacity`, the least recently used entries down to three quarters. Frames save a
+    /// pass over a prompt, an entry the render of a whole history; entries go exactly when
+    /// and as a cache of prompts without frames would drop them.
+    fn evict(&mut self, capacity: usize) {
+        let target = capacity / 4 * 3;
         let mut by_use: Vec<(u64, u128)> = self
             .families
             .iter()
@@ -348,7 +352,7 @@ impl Inner {
         by_use.sort_unstable();
         for (used, family) in &by_use {
             if self.bytes <= target {
-                return;
+                break;
             }
             let Some(entry) = self
                 .families
@@ -364,8 +368,9 @@ impl Inner {
             self.escaped_bytes -= entry.escaped_bytes;
             entry.escaped_bytes = 0;
         }
+        let prompts_pass = self.bytes > capacity;
         for (used, family) in by_use {
-            if self.bytes <= target {
+            if !prompts_pass || self.bytes <= target {
                 break;
             }
             let Some(entries) = self.families.get_mut(&family) else {
@@ -587,5 +592,112 @@ mod tests {
         );
         // A prompt that lost its frames still has its escaped length and its entry.
         assert_eq!(held[0].json_len, 3000);
+    }
+
+    /// Frames never cost a prompt: past the bound, a cache with frames keeps, at every step,
+    /// the prompts one without frames keeps.
+    #[test]
+    fn frames_cost_no_prompts() {
+        let tools = ResolvedProfile::empty();
+        let run = |with_frames: bool| {
+            let cache = RenderCache::with_capacity(1 << 20);
+            let mut counts = Vec::new();
+            for i in 0..400 {
+                let c = conversation(&format!("task {i}"), "");
+                let prompt = Arc::new(format!("{:05}", i).repeat(2000));
+                let escaped = if with_frames {
+                    JsonFrames::of(prompt.as_bytes(), b"")
+                } else {
+                    JsonFrames::default()
+                };
+                cache.insert(Lookup::of(Format::Xml, &c), &tools, prompt, escaped, None);
+                counts.push(cache.inner.lock().unwrap().held.len());
+            }
+            counts
+        };
+        let (with, without) = (run(true), run(false));
+        assert_eq!(with, without);
+        // The bound was passed (10 KB prompts, 1 MiB).
+        assert!(without.iter().max() > without.last());
+    }
+
+    /// Sessions grown, rewound and retried through `render_shared` on caches small enough for
+    /// both eviction passes: the prompt is the whole render's, its frames the prompt escaped,
+    /// the accounting exact and within the bound.
+    #[test]
+    fn renders_frames_and_accounting_hold_under_eviction() {
+        let tools = ResolvedProfile::empty();
+        for cap in [40_000usize, 90_000, 200_000, 1 << 20] {
+            let renderer = super::super::Renderer::new()
+                .unwrap()
+                .with_render_cache(cap);
+            let mut seed = 0x1234_5678_u64 ^ cap as u64;
+            let mut rnd = |n: u64| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed % n
+            };
+            let mut sessions: Vec<Conversation> = (0..6)
+                .map(|i| conversation(&format!("task {i}"), ""))
+                .collect();
+            for round in 0..600 {
+                let s = rnd(6) as usize;
+                let c = &mut sessions[s];
+                match rnd(10) {
+                    0 if c.steps.len() > 1 => {
+                        let n = rnd(c.steps.len() as u64) as usize + 1;
+                        c.steps.truncate(n)
+                    }
+                    1 => {}
+                    _ => {
+                        let obs: String = (0..rnd(3000))
+                            .map(|k| {
+                                ["a", "\"", "\n", "\u{1}", "é", "<"][((k * 7 + round) % 6) as usize]
+                            })
+                            .collect();
+                        c.steps.push(Step {
+                            thought: format!("t{round}"),
+                            observation: Some(obs.into()),
+                            ..Step::default()
+                        });
+                    }
+                }
+                let format = [
+                    Format::Xml,
+                    Format::MarkdownXml,
+                    Format::Json,
+                    Format::Markdown,
+                ][rnd(4) as usize];
+                let prompt = renderer.render_shared(format, c, &tools).unwrap();
+                assert_eq!(*prompt, renderer.render(format, c, &tools).unwrap());
+                if let Some(h) = renderer.prompt_held(&prompt) {
+                    let mut whole = Vec::new();
+                    crate::util::push_json_escaped(&mut whole, prompt.as_bytes());
+                    assert_eq!(h.json_len, whole.len());
+                    if let Some(f) = h.escaped {
+                        assert_eq!(f.frames().concat(), whole);
+                        assert_eq!(f.len(), whole.len());
+                    }
+                }
+                let cache = renderer.cache.as_ref().unwrap();
+                let inner = cache.inner.lock().unwrap();
+                let entries: Vec<&Entry> = inner.families.values().flatten().collect();
+                assert_eq!(
+                    inner.bytes,
+                    entries.iter().map(|e| e.bytes()).sum::<usize>()
+                );
+                assert_eq!(
+                    inner.escaped_bytes,
+                    entries.iter().map(|e| e.escaped_bytes).sum::<usize>()
+                );
+                assert!(inner.bytes <= cap);
+                assert_eq!(inner.held.len(), entries.len());
+                for e in &entries {
+                    let h = &inner.held[&address(&e.prompt)];
+                    assert_eq!(h.escaped.as_ref().map_or(0, |f| f.len()), e.escaped_bytes);
+                }
+            }
+        }
     }
 }
