@@ -14,9 +14,10 @@
 //! decide the header, the digests the blocks. Entries are bounded by the bytes of
 //! their prompts (`--render-cache-mib`); past the bound the least recently used go.
 //!
-//! Each entry also keeps its prompt JSON-escaped ([`JsonFrames`], as the backend body sends
-//! it), and an extension escapes only its new bytes, sharing the frames of the prompt it
-//! extends. The escaped frames count in the bound; past it they are dropped first (least
+//! An entry made by an extension also keeps its prompt JSON-escaped ([`JsonFrames`], as the
+//! backend body sends it), and the next extension escapes only its new bytes, sharing the
+//! frames of the prompt it extends (a prompt rendered whole gets none: most are not continued
+//! in this process, and their frames would be made for nothing). The escaped frames count in the bound; past it they are dropped first (least
 //! recently used first), and entries only when the prompts alone pass it, so a cache too small
 //! for both keeps the prompts a cache without frames would: a prompt without frames is
 //! escaped whole when sent, as every prompt was.
@@ -229,18 +230,20 @@ impl RenderCache {
         entry_bytes(prompt_len, steps) <= self.capacity / 4
     }
 
-    /// Remembers `prompt` (JSON-escaped: `escaped`) for `lookup`'s conversation, if
-    /// [`RenderCache::admits`] it. The entry it extends (`parent`, the prompt of the same
-    /// conversation's earlier steps, with the bytes the two share from the start) is replaced:
-    /// the next turn extends the newer one.
+    /// Remembers `prompt` (its escaped length `json_len`, and its escaped frames if given)
+    /// for `lookup`'s conversation, if [`RenderCache::admits`] it. The entry it extends
+    /// (`parent`, the prompt of the same conversation's earlier steps, with the bytes the two
+    /// share from the start) is replaced: the next turn extends the newer one.
     pub fn insert(
         &self,
         lookup: Lookup,
         tools: &ResolvedProfile,
         prompt: Arc<String>,
-        escaped: JsonFrames,
+        json_len: usize,
+        escaped: Option<JsonFrames>,
         parent: Option<(&Arc<String>, usize)>,
     ) {
+        debug_assert!(escaped.as_ref().is_none_or(|e| e.len() == json_len));
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
@@ -267,7 +270,7 @@ impl RenderCache {
             tools: tool_set,
             generic_shell: tools.generic_shell,
             prompt,
-            escaped_bytes: escaped.len(),
+            escaped_bytes: escaped.as_ref().map_or(0, JsonFrames::len),
             used,
         };
         let added = entry.bytes();
@@ -300,9 +303,9 @@ impl RenderCache {
         inner.held.insert(
             kept,
             HeldPrompt {
-                json_len: escaped.len(),
+                json_len,
                 lineage,
-                escaped: Some(Arc::new(escaped)),
+                escaped: escaped.map(Arc::new),
             },
         );
         inner.bytes = inner.bytes + added - gone.iter().map(Entry::bytes).sum::<usize>();
@@ -491,61 +494,60 @@ mod tests {
         }
     }
 
+    /// Inserts `prompt` as the whole prompt of a one-step conversation of `task`, with its
+    /// frames (the cue empty) or none.
+    fn insert(cache: &RenderCache, task: &str, prompt: &Arc<String>, frames: bool) {
+        let json_len = crate::util::json_escaped_len(prompt.as_bytes());
+        let escaped = frames.then(|| JsonFrames::of(prompt.as_bytes(), b""));
+        let lookup = Lookup::of(Format::Xml, &conversation(task, ""));
+        let tools = ResolvedProfile::empty();
+        cache.insert(lookup, &tools, prompt.clone(), json_len, escaped, None);
+    }
+
+    /// The cache's accounting is exact and within its bound, and every entry's prompt is
+    /// held with its escaped length and its frames' bytes.
+    fn assert_consistent(cache: &RenderCache) {
+        let inner = cache.inner.lock().unwrap();
+        let entries: Vec<&Entry> = inner.families.values().flatten().collect();
+        assert!(inner.bytes <= cache.capacity);
+        assert_eq!(
+            inner.bytes,
+            entries.iter().map(|e| e.bytes()).sum::<usize>()
+        );
+        assert_eq!(
+            inner.escaped_bytes,
+            entries.iter().map(|e| e.escaped_bytes).sum::<usize>()
+        );
+        for e in &entries {
+            let held = &inner.held[&address(&e.prompt)];
+            let frames = held.escaped.as_ref().map_or(0, |f| f.len());
+            assert_eq!(frames, e.escaped_bytes);
+            assert_eq!(
+                held.json_len,
+                crate::util::json_escaped_len(e.prompt.as_bytes())
+            );
+        }
+        assert_eq!(inner.held.len(), entries.len());
+        assert!(inner.families.values().all(|f| !f.is_empty()));
+    }
+
     /// Entries stay within the bound, every one's escaped length is findable by its prompt
     /// and no other, and a prompt too large for the cache leaves nothing behind.
     #[test]
     fn the_bound_holds_and_nothing_outlives_its_entry() {
         let cache = RenderCache::with_capacity(64 * 1024);
-        let tools = ResolvedProfile::empty();
         let mut prompts = Vec::new();
         for i in 0..200 {
-            let c = conversation(&format!("task {i}"), &"x".repeat(i * 37 % 5000));
-            let prompt = Arc::new(format!("prompt {i} {}", "y".repeat(i * 53 % 6000)));
-            let escaped = JsonFrames::of(prompt.as_bytes(), b"");
-            cache.insert(
-                Lookup::of(Format::Xml, &c),
-                &tools,
-                prompt.clone(),
-                escaped,
-                None,
-            );
+            let prompt = Arc::new(format!("prompt {i} {}", "y\n".repeat(i * 53 % 3000)));
+            insert(&cache, &format!("task {i}"), &prompt, true);
             prompts.push(prompt);
-            let inner = cache.inner.lock().unwrap();
-            let entries: Vec<&Entry> = inner.families.values().flatten().collect();
-            assert!(inner.bytes <= cache.capacity);
-            assert_eq!(
-                inner.bytes,
-                entries.iter().map(|e| e.bytes()).sum::<usize>()
-            );
-            assert_eq!(
-                inner.escaped_bytes,
-                entries.iter().map(|e| e.escaped_bytes).sum::<usize>()
-            );
-            for e in &entries {
-                let held = &inner.held[&address(&e.prompt)];
-                let frames = held.escaped.as_ref().map_or(0, |f| f.len());
-                assert_eq!(frames, e.escaped_bytes);
-                assert_eq!(
-                    held.json_len,
-                    crate::util::json_escaped_len(e.prompt.as_bytes())
-                );
-            }
-            assert_eq!(inner.held.len(), entries.len());
-            assert!(inner.families.values().all(|f| !f.is_empty()));
+            assert_consistent(&cache);
         }
         let held = prompts.iter().filter(|p| cache.held(p).is_some()).count();
         assert!(held > 5 && held < 200, "{held}");
         let huge = Arc::new("z".repeat(cache.capacity));
         let before = cache.inner.lock().unwrap().families.len();
-        let c = conversation("a task too long", "");
-        let escaped = JsonFrames::of(huge.as_bytes(), b"");
-        cache.insert(
-            Lookup::of(Format::Xml, &c),
-            &tools,
-            huge.clone(),
-            escaped,
-            None,
-        );
+        insert(&cache, "a task too long", &huge, true);
         assert_eq!(cache.inner.lock().unwrap().families.len(), before);
         assert!(cache.held(&huge).is_none());
     }
@@ -555,21 +557,13 @@ mod tests {
     #[test]
     fn frames_are_dropped_before_prompts() {
         let cache = RenderCache::with_capacity(64 * 1024);
-        let tools = ResolvedProfile::empty();
         let mut prompts = Vec::new();
         for i in 0..16 {
-            let c = conversation(&format!("task {i}"), "");
             let prompt = Arc::new(format!("{}\n", i % 10).repeat(1000));
-            let escaped = JsonFrames::of(prompt.as_bytes(), b"");
-            cache.insert(
-                Lookup::of(Format::Xml, &c),
-                &tools,
-                prompt.clone(),
-                escaped,
-                None,
-            );
+            insert(&cache, &format!("task {i}"), &prompt, true);
             prompts.push(prompt);
         }
+        assert_consistent(&cache);
         // Sixteen prompts of 2 KB fit without their frames (3 KB each) in the three quarters
         // of the bound that eviction leaves, not with them: every prompt is kept, the older
         // ones without frames.
@@ -598,19 +592,12 @@ mod tests {
     /// the prompts one without frames keeps.
     #[test]
     fn frames_cost_no_prompts() {
-        let tools = ResolvedProfile::empty();
-        let run = |with_frames: bool| {
+        let run = |frames: bool| {
             let cache = RenderCache::with_capacity(1 << 20);
             let mut counts = Vec::new();
             for i in 0..400 {
-                let c = conversation(&format!("task {i}"), "");
                 let prompt = Arc::new(format!("{:05}", i).repeat(2000));
-                let escaped = if with_frames {
-                    JsonFrames::of(prompt.as_bytes(), b"")
-                } else {
-                    JsonFrames::default()
-                };
-                cache.insert(Lookup::of(Format::Xml, &c), &tools, prompt, escaped, None);
+                insert(&cache, &format!("task {i}"), &prompt, frames);
                 counts.push(cache.inner.lock().unwrap().held.len());
             }
             counts
@@ -680,23 +667,7 @@ mod tests {
                         assert_eq!(f.len(), whole.len());
                     }
                 }
-                let cache = renderer.cache.as_ref().unwrap();
-                let inner = cache.inner.lock().unwrap();
-                let entries: Vec<&Entry> = inner.families.values().flatten().collect();
-                assert_eq!(
-                    inner.bytes,
-                    entries.iter().map(|e| e.bytes()).sum::<usize>()
-                );
-                assert_eq!(
-                    inner.escaped_bytes,
-                    entries.iter().map(|e| e.escaped_bytes).sum::<usize>()
-                );
-                assert!(inner.bytes <= cap);
-                assert_eq!(inner.held.len(), entries.len());
-                for e in &entries {
-                    let h = &inner.held[&address(&e.prompt)];
-                    assert_eq!(h.escaped.as_ref().map_or(0, |f| f.len()), e.escaped_bytes);
-                }
+                assert_consistent(renderer.cache.as_ref().unwrap());
             }
         }
     }

@@ -462,7 +462,8 @@ impl Renderer {
                         lookup,
                         tools,
                         prompt.clone(),
-                        escaped,
+                        escaped.len(),
+                        Some(escaped),
                         Some((&found.prompt, shared)),
                     );
                 }
@@ -472,12 +473,13 @@ impl Renderer {
         cache.count(cache::Outcome::Miss);
         let prompt = Arc::new(self.render_steps(format, conversation, &steps, tools)?);
         if cache.admits(prompt.len(), lookup.steps.len()) {
-            let cue = format.cue();
-            let escaped = match prompt.strip_suffix(cue) {
-                Some(body) => JsonFrames::of(body.as_bytes(), cue.as_bytes()),
-                None => JsonFrames::of(prompt.as_bytes(), b""),
-            };
-            cache.insert(lookup, tools, prompt.clone(), escaped, None);
+            // No frames yet: most conversations rendered whole are not continued in this
+            // process (a request that opens a session after a restart or on another replica,
+            // a history the client rewrote), and frames made for them would be dropped
+            // unused once the cache is full, leaving their memory to the allocator. The next
+            // turn escapes this prompt into frames, which its later turns extend.
+            let json_len = crate::util::json_escaped_len(prompt.as_bytes());
+            cache.insert(lookup, tools, prompt.clone(), json_len, None, None);
         }
         Ok(prompt)
     }
