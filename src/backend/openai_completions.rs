@@ -1090,12 +1090,7 @@ mod tests {
             escaped: None,
         };
         let mut body = PromptBody::new(head.clone(), taken, tail.clone());
-        let mut sent = Vec::new();
-        while !hyper::body::Body::is_end_stream(&body) {
-            assert_eq!(Arc::strong_count(&prompt), 2);
-            let frame = body.frame().await.unwrap().unwrap();
-            sent.extend_from_slice(frame.data_ref().unwrap());
-        }
+        let sent = send_holding(&mut body, || Arc::strong_count(&prompt)).await;
         assert_eq!(sent, request.to_json().unwrap());
         assert_eq!(Arc::strong_count(&prompt), 1);
         assert!(body.frame().await.is_none());
@@ -1108,14 +1103,22 @@ mod tests {
             .with_json_len(Some(kept.len()))
             .with_escaped(Some(kept.clone()));
         let mut body = PromptBody::new(head, given.take_parts().unwrap(), tail);
+        let sent = send_holding(&mut body, || Arc::strong_count(&kept)).await;
+        assert_eq!(sent, request.to_json().unwrap());
+        assert_eq!(Arc::strong_count(&kept), 1);
+    }
+
+    /// The bytes of `body`, frame by frame, checking that the body holds the prompt (a
+    /// reference `count` counts, besides the test's own) until its last byte.
+    async fn send_holding(body: &mut PromptBody, count: impl Fn() -> usize) -> Vec<u8> {
+        use http_body_util::BodyExt;
         let mut sent = Vec::new();
-        while !hyper::body::Body::is_end_stream(&body) {
-            assert_eq!(Arc::strong_count(&kept), 2);
+        while !hyper::body::Body::is_end_stream(body) {
+            assert_eq!(count(), 2);
             let frame = body.frame().await.unwrap().unwrap();
             sent.extend_from_slice(frame.data_ref().unwrap());
         }
-        assert_eq!(sent, request.to_json().unwrap());
-        assert_eq!(Arc::strong_count(&kept), 1);
+        sent
     }
 
     /// A prompt that must not be made again (the call is not retried).
