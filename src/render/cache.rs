@@ -129,6 +129,8 @@ pub struct PromptLineage {
 /// A cached prompt a conversation starts with.
 pub(super) struct Found {
     pub prompt: Arc<String>,
+    /// [`crate::util::json_escaped_len`] of `prompt`.
+    pub json_len: usize,
     /// `prompt` escaped, when the cache still holds its frames.
     pub escaped: Option<Arc<JsonFrames>>,
     /// Steps the prompt holds: the conversation's first `steps` steps.
@@ -197,11 +199,11 @@ impl RenderCache {
             })
             .max_by_key(|e| e.steps.len())?;
         best.used = clock;
+        let held = held.get(&address(&best.prompt))?;
         Some(Found {
             prompt: best.prompt.clone(),
-            escaped: held
-                .get(&address(&best.prompt))
-                .and_then(|h| h.escaped.clone()),
+            json_len: held.json_len,
+            escaped: held.escaped.clone(),
             steps: best.steps.len(),
         })
     }
@@ -228,6 +230,18 @@ impl RenderCache {
     /// is kept.
     pub fn admits(&self, prompt_len: usize, steps: usize) -> bool {
         entry_bytes(prompt_len, steps) <= self.capacity / 4
+    }
+
+    /// Whether frames for a prompt of `prompt_len` bytes and `steps` steps would stay: the
+    /// prompts held, this one and its frames (an escape takes about 9/8 of a text) fit in the
+    /// three quarters of the bound that eviction leaves. Otherwise eviction would drop them
+    /// with the others, and the prompt would be escaped twice: into frames, then when sent.
+    pub fn frames_fit(&self, prompt_len: usize, steps: usize) -> bool {
+        let Ok(inner) = self.inner.lock() else {
+            return false;
+        };
+        let prompts = inner.bytes - inner.escaped_bytes;
+        prompts + entry_bytes(prompt_len, steps) + prompt_len / 8 * 9 <= self.capacity / 4 * 3
     }
 
     /// Remembers `prompt` (its escaped length `json_len`, and its escaped frames if given)
@@ -670,5 +684,25 @@ mod tests {
                 assert_consistent(renderer.cache.as_ref().unwrap());
             }
         }
+    }
+
+    /// Frames are made only where they would stay: not once the prompts held, the new one
+    /// and its frames pass the three quarters of the bound that eviction leaves.
+    #[test]
+    fn frames_are_made_only_where_they_stay() {
+        let cache = RenderCache::with_capacity(64 * 1024);
+        assert!(cache.frames_fit(20_000, 1));
+        for i in 0..7 {
+            insert(
+                &cache,
+                &format!("task {i}"),
+                &Arc::new("p".repeat(5_000)),
+                false,
+            );
+        }
+        // 37 KB of prompts held: a 2 KB prompt with its frames fits in 48 KiB, a 6 KB one not.
+        assert!(cache.frames_fit(2_000, 1));
+        assert!(!cache.frames_fit(6_000, 1));
+        assert_consistent(&cache);
     }
 }

@@ -451,19 +451,28 @@ impl Renderer {
                 cache.count(cache::Outcome::Extended);
                 let shared = found.prompt.len() - format.cue().len();
                 if cache.admits(prompt.len(), lookup.steps.len()) {
-                    // Only the new blocks are escaped when the older prompt's frames are kept.
+                    // Only the new blocks are escaped when the older prompt's frames are kept;
+                    // without them, the whole prompt, if its frames would stay.
                     let cue = format.cue().as_bytes();
                     let body = &prompt.as_bytes()[..prompt.len() - cue.len()];
                     let escaped = match &found.escaped {
-                        Some(older) => older.extended(&body[shared..], cue),
-                        None => JsonFrames::of(body, cue),
+                        Some(older) => Some(older.extended(&body[shared..], cue)),
+                        None => cache
+                            .frames_fit(prompt.len(), lookup.steps.len())
+                            .then(|| JsonFrames::of(body, cue)),
+                    };
+                    // Escaping is byte by byte: without frames, the older prompt's escaped
+                    // length plus the new blocks' (both end with the cue).
+                    let json_len = match &escaped {
+                        Some(escaped) => escaped.len(),
+                        None => found.json_len + crate::util::json_escaped_len(&body[shared..]),
                     };
                     cache.insert(
                         lookup,
                         tools,
                         prompt.clone(),
-                        escaped.len(),
-                        Some(escaped),
+                        json_len,
+                        escaped,
                         Some((&found.prompt, shared)),
                     );
                 }
