@@ -17,10 +17,11 @@
 //! An entry made by an extension also keeps its prompt JSON-escaped ([`JsonFrames`], as the
 //! backend body sends it), and the next extension escapes only its new bytes, sharing the
 //! frames of the prompt it extends (a prompt rendered whole gets none: most are not continued
-//! in this process, and their frames would be made for nothing). The escaped frames count in the bound; past it they are dropped first (least
-//! recently used first), and entries only when the prompts alone pass it, so a cache too small
-//! for both keeps the prompts a cache without frames would: a prompt without frames is
-//! escaped whole when sent, as every prompt was.
+//! in this process, and their frames would be made for nothing). The escaped frames count in
+//! the bound; past it they are dropped first (least recently used first), and entries only
+//! when the prompts alone pass it, so a cache too small for both keeps the prompts a cache
+//! without frames would: a prompt without frames is escaped whole when sent, as every prompt
+//! was.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
