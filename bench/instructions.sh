@@ -9,7 +9,10 @@
 #
 # Paths as in bench/load.sh: `ids` the next turns of running sessions (examples/bench_turns.rs:
 # 4 rollouts, each sending its next turns in order after a warm-up turn),
-# `foreign`, `mini`, `terminus` a request that opens a session (256 rollouts, cycled).
+# `foreign`, `mini`, `terminus` a request that opens a session (256 rollouts, cycled),
+# `mini-run`, `terminus-run` the next turns of running sessions of those id-less dialects
+# (bench_turns --dialect: each history holds the proxy's own last reply; a second mock numbers
+# its answers so that no two are equal).
 # SHA-256 is reported apart: valgrind's CPU has no SHA extensions, so the hash runs in its
 # software form there (about ten times the instructions of the SHA-NI form the proxy uses on
 # x86 machines that have it); the `w/o SHA-256` column leaves its compression function out.
@@ -17,7 +20,9 @@
 # Usage: bench/instructions.sh [--quick]
 # Env:   PROXY_BIN=path (default target/release/asap-proxy)  BASE_BIN=path (a second build,
 #        e.g. the one before a change: its counts and the change are added to the table)
-#        OHA=path/to/oha  MOCK_PORT=19301  PROXY_PORT=19302
+#        OHA=path/to/oha  MOCK_PORT=19301  PROXY_PORT=19302  NUMBERED_PORT=19303 (the
+#        numbering mock)
+#        PATHS='mini-run terminus-run' (only the rows of these paths)
 # Needs: valgrind (callgrind_control), oha (installed as bench/load.sh installs it), python3.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,6 +31,7 @@ QUICK=0
 [[ "${1:-}" == "--quick" ]] && QUICK=1
 MOCK_PORT=${MOCK_PORT:-19301}
 PROXY_PORT=${PROXY_PORT:-19302}
+NUMBERED_PORT=${NUMBERED_PORT:-19303}
 OHA=${OHA:-$(command -v oha || echo "$HOME/.cache/asap-proxy/bin/oha")}
 for tool in valgrind callgrind_control callgrind_annotate python3 curl "$OHA"; do
     command -v "$tool" >/dev/null || { echo "bench/instructions.sh: needs $tool" >&2; exit 1; }
@@ -44,15 +50,20 @@ bench_bodies
 
 target/release/fake-backend --port "$MOCK_PORT" constant --delay-ms 0 >/dev/null 2>"$WORK/mock.log" &
 PIDS+=($!)
+target/release/fake-backend --port "$NUMBERED_PORT" constant --delay-ms 0 --numbered \
+    >/dev/null 2>"$WORK/numbered.log" &
+PIDS+=($!)
 wait_http "http://127.0.0.1:$MOCK_PORT/health"
+wait_http "http://127.0.0.1:$NUMBERED_PORT/health"
 
 # send FLAG BODY N [--warm-only|--skip-warm]: N requests of BODY with oha (FLAG -D or -Z),
-# or (FLAG `turns`) the next turns of 4 rollouts of BODY turns, N / 4 each, with bench_turns.
+# or (FLAG `turns:DIALECT`) the next turns of 4 rollouts of BODY turns, N / 4 each, with
+# bench_turns.
 send() {
     local flag=$1 body=$2 n=$3 url="http://127.0.0.1:$PROXY_PORT/v1/chat/completions"
-    if [[ $flag == turns ]]; then
+    if [[ $flag == turns:* ]]; then
         target/release/examples/bench_turns --url "$url" --turns "$body" --sessions 4 \
-            --rounds $((n / 4)) "$4"
+            --rounds $((n / 4)) --dialect "${flag#turns:}" --state "$WORK/replies.json" "$4"
     elif [[ $4 == --warm-only ]]; then
         "$OHA" --no-tui --output-format json -m POST -H 'content-type: application/json' \
             -c 1 -n 5 "$flag" "$body" "$url"
@@ -63,11 +74,13 @@ send() {
 }
 
 # count BIN FLAG BODY N: prints "Ir_per_request sha_Ir_per_request" for N requests.
+# A content dialect's running sessions are answered by the numbering mock.
 count() {
-    local bin=$1 flag=$2 body=$3 n=$4 out="$WORK/cg" pid file
+    local bin=$1 flag=$2 body=$3 n=$4 out="$WORK/cg" pid file port=$MOCK_PORT
+    [[ $flag == turns:mini || $flag == turns:terminus ]] && port=$NUMBERED_PORT
     rm -rf "$WORK/logs" "$out".*
     valgrind --tool=callgrind --callgrind-out-file="$out.%p" "$bin" serve \
-        --listen "127.0.0.1:$PROXY_PORT" --backend "http://127.0.0.1:$MOCK_PORT/v1" \
+        --listen "127.0.0.1:$PROXY_PORT" --backend "http://127.0.0.1:$port/v1" \
         --backend-model mock --log-dir "$WORK/logs" --max-steps 100000 \
         --prefixes "$WORK/no-prefixes" 2>"$WORK/valgrind.log" &
     pid=$!
@@ -108,16 +121,20 @@ EOF
 
 if [[ $QUICK == 1 ]]; then N_SHORT=50; N_LONG=10; else N_SHORT=200; N_LONG=40; fi
 CONFIGS=(
-    "ids 2 turns 2 32"
-    "ids 20 turns 20 32"
-    "ids 100 turns 100 32"
-    "ids 1000 turns 1000 8"
+    "ids 2 turns:ids 2 32"
+    "ids 20 turns:ids 20 32"
+    "ids 100 turns:ids 100 32"
+    "ids 1000 turns:ids 1000 8"
     "foreign 20 -Z $B/foreign-20.jsonl $N_LONG"
     "foreign 100 -Z $B/foreign-100.jsonl $N_LONG"
     "mini 20 -Z $B/mini-20.jsonl $N_LONG"
     "mini 100 -Z $B/mini-100.jsonl $N_LONG"
     "terminus 20 -Z $B/terminus-20.jsonl $N_LONG"
     "terminus 100 -Z $B/terminus-100.jsonl $N_LONG"
+    "mini-run 20 turns:mini 20 32"
+    "mini-run 100 turns:mini 100 32"
+    "terminus-run 20 turns:terminus 20 32"
+    "terminus-run 100 turns:terminus 100 32"
 )
 
 fmt() { python3 -c "import sys; print(f'{int(sys.argv[1]):,}')" "$1"; }
@@ -130,6 +147,7 @@ else
 fi
 for config in "${CONFIGS[@]}"; do
     read -r path turns flag body n <<<"$config"
+    [[ -n ${PATHS:-} && " $PATHS " != *" $path "* ]] && continue
     echo "== $path, $turns turns ($n requests)" >&2
     read -r ir sha < <(count "$PROXY_BIN" "$flag" "$body" "$n")
     if [[ -n $BASE_BIN ]]; then

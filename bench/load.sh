@@ -4,7 +4,8 @@
 # Builds release binaries, starts the zero-latency mock backend (`fake-backend constant`, the
 # fake-backend/ workspace crate) pinned to CPU 1 and the proxy pinned to CPU 0, generates SWE-agent-shaped bodies of 2, 20,
 # 100 and 1,000 turns (examples/bench_bodies.rs; also, at 20 and 100 turns, the paths that
-# open a session on every request: foreign tool-call ids and mini-swe-agent's text mode), and
+# open a session on every request: foreign tool-call ids and mini-swe-agent's text mode, and
+# the next turns of running id-less sessions of mini-swe-agent and Terminus-2), and
 # measures with oha (pinned to CPU 1,
 # with the mock): direct-to-mock (the completions body the proxy would send) against
 # through-the-proxy (the chat body), at concurrency 1 (mock delay 0) and 32 (mock delay
@@ -78,9 +79,9 @@ stop_pid() {
 }
 
 MOCK_PID=
-start_mock() { # delay_ms
+start_mock() { # delay_ms [--numbered]
     [[ -n "$MOCK_PID" ]] && stop_pid "$MOCK_PID"
-    taskset -c "$CLIENT_CPU" "$MOCK_BIN" --port "$MOCK_PORT" constant --delay-ms "$1" \
+    taskset -c "$CLIENT_CPU" "$MOCK_BIN" --port "$MOCK_PORT" constant --delay-ms "$1" "${@:2}" \
         >/dev/null 2>"$WORK/mock.log" &
     MOCK_PID=$!
     PIDS+=("$MOCK_PID")
@@ -112,9 +113,9 @@ oha_json() {
 
 # The next turns of running sessions, in order (examples/bench_turns.rs): a load tool that
 # picks bodies at random or repeats one would send what the proxy's caches answer whole.
-# turns_json OUT URL C TURNS STREAM(yes|no) [--warm-only|--skip-warm]: at c=1 16 rollouts of
-# 16 turns each (256 requests), at c>1 4 rollouts a worker of 8 turns each (32 a worker),
-# from TURNS turns on.
+# turns_json OUT URL C TURNS STREAM(yes|no) [--warm-only|--skip-warm] [bench_turns flags]: at
+# c=1 16 rollouts of 16 turns each (256 requests), at c>1 4 rollouts a worker of 8 turns each
+# (32 a worker), from TURNS turns on.
 turns_json() {
     local out=$1 url=$2 c=$3 turns=$4 stream=$5 sessions=16 rounds=16 extra=()
     [[ $c -gt 1 ]] && sessions=$((c * 4)) && rounds=8
@@ -149,11 +150,15 @@ if [[ $QUICK == 1 ]]; then N1=200; N32=640; else N1=3000; N32=6400; fi
 # One configuration: direct and proxy, same concurrency, same mock.
 # measure TURNS STREAM C N [PATH]
 # PATH (default `ids`, the next turn of a running session): `foreign` (tool-call ids that are
-# not the proxy's) or `mini` (mini-swe-agent's text mode, no ids): every request opens a
-# session; the bodies cycle through 256 rollouts at any concurrency, and the direct baseline
-# is the SWE-agent body's completions request of the same length.
+# not the proxy's), `mini` (mini-swe-agent's text mode, no ids) or `terminus` (Terminus-2's
+# JSON keystrokes, no ids): every request opens a session; the bodies cycle through 256
+# rollouts at any concurrency. `mini-run` and `terminus-run`: the next turns of running
+# sessions of those dialects, sent in order by bench_turns with the proxy's own last reply
+# in each history (the mock must number its answers: `start_mock DELAY --numbered`). The
+# direct baseline is the SWE-agent body's completions request of the same length.
 measure() {
     local turns=$1 stream=$2 c=$3 n=$4 route=${5:-ids} sfx="" proxy_body direct_body flag
+    local dialect=(--dialect ids)
     # ROUTE is PATH[+zstd][+mcN]: +zstd compresses traces, +mcN sets --message-cache-mib N.
     local path=${route%%+*} serve_flags=() part
     for part in $(tr '+' ' ' <<<"${route#"$path"}"); do
@@ -164,13 +169,14 @@ measure() {
     done
     [[ $stream == yes ]] && sfx="-stream"
     direct_body="$B/completions-$turns$sfx.json"
-    if [[ $path != ids ]]; then
-        proxy_body="$B/$path-$turns$sfx.jsonl"
-        flag=-Z
-    else
+    if [[ $path == ids || $path == *-run ]]; then
         # The next turns of running sessions, in order (bench_turns).
+        [[ $path == *-run ]] && dialect=(--dialect "${path%-run}" --state "$WORK/replies.json")
         proxy_body=
         flag=turns
+    else
+        proxy_body="$B/$path-$turns$sfx.jsonl"
+        flag=-Z
     fi
     # Direct: warm-up, then the measured run.
     oha_json "$WORK/warm.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" "$c" $((c * 4)) -D "$direct_body"
@@ -180,7 +186,7 @@ measure() {
     start_proxy "${serve_flags[@]}"
     local url="http://127.0.0.1:$PROXY_PORT/v1/chat/completions"
     if [[ $flag == turns ]]; then
-        turns_json "$WORK/warm.json" "$url" "$c" "$turns" "$stream" --warm-only
+        turns_json "$WORK/warm.json" "$url" "$c" "$turns" "$stream" --warm-only "${dialect[@]}"
     else
         oha_json "$WORK/warm.json" "$url" "$c" 512 "$flag" "$proxy_body"
     fi
@@ -188,7 +194,7 @@ measure() {
     cpu0=$(cpu_ticks "$PROXY_PID")
     bytes0=$(du -sb "$WORK/logs" | cut -f1)
     if [[ $flag == turns ]]; then
-        turns_json "$WORK/proxy.json" "$url" "$c" "$turns" "$stream" --skip-warm
+        turns_json "$WORK/proxy.json" "$url" "$c" "$turns" "$stream" --skip-warm "${dialect[@]}"
     else
         oha_json "$WORK/proxy.json" "$url" "$c" "$n" "$flag" "$proxy_body"
     fi
@@ -266,6 +272,20 @@ for route in foreign mini terminus; do
         start_mock "$delay"
         for turns in 20 100; do
             for stream in no yes; do
+                measure "$turns" "$stream" "$c" "$n" "$route"
+            done
+        done
+    done
+done
+
+echo "== next turns of running sessions without ids (mini-swe-agent text, Terminus-2)" >&2
+for route in mini-run terminus-run; do
+    # c=1 on a 0 ms mock (streamed and not), then c=32 on a 20 ms mock.
+    for setting in "0 1 $N1 no yes" "20 32 $N32 no"; do
+        read -r delay c n streams <<<"$setting"
+        start_mock "$delay" --numbered
+        for turns in 20 100; do
+            for stream in $streams; do
                 measure "$turns" "$stream" "$c" "$n" "$route"
             done
         done
@@ -360,7 +380,10 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "(16 at c=1, 8 at c=32; the body column is the first's size) after a warm-up at TURNS-1; \`foreign\` the same"
     echo "conversation with ids that are not the proxy's, \`mini\` mini-swe-agent's text mode (no"
     echo "ids) and \`terminus\` Terminus-2's JSON keystrokes (no ids): every such request opens a"
-    echo "session. \`+zstd\`: with \`--trace-compression zstd\`; \`+mc128\`: \`--message-cache-mib 128\`."
+    echo "session. \`mini-run\` and \`terminus-run\`: the next turns of running sessions of those two"
+    echo "dialects, sent in order as \`ids\` is, each history holding the proxy's own last reply (the"
+    echo "proxy finds the session by it; the mock numbers its answers so that no two are equal)."
+    echo "\`+zstd\`: with \`--trace-compression zstd\`; \`+mc128\`: \`--message-cache-mib 128\`."
     echo "Trace = bytes written to the log directory per request."
     echo
     echo "| path | turns | body | stream | c | direct p50 | direct p99 | proxy p50 | proxy p99 | added p50 | added p99 | direct rps | proxy rps | proxy/direct | CPU ms/req | peak RSS MiB | trace KiB/req | ok (direct, proxy) |"

@@ -12,6 +12,15 @@
 //! rollout's turns are sent in order, one at a time, with the other rollouts' turns between
 //! them (as concurrent rollouts interleave).
 //!
+//! `--dialect mini` or `terminus` sends id-less content-dialect rollouts instead
+//! (mini-swe-agent's text mode, Terminus-2's JSON keystrokes; `benches/support/swe_agent.rs`):
+//! the proxy finds such a running session by the text of its own last reply, so each next
+//! turn appends the reply the proxy sent (its `content`, streamed or not) and the turn's
+//! observation, as those scaffolds do. The warm-up's history is generated (as after a
+//! restart: it opens the session); `--state FILE` carries the warm-up's replies from a
+//! `--warm-only` run to the `--skip-warm` run. The backend's answers must differ from each
+//! other (`fake-backend constant --numbered`), or every rollout would be one session.
+//!
 //! Prints one JSON object: `p50_ms`, `p99_ms` (latency of the measured requests), `rps`,
 //! `ok` (2xx answers), `total`, `body_bytes` (mean). With `--warm-only` it sends the warm-up
 //! and prints nothing; `--skip-warm` sends the measured rounds only (so that a caller can read
@@ -19,15 +28,33 @@
 //!
 //! `cargo run --release --example bench_turns -- --url http://127.0.0.1:19002/v1/chat/completions --turns 100`
 
-#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 #[path = "../benches/support/swe_agent.rs"]
 mod swe_agent;
 
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+use serde_json::Value;
+
+/// How a rollout's requests are written and how the proxy finds its session.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Dialect {
+    /// SWE-agent tool calls with proxy-minted ids.
+    Ids,
+    /// mini-swe-agent's text mode: no tools, no ids.
+    Mini,
+    /// Terminus-2's JSON keystrokes: no tools, no ids.
+    Terminus,
+}
 
 #[derive(Parser)]
 struct Args {
@@ -59,6 +86,13 @@ struct Args {
     /// run's in the proxy's caches unless meant to).
     #[arg(long, default_value_t = 0x0b5e_1000_0000)]
     session_base: u64,
+    /// The rollouts' dialect.
+    #[arg(long, value_enum, default_value = "ids")]
+    dialect: Dialect,
+    /// Content dialects: the file the warm-up's replies are written to (`--warm-only`) and
+    /// read from (`--skip-warm`).
+    #[arg(long)]
+    state: Option<PathBuf>,
 }
 
 /// One rollout's requests as bytes: its fixed fields and its messages, each serialized once,
@@ -74,8 +108,17 @@ struct Rollout {
 }
 
 impl Rollout {
-    fn new(session: &str, turns: usize, stream: bool) -> Self {
-        let mut body = swe_agent::chat_body(turns, session, stream);
+    fn new(dialect: Dialect, session: &str, turns: usize, stream: bool) -> Self {
+        let mut body = match dialect {
+            Dialect::Ids => swe_agent::chat_body(turns, session, stream),
+            Dialect::Mini => {
+                serde_json::from_slice(&swe_agent::mini_text_bytes(turns, session, stream)).unwrap()
+            }
+            Dialect::Terminus => {
+                serde_json::from_slice(&swe_agent::terminus_text_bytes(turns, session, stream))
+                    .unwrap()
+            }
+        };
         let messages: Vec<Vec<u8>> = body["messages"]
             .as_array()
             .unwrap()
@@ -94,9 +137,13 @@ impl Rollout {
         }
     }
 
-    /// The request whose history holds `turns` turns.
+    /// The request whose history holds `turns` turns, as generated.
     fn body(&self, turns: usize) -> Vec<u8> {
-        let messages = &self.messages[..self.opening + 2 * turns];
+        self.body_of(&self.messages[..self.opening + 2 * turns])
+    }
+
+    /// The request of these messages.
+    fn body_of(&self, messages: &[Vec<u8>]) -> Vec<u8> {
         let len = messages.iter().map(|m| m.len() + 1).sum::<usize>();
         let mut out = Vec::with_capacity(self.head.len() + len + self.tail.len());
         out.extend_from_slice(&self.head);
@@ -111,6 +158,60 @@ impl Rollout {
     }
 }
 
+/// A content-dialect rollout's history as sent so far: the generated turns before the
+/// warm-up, then each turn the proxy answered as its reply and the generated observation.
+struct Live {
+    rollout: Rollout,
+    history: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Live {
+    /// The history of `turns` generated turns.
+    fn new(rollout: Rollout, turns: usize) -> Self {
+        let history = rollout.messages[..rollout.opening + 2 * turns].to_vec();
+        Self {
+            rollout,
+            history: Mutex::new(history),
+        }
+    }
+
+    fn body(&self) -> Vec<u8> {
+        self.rollout.body_of(&self.history.lock().unwrap())
+    }
+
+    /// Appends the proxy's `reply` and the generated observation of that turn.
+    fn answered(&self, reply: &str) {
+        let mut history = self.history.lock().unwrap();
+        let observation = history.len() + 1;
+        history.push(
+            serde_json::to_vec(&serde_json::json!({"role": "assistant", "content": reply}))
+                .unwrap(),
+        );
+        history.push(self.rollout.messages[observation].clone());
+    }
+}
+
+/// The reply's `content`: of a chat completion, or of the chunks of its SSE stream.
+fn reply_content(body: &[u8]) -> Option<String> {
+    if let Ok(value) = serde_json::from_slice::<Value>(body) {
+        return value["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::to_string);
+    }
+    let mut content = String::new();
+    for line in std::str::from_utf8(body).ok()?.lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if let Ok(chunk) = serde_json::from_str::<Value>(data) {
+            if let Some(piece) = chunk["choices"][0]["delta"]["content"].as_str() {
+                content.push_str(piece);
+            }
+        }
+    }
+    Some(content)
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
@@ -119,14 +220,35 @@ async fn main() {
         args.concurrency >= 1 && args.sessions % args.concurrency == 0,
         "--sessions must be a multiple of --concurrency"
     );
-    let rollouts: Arc<Vec<Rollout>> = Arc::new(
+    let content = args.dialect != Dialect::Ids;
+    assert!(
+        !content || args.state.is_some() || !(args.warm_only || args.skip_warm),
+        "a content dialect's split run needs --state"
+    );
+    let rollouts: Arc<Vec<Live>> = Arc::new(
         (0..args.sessions)
             .map(|s| {
                 let session = format!("{:012x}", args.session_base + s as u64);
-                Rollout::new(&session, args.turns + args.rounds, args.stream)
+                let rollout = Rollout::new(
+                    args.dialect,
+                    &session,
+                    args.turns + args.rounds,
+                    args.stream,
+                );
+                Live::new(rollout, args.turns - 1)
             })
             .collect(),
     );
+    if content && args.skip_warm {
+        let path = args.state.as_ref().unwrap();
+        let replies: Vec<String> =
+            serde_json::from_slice(&std::fs::read(path).expect("--state: the warm-up's replies"))
+                .unwrap();
+        assert_eq!(replies.len(), rollouts.len(), "--state of another run");
+        for (live, reply) in rollouts.iter().zip(&replies) {
+            live.answered(reply);
+        }
+    }
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
         .timeout(Duration::from_secs(600))
@@ -154,11 +276,15 @@ async fn main() {
                 tokio::spawn(async move {
                     let mut done = Vec::new();
                     for &t in &turns {
-                        for rollout in rollouts.iter().skip(w).step_by(step) {
-                            let body = rollout.body(t);
+                        for live in rollouts.iter().skip(w).step_by(step) {
+                            let body = if content {
+                                live.body()
+                            } else {
+                                live.rollout.body(t)
+                            };
                             let len = body.len();
                             let sent = Instant::now();
-                            let ok = match client
+                            let answer = match client
                                 .post(&url)
                                 .header("content-type", "application/json")
                                 .body(body)
@@ -166,12 +292,29 @@ async fn main() {
                                 .await
                             {
                                 Ok(response) => {
-                                    let ok = response.status().is_success();
-                                    ok && response.bytes().await.is_ok()
+                                    let status = response.status();
+                                    match response.bytes().await {
+                                        Ok(bytes) if status.is_success() => Ok(bytes),
+                                        Ok(bytes) => Err(format!(
+                                            "{status}: {}",
+                                            String::from_utf8_lossy(&bytes)
+                                        )),
+                                        Err(e) => Err(e.to_string()),
+                                    }
                                 }
-                                Err(_) => false,
+                                Err(e) => Err(e.to_string()),
                             };
-                            done.push((sent.elapsed(), ok, len));
+                            let elapsed = sent.elapsed();
+                            let ok = answer.is_ok();
+                            if content {
+                                // A content rollout cannot go on without the proxy's reply.
+                                let answer = answer.unwrap_or_else(|e| panic!("no reply: {e}"));
+                                let reply = reply_content(&answer).unwrap_or_else(|| {
+                                    panic!("no content in {}", String::from_utf8_lossy(&answer))
+                                });
+                                live.answered(&reply);
+                            }
+                            done.push((elapsed, ok, len));
                         }
                     }
                     done
@@ -184,6 +327,19 @@ async fn main() {
         }
         let elapsed = started.elapsed().as_secs_f64();
         if !measured {
+            if let (true, Some(path)) = (content && args.warm_only, &args.state) {
+                // Each rollout's last message pair is the warm-up's reply and observation.
+                let replies: Vec<String> = rollouts
+                    .iter()
+                    .map(|live| {
+                        let history = live.history.lock().unwrap();
+                        let reply: Value =
+                            serde_json::from_slice(&history[history.len() - 2]).unwrap();
+                        reply["content"].as_str().unwrap().to_string()
+                    })
+                    .collect();
+                std::fs::write(path, serde_json::to_vec(&replies).unwrap()).unwrap();
+            }
             continue;
         }
         let mut latencies: Vec<f64> = results

@@ -5,7 +5,14 @@
 //! `data: [DONE]`. The body is read whole but not parsed (only searched for `"stream":true`),
 //! and both answers are built once at start, so the backend's own cost barely depends on the
 //! prompt size.
+//!
+//! Numbered (`--numbered`): each answer's text has its `{n}` replaced by the count of answers
+//! so far, from 1, so that no two answers are equal. The proxy finds a running session of a
+//! content dialect (no tool-call ids) by the text it sent (`asap_proxy::session::SessionIndex`):
+//! equal answers would tie every rollout to one session, and the same action twice in a row
+//! is a repeated action (a nudge). Numbered answers are built per request.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,8 +32,28 @@ pub const COMPLETION: &str = "The fix is in place, so the whole test module shou
 I will run it and read only the summary at the end.\n\n<bash>\ncd /testbed && python -m pytest \
 -q tests/test_inventory.py 2>&1 | tail -n 25\n</bash>\n";
 
+/// [`COMPLETION`] with a place for the answer's number (`--numbered`): a shell comment after
+/// the command, so that the action differs from every other answer's.
+pub const NUMBERED_COMPLETION: &str = "The fix is in place, so the whole test module should pass \
+now. I will run it and read only the summary at the end.\n\n<bash>\ncd /testbed && python -m \
+pytest -q tests/test_inventory.py 2>&1 | tail -n 25  # run {n}\n</bash>\n";
+
+/// The place in a numbered answer's text that takes its number.
+pub const NUMBER_PLACE: &str = "{n}";
+
 struct Constant {
     delay: Duration,
+    /// The answer, built once, or its text with [`NUMBER_PLACE`] and a count of answers.
+    answer: Answer,
+}
+
+enum Answer {
+    Fixed(Built),
+    Numbered { text: String, count: AtomicU64 },
+}
+
+/// One answer's bodies.
+struct Built {
     /// The completion text as a JSON string literal.
     text_json: String,
     completion_tokens: usize,
@@ -34,36 +61,66 @@ struct Constant {
     sse: String,
 }
 
-/// The router of a constant backend answering `text` after `delay`; `GET /v1/models` lists
-/// one model, `mock`.
-pub fn router(text: &str, delay: Duration) -> Router {
-    let names = Names {
-        id: "cmpl-mock",
-        model: "mock".to_string(),
-        created: 0,
+impl Built {
+    fn new(text: &str) -> Self {
+        let names = Names {
+            id: "cmpl-mock",
+            model: "mock".to_string(),
+            created: 0,
+        };
+        Self {
+            text_json: serde_json::Value::String(text.to_string()).to_string(),
+            // About one token per 4 characters, as BPE tokenisers give on code and English.
+            completion_tokens: text.len().div_ceil(4),
+            sse: reply::sse(&names, text, 4, "stop", Some("\n<observation>"), None),
+        }
+    }
+}
+
+/// The router of a constant backend answering `text` after `delay` (with `numbered`, `text`'s
+/// [`NUMBER_PLACE`] replaced by the answer's number, from 1); `GET /v1/models` lists one
+/// model, `mock`.
+///
+/// # Errors
+/// A `numbered` text without [`NUMBER_PLACE`]: its answers would all be equal.
+pub fn router(text: &str, delay: Duration, numbered: bool) -> Result<Router, String> {
+    let answer = if numbered {
+        if !text.contains(NUMBER_PLACE) {
+            return Err(format!(
+                "a numbered answer's text must hold {NUMBER_PLACE} (where the number goes)"
+            ));
+        }
+        Answer::Numbered {
+            text: text.to_string(),
+            count: AtomicU64::new(0),
+        }
+    } else {
+        Answer::Fixed(Built::new(text))
     };
-    // About one token per 4 characters, as BPE tokenisers give on code and English.
-    let sse = reply::sse(&names, text, 4, "stop", Some("\n<observation>"), None);
-    let constant = Arc::new(Constant {
-        delay,
-        text_json: serde_json::Value::String(text.to_string()).to_string(),
-        completion_tokens: text.len().div_ceil(4),
-        sse,
-    });
-    Router::new()
+    let constant = Arc::new(Constant { delay, answer });
+    Ok(Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(256 * 1024 * 1024))
-        .with_state(constant)
+        .with_state(constant))
 }
 
 async fn completions(State(constant): State<Arc<Constant>>, body: Bytes) -> Response {
     if !constant.delay.is_zero() {
         tokio::time::sleep(constant.delay).await;
     }
+    let numbered;
+    let built = match &constant.answer {
+        Answer::Fixed(built) => built,
+        Answer::Numbered { text, count } => {
+            let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+            numbered = Built::new(&text.replacen(NUMBER_PLACE, &n.to_string(), 1));
+            &numbered
+        }
+    };
     if reply::wants_stream(&body) {
-        return reply::sse_response(constant.sse.clone());
+        return reply::sse_response(built.sse.clone());
     }
     // About 4 bytes per token, as BPE tokenisers give on code and English.
     let prompt_tokens = body.len() / 4;
@@ -74,10 +131,10 @@ async fn completions(State(constant): State<Arc<Constant>>, body: Bytes) -> Resp
             r#""stop_reason":"\n<observation>"}}],"usage":{{"prompt_tokens":{},"#,
             r#""completion_tokens":{},"total_tokens":{}}}}}"#
         ),
-        constant.text_json,
+        built.text_json,
         prompt_tokens,
-        constant.completion_tokens,
-        prompt_tokens + constant.completion_tokens
+        built.completion_tokens,
+        prompt_tokens + built.completion_tokens
     );
     ([(header::CONTENT_TYPE, "application/json")], json).into_response()
 }
@@ -87,4 +144,77 @@ async fn models() -> impl IntoResponse {
         "object": "list",
         "data": [{"id": "mock", "object": "model", "created": 0, "owned_by": "asap-proxy-bench"}]
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// One completion call over loopback HTTP/1.1: the answer's body.
+    async fn complete(address: std::net::SocketAddr, body: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(address)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let request = format!(
+            "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        answer
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    async fn serve(router: Router) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let address = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        address
+    }
+
+    #[tokio::test]
+    async fn numbered_answers_count_up_and_a_fixed_one_repeats() {
+        let numbered =
+            router(NUMBERED_COMPLETION, Duration::ZERO, true).unwrap_or_else(|e| panic!("{e}"));
+        let at = serve(numbered).await;
+        let first = complete(at, r#"{"prompt":"p"}"#).await;
+        let second = complete(at, r#"{"prompt":"p","stream":true}"#).await;
+        assert!(first.contains("tail -n 25  # run 1\\n</bash>"), "{first}");
+        assert!(!first.contains("{n}"), "{first}");
+        // Streamed, the number is in the chunks' text.
+        let streamed: String = second
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
+            .filter_map(|chunk| chunk["choices"][0]["text"].as_str().map(str::to_string))
+            .collect();
+        assert!(streamed.ends_with("tail -n 25  # run 2\n</bash>\n"), "{second}");
+        assert!(second.contains("data: [DONE]"), "{second}");
+        let fixed =
+            serve(router(COMPLETION, Duration::ZERO, false).unwrap_or_else(|e| panic!("{e}")))
+                .await;
+        let a = complete(fixed, r#"{"prompt":"p"}"#).await;
+        assert_eq!(a, complete(fixed, r#"{"prompt":"p"}"#).await);
+        assert!(a.contains("tail -n 25\\n</bash>"), "{a}");
+    }
+
+    #[test]
+    fn a_numbered_text_needs_its_place() {
+        let refused = router("no place for a number", Duration::ZERO, true).err();
+        assert!(refused.is_some_and(|e| e.contains("{n}")));
+    }
 }

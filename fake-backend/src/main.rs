@@ -45,6 +45,10 @@ enum Mode {
         /// Text of every completion [default: a thought and a `<bash>` action].
         #[arg(long)]
         text: Option<String>,
+        /// Number the answers: `{n}` in the text becomes the answer's number, from 1, so no
+        /// two are equal (the default text gets a `# run {n}` comment after its command).
+        #[arg(long)]
+        numbered: bool,
     },
     /// A fake model that works through the tasks of an agent script (see `agent`): base
     /// (completions) and instruct (chat) alike.
@@ -97,13 +101,24 @@ fn main() -> Result<(), String> {
                 FakeBackend::serve(listener, script, options);
                 return std::future::pending().await;
             }
-            Mode::Constant { delay_ms, text } => (
-                "constant",
-                constant::router(
-                    text.as_deref().unwrap_or(constant::COMPLETION),
+            Mode::Constant {
+                delay_ms,
+                text,
+                numbered,
+            } => {
+                let default = if numbered {
+                    constant::NUMBERED_COMPLETION
+                } else {
+                    constant::COMPLETION
+                };
+                let router = constant::router(
+                    text.as_deref().unwrap_or(default),
                     Duration::from_millis(delay_ms),
-                ),
-            ),
+                    numbered,
+                )
+                .map_err(|e| format!("fake-backend: {e}"))?;
+                ("constant", router)
+            }
             Mode::Agent { script, record } => {
                 let text = std::fs::read_to_string(&script)
                     .map_err(|e| format!("fake-backend: {}: {e}", script.display()))?;
