@@ -27,7 +27,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::openai::chat::{ChatMessage, Role};
-use crate::profile::{Action, ResolvedProfile, ToolOutput};
+use crate::profile::{Action, Dialect, MiniFormat, ResolvedProfile, ToolOutput};
 use crate::session::NudgeKind;
 
 /// One step of a trajectory.
@@ -174,7 +174,7 @@ impl Conversation {
         let turn = self.steps.last().map_or(0, |s| s.turn + 1);
         let thought = message.content.trim().to_string();
         if let (Some(dialect), true) = (tools.dialect, message.tool_calls.is_empty()) {
-            let (thought, action) = dialect.read(&message.content, tools);
+            let (thought, action) = read_reply(dialect, message, tools);
             self.steps.push(Step {
                 thought,
                 action,
@@ -283,6 +283,43 @@ fn append_observation(step: &mut Step, content: &Arc<str>, text: &str) {
         Some(obs) => format!("{obs}\n\n{}", normalize_line_ends(text)).into(),
         None => observation_text(content, text),
     });
+}
+
+/// A past reply of a text dialect read back ([`Dialect::read`]), kept with the decoded
+/// message ([`ChatMessage::read`]): the message cache hands the same message to every later
+/// request of the session, and reading mini's blocks or Terminus' JSON is a pass over the
+/// reply (a fifth of a running mini session's instructions at 100 turns, callgrind). Kept
+/// for the dialects whose reading depends only on the dialect and mini's block form; an
+/// OpenHands function call's depends on the offered tools and is read each time.
+fn read_reply(
+    dialect: Dialect,
+    message: &ChatMessage,
+    tools: &ResolvedProfile,
+) -> (String, Option<Action>) {
+    struct Read {
+        dialect: Dialect,
+        mini: Option<MiniFormat>,
+        thought: String,
+        action: Option<Action>,
+    }
+    let mini = match dialect {
+        Dialect::MiniText => Some(&tools.mini),
+        Dialect::TerminusJson | Dialect::TerminusXml => None,
+        Dialect::OpenhandsFunction => return dialect.read(&message.content, tools),
+    };
+    let read = message.read.get_or(
+        |r: &Read| r.dialect == dialect && r.mini.as_ref() == mini,
+        || {
+            let (thought, action) = dialect.read(&message.content, tools);
+            Read {
+                dialect,
+                mini: mini.cloned(),
+                thought,
+                action,
+            }
+        },
+    );
+    (read.thought.clone(), read.action.clone())
 }
 
 #[cfg(test)]
@@ -404,6 +441,47 @@ mod tests {
         assert!(!shared(1, 3));
         // The last step has an observation: each note is a feedback step, sharing its text.
         assert!(shared(2, 4) && shared(3, 5));
+    }
+
+    #[test]
+    fn a_text_dialect_reply_is_read_once_per_message_and_format() {
+        let mut body: Value = serde_json::from_str(include_str!(
+            "../tests/fixtures/requests/mini-swe-agent-v2-text-1.json"
+        ))
+        .unwrap();
+        let messages = body["messages"].as_array_mut().unwrap();
+        messages.truncate(2);
+        messages
+            .push(json!({"role": "assistant", "content": "Look first.\n\n```zsh\nls -la\n```"}));
+        messages.push(json!({"role": "user",
+            "content": "<returncode>0</returncode>\n<output>\na.py\n</output>"}));
+        let req = ChatCompletionRequest::from_slice(body.to_string().as_bytes()).unwrap();
+        let profiles = Profiles::builtin().unwrap();
+        let mut tools = ResolvedProfile::build(
+            profiles.detect(&req.tools, &req.detection_text()),
+            &req.tools,
+        );
+        assert_eq!(tools.dialect, Some(Dialect::MiniText));
+        // mini's own fences do not include `zsh`: the reply is a thought without an action.
+        let first = Conversation::from_messages(&req.messages, &tools);
+        assert_eq!(first.steps[0].action, None);
+        assert_eq!(
+            Conversation::from_messages(&req.messages, &tools),
+            first,
+            "read again from the memo"
+        );
+        // A run whose prompt asks for `zsh` blocks reads the same message anew.
+        tools.mini = MiniFormat {
+            block: crate::profile::MiniBlock::Fence("zsh".into()),
+            ..MiniFormat::default()
+        };
+        let zsh = Conversation::from_messages(&req.messages, &tools);
+        assert_eq!(zsh.steps[0].thought, "Look first.");
+        assert!(
+            matches!(&zsh.steps[0].action, Some(Action::Call { tag, .. }) if tag == "bash"),
+            "{:?}",
+            zsh.steps[0].action
+        );
     }
 
     #[test]

@@ -565,6 +565,7 @@ mod tests {
                 tool_call_id: None,
                 name: None,
                 extra: serde_json::Map::new(),
+                read: Default::default(),
             })
         };
         let history = vec![
@@ -632,6 +633,7 @@ mod tests {
                 tool_call_id: None,
                 name: None,
                 extra: Default::default(),
+                read: Default::default(),
             })
         };
         let continued = [message(format!(

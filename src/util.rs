@@ -323,9 +323,68 @@ fn each_json_escape(bytes: &[u8], mut f: impl FnMut(&[u8], Option<u8>)) {
     f(&bytes[copied..], None);
 }
 
+/// A value worked out once from the immutable thing that holds the memo and kept with it: a
+/// later stage's reading of a decoded message, which the message cache hands to every later
+/// request of its session. Type-erased, so that the holder's module need not know the
+/// reader's types (a stage owns its types; the holder sits below it). The reader keys what
+/// it keeps (`fits`): a reading made under other inputs is not taken for this one.
+///
+/// A clone starts empty: a cloned holder may be changed, and the memo would then describe
+/// the original.
+#[derive(Debug, Default)]
+pub struct Memo(std::sync::OnceLock<std::sync::Arc<dyn std::any::Any + Send + Sync>>);
+
+impl Clone for Memo {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl Memo {
+    /// The kept value when it is a `T` that `fits`; else `make()`, kept when the memo was
+    /// empty (the first reading stays: a holder read two ways makes the second each time).
+    pub fn get_or<T: std::any::Any + Send + Sync>(
+        &self,
+        fits: impl Fn(&T) -> bool,
+        make: impl FnOnce() -> T,
+    ) -> std::sync::Arc<T> {
+        if let Some(kept) = self.0.get() {
+            if let Ok(kept) = std::sync::Arc::clone(kept).downcast::<T>() {
+                if fits(&kept) {
+                    return kept;
+                }
+            }
+            return std::sync::Arc::new(make());
+        }
+        let made = std::sync::Arc::new(make());
+        // A racing reader may have kept its own, equal, value first: either is right.
+        let _ = self.0.set(made.clone());
+        made
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{json_escaped_len, push_json_escaped, push_json_string, utc};
+    use super::{json_escaped_len, push_json_escaped, push_json_string, utc, Memo};
+
+    #[test]
+    fn a_memo_keeps_the_first_fitting_value_and_a_clone_starts_empty() {
+        let memo = Memo::default();
+        let made = std::cell::Cell::new(0);
+        let make = |v: u32| {
+            made.set(made.get() + 1);
+            v
+        };
+        assert_eq!(*memo.get_or(|_: &u32| true, || make(1)), 1);
+        assert_eq!(*memo.get_or(|_: &u32| true, || make(2)), 1, "kept");
+        assert_eq!(made.get(), 1);
+        // A value that does not fit, or of another type, is made and not kept.
+        assert_eq!(*memo.get_or(|v: &u32| *v == 2, || make(2)), 2);
+        assert_eq!(*memo.get_or(|_: &String| true, || "s".to_string()), "s");
+        assert_eq!(*memo.get_or(|_: &u32| true, || make(3)), 1);
+        assert_eq!(made.get(), 2);
+        assert_eq!(*memo.clone().get_or(|_: &u32| true, || make(4)), 4);
+    }
 
     #[test]
     fn utc_formats_known_instants() {

@@ -422,6 +422,10 @@ pub struct ChatMessage {
     pub name: Option<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// A later stage's reading of this message, kept while the message is cached (the
+    /// conversation's reading of a text dialect's reply); empty when decoded or cloned.
+    #[serde(skip)]
+    pub read: crate::util::Memo,
 }
 
 /// A tool call in an assistant message of the history.
