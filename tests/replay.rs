@@ -636,6 +636,60 @@ async fn content_dialects_confirmations_and_side_calls_replay_cleanly() {
     assert_eq!(drive_terminus(&replayed).await, replies);
 }
 
+/// A Terminus-2 history sent to a process that has not seen it (a restart, another replica)
+/// opens a session: its record stores the history once. The prompt keeps each terminal output
+/// but trims its last prompt line, so each is stored as a run of the prompt with the bytes
+/// around it (schema version 2, docs/trace-format.md "Request delta"); `replay --check`
+/// rebuilds the request and renders the recorded prompt from it.
+#[tokio::test]
+async fn a_terminus_history_that_opens_a_session_is_stored_once_and_replays() {
+    let backend = FakeBackend::start(vec![Scripted::text("Look.\n\n<bash>ls -l</bash>\n")]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = request("terminus-2-1");
+    let output: String = (0..30)
+        .map(|i| format!("-rw-r--r-- 1 root root {i:>4} Dec  4 12:00 file_{i}.c\n"))
+        .collect();
+    let turns = 6;
+    let messages = body["messages"].as_array_mut().unwrap();
+    for i in 0..turns {
+        let reply = json!({"analysis": format!("Listing the files, pass {i}."),
+            "plan": "Run ls -l.", "commands": [{"keystrokes": format!("ls -l # {i}\n"),
+            "duration": 1.0}], "task_complete": false});
+        messages.push(json!({"role": "assistant",
+            "content": serde_json::to_string_pretty(&reply).unwrap()}));
+        messages.push(json!({"role": "user", "content": format!(
+            "New Terminal Output:\n\nroot@box:/app# ls -l # {i}\n{output}root@box:/app# ")}));
+    }
+    let (status, r) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{r}");
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let step_line = text.lines().nth(1).unwrap();
+    let step: Value = serde_json::from_str(step_line).unwrap();
+    assert_eq!(step["v"], 2, "{step_line}");
+    let refs = step["data"]["request"]["content_refs"].as_array().unwrap();
+    let around = refs.iter().filter(|r| r["after"] == " ").count();
+    assert_eq!(around, turns, "{refs:?}");
+    // Each output stored once: the record holds less than the body and the prompt together
+    // less the outputs the prompt already has.
+    let prompt = step["data"]["prompt"]["delta"].as_str().unwrap();
+    let sent = body.to_string().len();
+    assert!(
+        step_line.len() < sent + prompt.len() - (turns - 1) * output.len(),
+        "{} bytes against {sent} + {}",
+        step_line.len(),
+        prompt.len()
+    );
+    let logs = path_str(proxy.log_dir.path());
+    let (code, out, err) = replay(&["--check", logs]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.ends_with("steps 1  prompt differences 0  parse differences 0  unreadable 0\n"),
+        "{out}"
+    );
+}
+
 /// Two requests of one session in flight at once (a scaffold's retry with a different last
 /// observation while the first still runs): the first is nudged for a repeated action, and
 /// the second's record is written between the first's nudged attempt and its next one

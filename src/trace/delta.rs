@@ -12,7 +12,11 @@
 //! string `content` (≥ [`MIN_REF_BYTES`] bytes) appears verbatim in the part of this record's
 //! prompt that the prompt delta stores has its content replaced by `null` and a
 //! `content_refs` entry `{message, start, len}` (index into the new messages; byte range of
-//! the full prompt): observations are stored once, not twice. Headers the proxy reads
+//! the full prompt): observations are stored once, not twice. A content of which only a
+//! run of at least [`MIN_REF_BYTES`] bytes appears there (the prompt keeps a terminal's
+//! output but not its last prompt line, a tool result without its wrapper) gets an entry
+//! with the bytes around that run as `before` and `after` ([`ContentRef::text`]; such a
+//! record is schema version 2, [`RequestDelta::schema_version`]). Headers the proxy reads
 //! (`x-asap-task`, `x-asap-run`) are stored in `headers` when they change. A record of a
 //! request already stored (an attempt after a nudge) has no `request`.
 //!
@@ -37,7 +41,8 @@ use crate::util::sha256_hex;
 /// Shortest message content worth replacing by a reference into the prompt, bytes.
 pub const MIN_REF_BYTES: usize = 64;
 
-/// A message content stored as a byte range of the record's full prompt.
+/// A message content stored as a byte range of the record's full prompt, between two texts
+/// stored as they are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContentRef {
     /// Index into the record's new `messages`.
@@ -46,6 +51,26 @@ pub struct ContentRef {
     pub start: usize,
     /// Length, bytes.
     pub len: usize,
+    /// The content's text before the range (schema version 2; empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub before: String,
+    /// The content's text after the range (schema version 2; empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub after: String,
+}
+
+impl ContentRef {
+    /// The content: `before`, the range of `prompt` (the record's full prompt), `after`.
+    /// `None` when the range is not within `prompt` on character boundaries.
+    pub fn text(&self, prompt: &str) -> Option<String> {
+        let range = prompt.get(self.start..self.start.checked_add(self.len)?)?;
+        Some([self.before.as_str(), range, &self.after].concat())
+    }
+
+    /// Whether the content is more than the range (schema version 2).
+    pub fn is_partial(&self) -> bool {
+        !self.before.is_empty() || !self.after.is_empty()
+    }
 }
 
 /// The request of a record, as a delta against the previous record's. Read back (from JSON
@@ -67,6 +92,18 @@ pub struct RequestDelta {
     /// Headers the proxy reads, when they differ from the previous request's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
+}
+
+impl RequestDelta {
+    /// The lowest schema version whose readers rebuild this request right: 2 when a content
+    /// reference has text around its range (a version 1 reader would drop that text), else 1.
+    pub fn schema_version(&self) -> u32 {
+        if self.content_refs.iter().any(ContentRef::is_partial) {
+            2
+        } else {
+            1
+        }
+    }
 }
 
 impl PartialEq for RequestDelta {
@@ -171,6 +208,63 @@ fn find_text(haystack: &[u8], needle: &str) -> Option<usize> {
     }
     None
 }
+
+/// Where a run of `content` (≥ [`MIN_REF_BYTES`] bytes) appears in `haystack`:
+/// `(content_from, at, len)`, the content's bytes `content_from..content_from + len` equal to
+/// `haystack[at..at + len]`. The whole content when it appears ([`find_text`]); else the
+/// longest run that starts at the content's start or after one of its first two line breaks
+/// (within the first [`ANCHOR_BYTES`]: a wrapper line such as `New Terminal Output:` or
+/// `<output>` the prompt does not keep) and matches a hit of its first 32 bytes, compared
+/// forward to the first difference (the prompt trims a trailing prompt line, rewrites an
+/// exit code). At most [`ANCHOR_HITS`] hits are compared per start, so a content costs a
+/// bounded number of passes over itself.
+fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
+    if content.len() < MIN_REF_BYTES {
+        return None;
+    }
+    if let Some(at) = find_text(haystack, content) {
+        return Some((0, at, content.len()));
+    }
+    let bytes = content.as_bytes();
+    let mut starts = vec![0];
+    for (i, _) in bytes[..bytes.len().min(ANCHOR_BYTES)]
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .take(2)
+    {
+        starts.push(i + 1);
+    }
+    let mut best: Option<(usize, usize, usize)> = None;
+    for from in starts {
+        let Some(head) = bytes.get(from..from + 32) else {
+            continue;
+        };
+        let finder = memchr::memmem::Finder::new(head);
+        for at in finder.find_iter(haystack).take(ANCHOR_HITS) {
+            let mut len = bytes[from..]
+                .iter()
+                .zip(&haystack[at..])
+                .take_while(|(a, b)| a == b)
+                .count();
+            // Equal bytes from a character start: a boundary in the content is one in the
+            // prompt too.
+            while !content.is_char_boundary(from + len) {
+                len -= 1;
+            }
+            if len >= MIN_REF_BYTES && best.is_none_or(|(_, _, l)| len > l) {
+                best = Some((from, at, len));
+            }
+        }
+    }
+    best
+}
+
+/// How far into a content [`find_run`] looks for the line breaks its runs may start after.
+const ANCHOR_BYTES: usize = 256;
+
+/// Hits of a run's first 32 bytes [`find_run`] compares, per start.
+const ANCHOR_HITS: usize = 8;
 
 /// The writer's memory of the last request of a session.
 #[derive(Debug, Default)]
@@ -283,15 +377,18 @@ impl DeltaState {
                 while !prompt.is_char_boundary(end) {
                     end -= 1;
                 }
-                let Some(at) = find_text(&prompt.as_bytes()[cursor..end], content) else {
+                let Some((from, at, len)) = find_run(&prompt.as_bytes()[cursor..end], content)
+                else {
                     return false;
                 };
                 content_refs.push(ContentRef {
                     message: i,
                     start: cursor + at,
-                    len: content.len(),
+                    len,
+                    before: content[..from].to_string(),
+                    after: content[from + len..].to_string(),
                 });
-                cursor += at + content.len();
+                cursor += at + len;
                 true
             }));
         }
@@ -729,6 +826,87 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// A run [`find_run`] reports is the content's bytes at that place of the prompt, on
+        /// character boundaries, at least [`MIN_REF_BYTES`] long; a content the prompt holds
+        /// whole is found whole.
+        #[test]
+        fn a_found_run_is_the_contents_bytes_in_the_prompt(
+            wrapper in "[a-z \n]{0,40}",
+            kept in "[ab\u{e9}\n]{40,120}",
+            trailer in "[#$ \u{e9}]{0,12}",
+            noise in "[ab\u{e9}\n]{0,60}",
+            whole in proptest::bool::ANY,
+        ) {
+            let content = format!("{wrapper}\n{kept}{trailer}");
+            let prompt = if whole {
+                format!("{noise}{content}{noise}")
+            } else {
+                format!("{noise}\n{kept}\n{noise}")
+            };
+            if let Some((from, at, len)) = find_run(prompt.as_bytes(), &content) {
+                proptest::prop_assert!(len >= MIN_REF_BYTES);
+                proptest::prop_assert!(content.is_char_boundary(from) && content.is_char_boundary(from + len));
+                proptest::prop_assert_eq!(prompt.get(at..at + len), Some(&content[from..from + len]));
+            }
+            if whole && content.len() >= MIN_REF_BYTES {
+                proptest::prop_assert_eq!(find_run(prompt.as_bytes(), &content).map(|r| r.2), Some(content.len()));
+            }
+        }
+    }
+
+    /// Terminus' terminal output as the prompt keeps it (its last prompt line trimmed) and a
+    /// tool result inside a wrapper: each stored as a run of the prompt between the bytes
+    /// around it, read back exactly, the record marked version 2; a request whose references
+    /// are all whole stays version 1.
+    #[test]
+    fn a_content_kept_in_part_by_the_prompt_is_stored_around_its_run() {
+        let output = "total 8\n-rw-r--r-- 1 root root 120 hello.c\n".repeat(3);
+        let terminal =
+            format!("New Terminal Output:\n\nroot@box:/app# ls -l\n{output}root@box:/app# ");
+        let mini = format!("<returncode>0</returncode>\n<output>\n{output}</output>");
+        let prompt = format!(
+            "# Task\n\n<observation>\n{}\n</observation>\n\n<observation>\n{output}[exit 0]\n</observation>\n",
+            terminal.trim_end()
+        );
+        let body = serde_json::json!({"model": "m", "messages": [
+            {"role": "user", "content": terminal},
+            {"role": "user", "content": mini},
+            {"role": "user", "content": "short"},
+        ]})
+        .to_string();
+        let input = RequestInput {
+            body: bytes::Bytes::from(body.clone()),
+            ..RequestInput::default()
+        };
+        let delta = DeltaState::default()
+            .request_delta(&input, &prompt, 0)
+            .unwrap();
+        assert_eq!(delta.content_refs.len(), 2, "{delta:?}");
+        let [terminal_ref, mini_ref] = [&delta.content_refs[0], &delta.content_refs[1]];
+        assert_eq!(
+            (terminal_ref.before.as_str(), terminal_ref.after.as_str()),
+            ("", " ")
+        );
+        assert_eq!(mini_ref.before, "<returncode>0</returncode>\n<output>\n");
+        assert_eq!(mini_ref.after, "</output>");
+        assert_eq!(delta.schema_version(), 2);
+        let line = serde_json::to_string(&delta).unwrap();
+        assert!(line.len() < body.len(), "{line}");
+        let mut state = RequestState::default();
+        state
+            .apply(&serde_json::from_str(&line).unwrap(), &prompt)
+            .unwrap();
+        assert_eq!(state.body(), serde_json::from_str::<Value>(&body).unwrap());
+        // Written by a build before partial references: read as it always was.
+        let old = r#"{"messages_from":0,"messages":[{"role":"user","content":null}],"content_refs":[{"message":0,"start":2,"len":4}]}"#;
+        let old: RequestDelta = serde_json::from_str(old).unwrap();
+        assert_eq!(old.schema_version(), 1);
+        let mut state = RequestState::default();
+        state.apply_delta(&old, "# Task\n").unwrap();
+        assert_eq!(state.messages()[0]["content"], "Task");
+    }
+
     #[test]
     fn a_request_delta_is_the_same_with_the_decoders_split_or_without() {
         let observation = "x".repeat(100);
@@ -892,8 +1070,8 @@ pub fn rebase(
     let resolved = |i: usize, message: &RawValue| -> Value {
         let mut message: Value = serde_json::from_str(message.get()).unwrap_or(Value::Null);
         for r in delta.content_refs.iter().filter(|r| r.message == i) {
-            if let Some(text) = full_prompt.get(r.start..r.start + r.len) {
-                message["content"] = Value::String(text.to_string());
+            if let Some(text) = r.text(full_prompt) {
+                message["content"] = Value::String(text);
             }
         }
         message
@@ -969,13 +1147,13 @@ impl RequestState {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("request delta: {e}"))?;
         for r in &delta.content_refs {
-            let text = prompt
-                .get(r.start..r.start + r.len)
+            let text = r
+                .text(prompt)
                 .ok_or_else(|| format!("content ref {}..+{} outside the prompt", r.start, r.len))?;
             let message = messages
                 .get_mut(r.message)
                 .ok_or_else(|| format!("content ref to message {} of a delta", r.message))?;
-            message["content"] = Value::String(text.to_string());
+            message["content"] = Value::String(text);
         }
         self.messages.truncate(delta.messages_from);
         self.messages.extend(messages);

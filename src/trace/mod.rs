@@ -1,7 +1,7 @@
 //! Trace log: one JSONL file per session, `{log_dir}/{session}.jsonl`; the full contract is
 //! `docs/trace-format.md` (schema version [`SCHEMA_VERSION`]).
 //!
-//! Every line is one [`Envelope`]: `{"v": 1, "type": …, "session": …, "time_ms": …, "data":
+//! Every line is one [`Envelope`]: `{"v": 1 (or 2), "type": …, "session": …, "time_ms": …, "data":
 //! {…}}`. Types, in the order they appear:
 //! - `session` ([`SessionRecord`]): first line of a file: task, run index, label, profile,
 //!   format, prefix and its source, termination rules, backend, config digest.
@@ -41,8 +41,12 @@ use crate::respond::Reply;
 use crate::session::{NudgeKind, SessionId};
 use crate::util::{sha256_hex, unix_ms};
 
-/// Version of the record layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The newest version of the record layout this build writes and reads; bumped on any
+/// incompatible change. Each record is written with the lowest version whose readers read it
+/// right (docs/trace-format.md "Version policy"): 2 only for a `step` or `side_call` record
+/// whose request has a content reference with text around its range
+/// ([`delta::RequestDelta::schema_version`]), else 1.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Sessions whose delta state the writer keeps by default, the least recently written one
 /// evicted first. A state is a few KiB (the prompt's tail after its last full block and
@@ -56,7 +60,7 @@ pub const CACHED_SESSIONS: usize = 2048;
 /// The line format shared by all records.
 #[derive(Debug, Serialize)]
 pub struct Envelope<'a, T: Serialize> {
-    /// [`SCHEMA_VERSION`].
+    /// The record's schema version: at most [`SCHEMA_VERSION`].
     pub v: u32,
     /// `session`, `step`, `nudge`, `terminate` or `side_call`.
     pub r#type: &'static str,
@@ -1144,7 +1148,7 @@ impl TraceWriter {
         };
         if fresh {
             let header = self.session_record(record);
-            out.write("session", &header)?;
+            out.write("session", 1, &header)?;
         } else if !state.wrote && !zstd {
             // A file from before a restart (or dropped from the cache): end a torn last line
             // so the next record starts on its own line.
@@ -1158,12 +1162,16 @@ impl TraceWriter {
         } else {
             "step"
         };
-        out.write(kind, record)?;
+        let v = record
+            .request
+            .as_ref()
+            .map_or(1, delta::RequestDelta::schema_version);
+        out.write(kind, v, record)?;
         if let Some(nudge) = &record.nudge {
-            out.write("nudge", nudge)?;
+            out.write("nudge", 1, nudge)?;
         }
         if let Some(termination) = &record.termination {
-            out.write("terminate", termination)?;
+            out.write("terminate", 1, termination)?;
         }
         Ok(())
     }
@@ -1244,11 +1252,11 @@ struct Line<'a> {
 }
 
 impl Line<'_> {
-    /// Serialises one envelope and appends it with a single `write` (compressed: as one zstd
-    /// frame).
-    fn write<T: Serialize>(&mut self, kind: &'static str, data: &T) -> std::io::Result<()> {
+    /// Serialises one envelope of schema version `v` and appends it with a single `write`
+    /// (compressed: as one zstd frame).
+    fn write<T: Serialize>(&mut self, kind: &'static str, v: u32, data: &T) -> std::io::Result<()> {
         let mut buf = serde_json::to_vec(&Envelope {
-            v: SCHEMA_VERSION,
+            v,
             r#type: kind,
             session: self.session.as_str(),
             time_ms: unix_ms(),

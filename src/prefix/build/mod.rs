@@ -997,7 +997,7 @@ mod tests {
         );
         let got = read(trace("{}")).unwrap();
         assert_eq!(got.instance_id, "stem");
-        let newer = trace("{}").replacen("\"v\":1", "\"v\":2", 1);
+        let newer = trace("{}").replacen("\"v\":1", "\"v\":3", 1);
         assert!(read(newer).is_err());
     }
 
