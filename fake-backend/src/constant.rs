@@ -202,7 +202,10 @@ mod tests {
             .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
             .filter_map(|chunk| chunk["choices"][0]["text"].as_str().map(str::to_string))
             .collect();
-        assert!(streamed.ends_with("tail -n 25  # run 2\n</bash>\n"), "{second}");
+        assert!(
+            streamed.ends_with("tail -n 25  # run 2\n</bash>\n"),
+            "{second}"
+        );
         assert!(second.contains("data: [DONE]"), "{second}");
         let fixed =
             serve(router(COMPLETION, Duration::ZERO, false).unwrap_or_else(|e| panic!("{e}")))
