@@ -192,7 +192,9 @@ fn digest16(bytes: &[u8]) -> Digest16 {
 
 /// The first occurrence of `needle` in `haystack` (what `str::find` returns). Only the
 /// needle's first 32 bytes are searched for (a two-way searcher set up for a whole 10 KiB
-/// observation costs more than the search); each hit is then compared in full.
+/// observation costs more than the search); each hit is then compared in full. The
+/// reference for what [`find_run`] finds whole (its property tests).
+#[cfg(test)]
 fn find_text(haystack: &[u8], needle: &str) -> Option<usize> {
     let needle = needle.as_bytes();
     let head = memchr::memmem::Finder::new(&needle[..needle.len().min(32)]);
@@ -211,42 +213,51 @@ fn find_text(haystack: &[u8], needle: &str) -> Option<usize> {
 
 /// Where a run of `content` (≥ [`MIN_REF_BYTES`] bytes) appears in `haystack`:
 /// `(content_from, at, len)`, the content's bytes `content_from..content_from + len` equal to
-/// `haystack[at..at + len]`. The whole content when it appears ([`find_text`]); else the
-/// longest run that starts at the content's start or after one of its first two line breaks
-/// (within the first [`ANCHOR_BYTES`]: a wrapper line such as `New Terminal Output:` or
-/// `<output>` the prompt does not keep) and matches a hit of its first 32 bytes, compared
-/// forward to the first difference (the prompt trims a trailing prompt line, rewrites an
-/// exit code). At most [`ANCHOR_HITS`] hits are compared per start, so a content costs a
-/// bounded number of passes over itself.
+/// `haystack[at..at + len]`. The whole content at its first occurrence when it appears (what
+/// `str::find` finds); else the longest run from the content's start, compared forward to
+/// the first difference from each place its first 32 bytes occur (the prompt trims a trailing
+/// prompt line, rewrites an exit code); else, when none is that long, the same from after the
+/// content's first line break, then its second (within its first [`ANCHOR_BYTES`]: a wrapper
+/// line such as `New Terminal Output:` or `<output>` that the prompt does not keep), searched
+/// within [`NEAR_BYTES`] past the content's length and compared at [`ANCHOR_HITS`] places at
+/// most. A content the prompt does not hold costs three searches of the window.
 fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
-    if content.len() < MIN_REF_BYTES {
+    let bytes = content.as_bytes();
+    if bytes.len() < MIN_REF_BYTES {
         return None;
     }
-    if let Some(at) = find_text(haystack, content) {
-        return Some((0, at, content.len()));
-    }
-    let bytes = content.as_bytes();
-    let mut starts = vec![0];
-    for (i, _) in bytes[..bytes.len().min(ANCHOR_BYTES)]
+    let breaks = bytes[..bytes.len().min(ANCHOR_BYTES)]
         .iter()
         .enumerate()
         .filter(|(_, b)| **b == b'\n')
-        .take(2)
-    {
-        starts.push(i + 1);
-    }
-    let mut best: Option<(usize, usize, usize)> = None;
-    for from in starts {
+        .map(|(i, _)| i + 1)
+        .take(2);
+    for (k, from) in std::iter::once(0).chain(breaks).enumerate() {
         let Some(head) = bytes.get(from..from + 32) else {
             continue;
         };
+        let window = if k == 0 {
+            haystack
+        } else {
+            &haystack[..haystack.len().min(bytes.len() - from + NEAR_BYTES)]
+        };
+        let mut best: Option<(usize, usize, usize)> = None;
         let finder = memchr::memmem::Finder::new(head);
-        for at in finder.find_iter(haystack).take(ANCHOR_HITS) {
-            let mut len = bytes[from..]
-                .iter()
-                .zip(&haystack[at..])
-                .take_while(|(a, b)| a == b)
-                .count();
+        // Hits may overlap (a head that repeats itself): each search starts one byte after
+        // the last hit, as in `find_text`.
+        let mut next = 0;
+        let mut compared = 0;
+        while let Some(found) = window.get(next..).and_then(|w| finder.find(w)) {
+            let at = next + found;
+            next = at + 1;
+            compared += 1;
+            if k > 0 && compared > ANCHOR_HITS {
+                break;
+            }
+            let mut len = common_prefix(&bytes[from..], &haystack[at..]);
+            if k == 0 && len == bytes.len() {
+                return Some((0, at, len));
+            }
             // Equal bytes from a character start: a boundary in the content is one in the
             // prompt too.
             while !content.is_char_boundary(from + len) {
@@ -256,14 +267,36 @@ fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
                 best = Some((from, at, len));
             }
         }
+        if best.is_some() {
+            return best;
+        }
     }
-    best
+    None
+}
+
+/// The length of the longest common prefix of `a` and `b`, compared 64 bytes at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 64 <= n && a[i..i + 64] == b[i..i + 64] {
+        i += 64;
+    }
+    i + a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 /// How far into a content [`find_run`] looks for the line breaks its runs may start after.
 const ANCHOR_BYTES: usize = 256;
 
-/// Hits of a run's first 32 bytes [`find_run`] compares, per start.
+/// How far past a content's length [`find_run`] searches for a run that starts after a line
+/// break: the wrapper dropped, what follows is near where the content would be.
+const NEAR_BYTES: usize = 4096;
+
+/// Places of a run's first 32 bytes [`find_run`] compares when the run starts after a line
+/// break.
 const ANCHOR_HITS: usize = 8;
 
 /// The writer's memory of the last request of a session.
@@ -714,6 +747,10 @@ mod tests {
             let needle = format!("{}{end}", unit.repeat(repeats));
             let haystack = format!("{}{end}", unit.repeat(repeats + extra));
             proptest::prop_assert_eq!(find_text(haystack.as_bytes(), &needle), haystack.find(needle.as_str()));
+            // A whole content is found where `find_text` finds it.
+            let whole = haystack.find(needle.as_str()).map(|at| (0, at, needle.len()));
+            let expected = whole.filter(|_| needle.len() >= MIN_REF_BYTES);
+            proptest::prop_assert_eq!(find_run(haystack.as_bytes(), &needle), expected);
         }
     }
 
