@@ -215,12 +215,14 @@ fn find_text(haystack: &[u8], needle: &str) -> Option<usize> {
 /// `(content_from, at, len)`, the content's bytes `content_from..content_from + len` equal to
 /// `haystack[at..at + len]`. The whole content at its first occurrence when it appears (what
 /// `str::find` finds); else the longest run from the content's start, compared forward to
-/// the first difference from each place its first 32 bytes occur (the prompt trims a trailing
-/// prompt line, rewrites an exit code); else, when none is that long, the same from after the
-/// content's first line break, then its second (within its first [`ANCHOR_BYTES`]: a wrapper
-/// line such as `New Terminal Output:` or `<output>` that the prompt does not keep), searched
-/// within [`NEAR_BYTES`] past the content's length and compared at [`ANCHOR_HITS`] places at
-/// most. A content the prompt does not hold costs three searches of the window.
+/// the first difference from each place its first 32 bytes occur within [`NEAR_BYTES`] past
+/// the content's length (the prompt trims a trailing prompt line, rewrites an exit code);
+/// else, when there is none, the same from after the content's first line break, then its
+/// second (within its first [`ANCHOR_BYTES`]: a wrapper line such as `New Terminal Output:`
+/// or `<output>` that the prompt does not keep), compared at [`ANCHOR_HITS`] places at most.
+/// A run must cover at least half the content: a shorter one (the first line of a task the
+/// prompt quotes line by line) saves little and would make the record version 2. A content
+/// the prompt does not hold costs three searches of the window.
 fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
     let bytes = content.as_bytes();
     if bytes.len() < MIN_REF_BYTES {
@@ -236,10 +238,12 @@ fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
         let Some(head) = bytes.get(from..from + 32) else {
             continue;
         };
+        // Where a run may start: near the content's own place, not at a later message's.
+        let near = bytes.len() - from + NEAR_BYTES;
         let window = if k == 0 {
             haystack
         } else {
-            &haystack[..haystack.len().min(bytes.len() - from + NEAR_BYTES)]
+            &haystack[..haystack.len().min(near)]
         };
         let mut best: Option<(usize, usize, usize)> = None;
         let finder = memchr::memmem::Finder::new(head);
@@ -258,12 +262,16 @@ fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
             if k == 0 && len == bytes.len() {
                 return Some((0, at, len));
             }
+            if at > near {
+                continue;
+            }
             // Equal bytes from a character start: a boundary in the content is one in the
             // prompt too.
             while !content.is_char_boundary(from + len) {
                 len -= 1;
             }
-            if len >= MIN_REF_BYTES && best.is_none_or(|(_, _, l)| len > l) {
+            let worth = len >= MIN_REF_BYTES && 2 * len >= bytes.len();
+            if worth && best.is_none_or(|(_, _, l)| len > l) {
                 best = Some((from, at, len));
             }
         }
@@ -340,11 +348,15 @@ impl DeltaState {
             ends.chain(split.rest.iter().map(|(_, r)| r.end))
                 .all(|end| end <= body.len())
         };
-        let split = match input.split.as_deref().filter(|s| fits(s)) {
-            Some(split) => split,
+        let (split, decoded) = match input.split.as_deref().filter(|s| fits(s)) {
+            // The decoder's messages, one per element of its split: their contents decoded.
+            Some(split) => (
+                split,
+                (input.contents.len() == split.messages.len()).then_some(&input.contents),
+            ),
             None => {
                 own = crate::openai::split::BodySplit::of(std::str::from_utf8(body).ok()?)?;
-                &own
+                (&own, None)
             }
         };
         let digests: Vec<Digest16> = split
@@ -402,7 +414,8 @@ impl DeltaState {
         let mut new_messages = Vec::with_capacity(messages.len());
         let mut content_refs = Vec::new();
         for (i, raw) in messages.iter().enumerate() {
-            new_messages.push(stored_message(raw, |content| {
+            let decoded = decoded.map(|contents| &*contents[kept + i]);
+            new_messages.push(stored_message(raw, decoded, |content| {
                 if content.len() < MIN_REF_BYTES {
                     return false;
                 }
@@ -494,10 +507,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
 
 /// A new message of a request delta: its JSON text `raw` compacted, with its `content`
 /// written as `null` when `refer` stores that content (a string) as a reference into the
-/// prompt. Built from the text's members, not from a JSON value, so a long history costs its
+/// prompt. `decoded` is the content as the decoder read it, when it did (the string, not
+/// decoded again here: a tenth of a 100-turn opening record's instructions). Built from the text's members, not from a JSON value, so a long history costs its
 /// compacted text and no tree; a message that is not an object (or repeats a key) goes
 /// through a JSON value, as records always stored it.
-fn stored_message(raw: &str, refer: impl FnOnce(&str) -> bool) -> Box<RawValue> {
+fn stored_message(
+    raw: &str,
+    decoded: Option<&str>,
+    refer: impl FnOnce(&str) -> bool,
+) -> Box<RawValue> {
     let null = || RawValue::NULL.to_owned();
     // The usual message: an object whose keys have no escapes, split by the structural
     // scanner (strings skipped at memory speed); the one validating pass is the stored
@@ -513,10 +531,11 @@ fn stored_message(raw: &str, refer: impl FnOnce(&str) -> bool) -> Box<RawValue> 
             .find(|(key, _)| &raw[key.clone()] == "\"content\"")
             .map(|(_, value)| &raw[value.clone()])
             .filter(|value| value.starts_with('"'));
-        let referenced = match content {
-            Some(text) if !text.contains('\\') => refer(&text[1..text.len() - 1]),
-            Some(text) => serde_json::from_str::<String>(text).is_ok_and(|c| refer(&c)),
-            None => false,
+        let referenced = match (content, decoded) {
+            (Some(text), _) if !text.contains('\\') => refer(&text[1..text.len() - 1]),
+            (Some(_), Some(decoded)) => refer(decoded),
+            (Some(text), None) => serde_json::from_str::<String>(text).is_ok_and(|c| refer(&c)),
+            (None, _) => false,
         };
         let mut text = Vec::with_capacity(raw.len() + 2);
         text.push(b'{');
@@ -855,7 +874,7 @@ mod tests {
                 if expected.get("content").and_then(Value::as_str).is_some_and(refer) {
                     expected["content"] = Value::Null;
                 }
-                let stored = stored_message(&raw, refer);
+                let stored = stored_message(&raw, None, refer);
                 let read: Value = serde_json::from_str(stored.get()).unwrap();
                 proptest::prop_assert_eq!(&read, &expected, "{}", raw);
                 proptest::prop_assert!(!stored.get().contains('\n'));
@@ -882,7 +901,7 @@ mod tests {
                 format!("{noise}\n{kept}\n{noise}")
             };
             if let Some((from, at, len)) = find_run(prompt.as_bytes(), &content) {
-                proptest::prop_assert!(len >= MIN_REF_BYTES);
+                proptest::prop_assert!(len >= MIN_REF_BYTES && 2 * len >= content.len());
                 proptest::prop_assert!(content.is_char_boundary(from) && content.is_char_boundary(from + len));
                 proptest::prop_assert_eq!(prompt.get(at..at + len), Some(&content[from..from + len]));
             }
@@ -944,9 +963,36 @@ mod tests {
         assert_eq!(state.messages()[0]["content"], "Task");
     }
 
+    /// A task the prompt quotes line by line matches one line at most: stored whole, and
+    /// the record stays version 1 (found by a review: the first line of most tasks made
+    /// the first record of a mini or Terminus session version 2 for a hundred bytes).
+    #[test]
+    fn a_quoted_task_is_stored_whole() {
+        let line = |i: usize| {
+            format!("Line {i} of the task, long enough to pass the shortest run on its own.")
+        };
+        let task = (0..4).map(line).collect::<Vec<_>>().join("\n");
+        let quoted = (0..4)
+            .map(|i| format!("> {}", line(i)))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let prompt = format!("# Task\n\n{quoted}\n\n# Tools\n");
+        let body = serde_json::json!({"messages": [{"role": "user", "content": task}]}).to_string();
+        let input = RequestInput {
+            body: bytes::Bytes::from(body),
+            ..RequestInput::default()
+        };
+        let delta = DeltaState::default()
+            .request_delta(&input, &prompt, 0)
+            .unwrap();
+        assert!(delta.content_refs.is_empty(), "{:?}", delta.content_refs);
+        assert_eq!(delta.schema_version(), 1);
+    }
+
     #[test]
     fn a_request_delta_is_the_same_with_the_decoders_split_or_without() {
-        let observation = "x".repeat(100);
+        // Escaped (`\n`), so the content is decoded, by the decoder or here.
+        let observation = "x\\n".repeat(50);
         let bodies = [
             format!(
                 r#"{{"model":"m","messages":[{{"role":"user","content":"{observation}"}}],"z\u00e9":1,"a":{{ "b" : [1, 2] }}}}"#
@@ -958,8 +1004,12 @@ mod tests {
                 r#"{{"messages":[{{"role":"user","content":"{observation}"}},{{"role":"assistant","content":"ok"}}],"model":"n","a":{{"b":[1,2]}}}}"#
             ),
         ];
-        let prompt = format!("# Task\n{observation}\n");
-        let (mut parsed, mut split) = (DeltaState::default(), DeltaState::default());
+        let prompt = format!("# Task\n{}\n", "x\n".repeat(50));
+        let (mut parsed, mut split, mut decoded) = (
+            DeltaState::default(),
+            DeltaState::default(),
+            DeltaState::default(),
+        );
         for (i, body) in bodies.iter().enumerate() {
             let input = RequestInput {
                 body: bytes::Bytes::from(body.clone()),
@@ -970,9 +1020,18 @@ mod tests {
                 ..input.clone()
             };
             assert!(with_split.split.is_some());
+            // As the pipeline makes it: the decoder's split and decoded contents.
+            let request = crate::openai::chat::ChatCompletionRequest::from_bytes(
+                bytes::Bytes::from(body.clone()),
+            )
+            .unwrap();
+            let from_decoder = RequestInput::from_request(&request, &Default::default());
+            assert_eq!(from_decoder.contents.len(), request.messages.len());
             let a = parsed.request_delta(&input, &prompt, 0);
             let b = split.request_delta(&with_split, &prompt, 0);
+            let c = decoded.request_delta(&from_decoder, &prompt, 0);
             assert_eq!(a, b, "{body}");
+            assert_eq!(a, c, "{body}");
             let refs = a.map(|d| (d.content_refs.len(), d.rest.is_some()));
             assert_eq!(refs, Some((usize::from(i == 0), true)), "{body}");
         }

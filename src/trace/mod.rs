@@ -543,6 +543,9 @@ pub struct RequestInput {
     /// Where the parts of `body` are, when the decoder split it (else the request delta
     /// parses the body itself).
     pub split: Option<std::sync::Arc<crate::openai::split::BodySplit>>,
+    /// With `split`: each message's `content` as decoded (a string content exactly; shared,
+    /// not copied), one per element of the split; empty otherwise.
+    pub contents: Vec<std::sync::Arc<str>>,
 }
 
 /// One completion call (`step`), or a side call (`side_call`, with `kind`). Read back with
@@ -1308,6 +1311,7 @@ impl RequestInput {
         Self {
             body: bytes::Bytes::new(),
             split: None,
+            contents: Vec::new(),
             ..self.clone()
         }
     }
@@ -1327,6 +1331,12 @@ impl RequestInput {
             run: request.explicit_run(headers),
             subagent: request.is_subagent(),
             split: request.split.clone(),
+            contents: match &request.split {
+                Some(split) if split.messages.len() == request.messages.len() => {
+                    request.messages.iter().map(|m| m.content.clone()).collect()
+                }
+                _ => Vec::new(),
+            },
         }
     }
 }
