@@ -214,15 +214,16 @@ fn find_text(haystack: &[u8], needle: &str) -> Option<usize> {
 /// Where a run of `content` (≥ [`MIN_REF_BYTES`] bytes) appears in `haystack`:
 /// `(content_from, at, len)`, the content's bytes `content_from..content_from + len` equal to
 /// `haystack[at..at + len]`. The whole content at its first occurrence when it appears (what
-/// `str::find` finds); else the longest run from the content's start, compared forward to
-/// the first difference from each place its first 32 bytes occur within [`NEAR_BYTES`] past
-/// the content's length (the prompt trims a trailing prompt line, rewrites an exit code);
-/// else, when there is none, the same from after the content's first line break, then its
-/// second (within its first [`ANCHOR_BYTES`]: a wrapper line such as `New Terminal Output:`
-/// or `<output>` that the prompt does not keep), compared at [`ANCHOR_HITS`] places at most.
-/// A run must cover at least half the content: a shorter one (the first line of a task the
-/// prompt quotes line by line) saves little and would make the record version 2. A content
-/// the prompt does not hold costs three searches of the window.
+/// `str::find` finds); else the first run from the content's start, compared forward to the
+/// first difference from each place its first 32 bytes occur, in order (the prompt trims a
+/// trailing prompt line, rewrites an exit code); else, when there is none, the same from
+/// after the content's first line break, then its second (within its first
+/// [`ANCHOR_BYTES`]: a wrapper line such as `New Terminal Output:` or `<output>` that the
+/// prompt does not keep), compared at [`ANCHOR_HITS`] places at most. A run must cover at
+/// least half the content: a shorter one (the first line of a task the prompt quotes line by
+/// line) saves little and would make the record version 2; and the first such run, not the
+/// longest, so that a content is not placed at a later message's text that shares its start.
+/// A content the prompt does not hold costs three searches of the window.
 fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
     let bytes = content.as_bytes();
     if bytes.len() < MIN_REF_BYTES {
@@ -238,20 +239,13 @@ fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
         let Some(head) = bytes.get(from..from + 32) else {
             continue;
         };
-        // Where a run may start: near the content's own place, not at a later message's.
-        let near = bytes.len() - from + NEAR_BYTES;
-        let window = if k == 0 {
-            haystack
-        } else {
-            &haystack[..haystack.len().min(near)]
-        };
-        let mut best: Option<(usize, usize, usize)> = None;
+        let mut first: Option<(usize, usize, usize)> = None;
         let finder = memchr::memmem::Finder::new(head);
         // Hits may overlap (a head that repeats itself): each search starts one byte after
         // the last hit, as in `find_text`.
         let mut next = 0;
         let mut compared = 0;
-        while let Some(found) = window.get(next..).and_then(|w| finder.find(w)) {
+        while let Some(found) = haystack.get(next..).and_then(|w| finder.find(w)) {
             let at = next + found;
             next = at + 1;
             compared += 1;
@@ -262,7 +256,8 @@ fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
             if k == 0 && len == bytes.len() {
                 return Some((0, at, len));
             }
-            if at > near {
+            if first.is_some() {
+                // Only a whole content, found later, is taken over the first run.
                 continue;
             }
             // Equal bytes from a character start: a boundary in the content is one in the
@@ -270,13 +265,15 @@ fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
             while !content.is_char_boundary(from + len) {
                 len -= 1;
             }
-            let worth = len >= MIN_REF_BYTES && 2 * len >= bytes.len();
-            if worth && best.is_none_or(|(_, _, l)| len > l) {
-                best = Some((from, at, len));
+            if len >= MIN_REF_BYTES && 2 * len >= bytes.len() {
+                if k > 0 {
+                    return Some((from, at, len));
+                }
+                first = Some((from, at, len));
             }
         }
-        if best.is_some() {
-            return best;
+        if first.is_some() {
+            return first;
         }
     }
     None
@@ -298,10 +295,6 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
 
 /// How far into a content [`find_run`] looks for the line breaks its runs may start after.
 const ANCHOR_BYTES: usize = 256;
-
-/// How far past a content's length [`find_run`] searches for a run that starts after a line
-/// break: the wrapper dropped, what follows is near where the content would be.
-const NEAR_BYTES: usize = 4096;
 
 /// Places of a run's first 32 bytes [`find_run`] compares when the run starts after a line
 /// break.
@@ -921,8 +914,11 @@ mod tests {
         let terminal =
             format!("New Terminal Output:\n\nroot@box:/app# ls -l\n{output}root@box:/app# ");
         let mini = format!("<returncode>0</returncode>\n<output>\n{output}</output>");
+        // A long header first (tool documentation, an example), none of it a message's: the
+        // search runs from the previous message's place, however far the first one is.
         let prompt = format!(
-            "# Task\n\n<observation>\n{}\n</observation>\n\n<observation>\n{output}[exit 0]\n</observation>\n",
+            "# Task\n\n{}\n<observation>\n{}\n</observation>\n\n<observation>\n{output}[exit 0]\n</observation>\n",
+            "An example trajectory line of the header.\n".repeat(300),
             terminal.trim_end()
         );
         let body = serde_json::json!({"model": "m", "messages": [
