@@ -1088,13 +1088,12 @@ impl TraceWriter {
         state.parked.insert(seq, record);
         loop {
             let next = state.written;
-            let Some(record) = state.parked.remove(&next) else {
+            let Some(mut record) = state.parked.remove(&next) else {
                 break;
             };
             if let Some(metrics) = &self.metrics {
                 metrics.record_step(&record.counts());
             }
-            let mut record = record;
             if let Err(e) = self.write_blocking(session, &mut state, &mut record) {
                 tracing::error!(error = %e, dir = %self.settings.dir.display(), "writing trace record failed");
             }
