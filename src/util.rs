@@ -68,6 +68,18 @@ pub fn fence_marker(line: &str) -> Option<(char, usize, &str)> {
     (len >= 3).then(|| (ch, len, &line[len..]))
 }
 
+/// A seed for XXH3 digests that decide what the process reuses (the render cache's steps,
+/// the split cache's body prefixes): random per process, so that no client can craft two
+/// inputs of one digest offline (XXH3 is not collision-resistant against chosen inputs) and be
+/// given what another's input made. Such digests are never stored.
+pub fn digest_seed() -> u64 {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
+    });
+    *SEED
+}
+
 /// Appends `text` to `out` as a JSON string literal (quotes included), byte for byte what
 /// `serde_json` writes: `"` and `\` backslash-escaped, `\b \t \n \f \r` by their short
 /// escapes, other control characters as `\u00XX` (lower-case hex), everything else as is

@@ -254,7 +254,7 @@ impl ChatCompletionRequest {
     /// lock is poisoned.
     fn decode_cached(body: &[u8]) -> Option<(Self, BodySplit)> {
         let text = std::str::from_utf8(body).ok()?;
-        let split = BodySplit::of(text)?;
+        let split = BodySplit::of_extending(text)?;
         // Tools (one member: a repeated one is the plain decoder's error) from their cache.
         let mut tools = split.rest.iter().filter(|(key, _)| key == "tools");
         let cached_tools = match (tools.next(), tools.next()) {

@@ -227,18 +227,122 @@ impl BodySplit {
     /// The split of `body`, in one pass ([`Scan`]); `None` when it is not a JSON object with
     /// one `messages` array (the full decoder then words the error).
     pub fn of(body: &str) -> Option<Self> {
+        Self::split_from(body, None).map(|(split, _)| split)
+    }
+
+    /// [`BodySplit::of`], the same split, scanned only past the messages it shares with a body
+    /// [`SplitCache`] holds the split of (the previous turn of a running rollout), and
+    /// remembered there in turn. A held message is trusted where `body` has, at its byte
+    /// range, text of its XXH3-128 digest, after the same bytes before the first message
+    /// (a seeded digest) and separators of one comma and whitespace: the bytes the scan would
+    /// find there are then the ones it found before, so it would find the same ranges. The
+    /// digests are the ones a split computes anyway (the message cache's keys), so a turn
+    /// saves the structural scan of its history (issue 23: the split was a third of a
+    /// 1,000-turn running turn's instructions).
+    pub fn of_extending(body: &str) -> Option<Self> {
+        Self::of_extending_in(SplitCache::global(), body)
+    }
+
+    /// [`BodySplit::of_extending`] with the splits `cache` holds.
+    fn of_extending_in(cache: &Mutex<SplitCache>, body: &str) -> Option<Self> {
+        let bytes = body.as_bytes();
+        let candidates = match cache.lock() {
+            Ok(cache) => cache.candidates(bytes),
+            Err(_) => return Self::of(body),
+        };
+        // The candidate sharing the most messages; a whole one ends the search. Those whose
+        // last two messages `body` has are compared first: rollouts of one task share their
+        // first bytes and often their last message's last bytes, and the one a body extends
+        // is among them. The others may share a part (a rewind, an edited past message);
+        // each comparison stops at the first message that differs.
+        let (ends, others): (Vec<_>, Vec<_>) = candidates
+            .into_iter()
+            .partition(|known| known.ends_shared(bytes));
+        let mut best: Option<(Arc<Known>, usize)> = None;
+        for known in ends.into_iter().chain(others) {
+            let shared = known.shared_messages(bytes);
+            if shared > best.as_ref().map_or(0, |(_, n)| *n) {
+                let whole = shared == known.messages.len();
+                best = Some((known, shared));
+                if whole {
+                    break;
+                }
+            }
+        }
+        let (split, depths) =
+            Self::split_from(body, best.as_ref().map(|(known, n)| (&**known, *n)))?;
+        if let Some(first) = split.messages.first() {
+            let head_len = first.range.start;
+            let last = &split.messages[split.messages.len() - 1].range;
+            let entry = Known {
+                head: bytes[..head_len.min(Known::PROBE)].into(),
+                head_digest: xxhash_rust::xxh3::xxh3_128_with_seed(
+                    &bytes[..head_len],
+                    crate::util::digest_seed(),
+                ),
+                tail: bytes[last.end.saturating_sub(Known::PROBE).max(last.start)..last.end].into(),
+                messages: split.messages.clone(),
+                depths,
+                rest: split
+                    .rest
+                    .iter()
+                    .filter(|(_, range)| range.end <= head_len)
+                    .cloned()
+                    .collect(),
+            };
+            if let Ok(mut cache) = cache.lock() {
+                // An entry extended whole is replaced; one shared in part (a rewind, an
+                // edited past message) is kept for the rollouts that still extend it.
+                let replaces = match &best {
+                    Some((known, n)) if *n == known.messages.len() => Some(known),
+                    _ => None,
+                };
+                cache.extended += u64::from(replaces.is_some());
+                cache.resumed += u64::from(best.is_some() && replaces.is_none());
+                cache.insert(entry, replaces);
+            }
+        }
+        Some(split)
+    }
+
+    /// The split of `body`, resumed after the first `n` (at least one) messages of `known`
+    /// when given (which `body` shares, [`Known::shared_messages`]), and the nesting after
+    /// each message.
+    fn split_from(body: &str, resume: Option<(&Known, usize)>) -> Option<(Self, Vec<u32>)> {
+        let bytes = body.as_bytes();
         let mut scan = Scan {
-            bytes: body.as_bytes(),
+            bytes,
             at: 0,
             depth: 1,
         };
         let mut split = Self::default();
+        let mut depths = Vec::new();
         let mut messages = false;
-        if !scan.eat(b'{') {
-            return None;
+        // Inside the messages array, after an element.
+        let mut in_messages = false;
+        match resume {
+            Some((known, n)) => {
+                scan.at = known.messages[n - 1].range.end;
+                scan.depth = known.depths[n - 1] as usize;
+                split.messages.extend_from_slice(&known.messages[..n]);
+                depths.extend_from_slice(&known.depths[..n]);
+                split.rest.clone_from(&known.rest);
+                messages = true;
+                in_messages = true;
+            }
+            // An object without members has no messages.
+            None if !scan.eat(b'{') || scan.eat(b'}') => return None,
+            None => {}
         }
-        if !scan.eat(b'}') {
-            loop {
+        let push = |scan: &mut Scan<'_>, split: &mut Self, depths: &mut Vec<u32>| {
+            let range = scan.value(2)?;
+            let digest = xxhash_rust::xxh3::xxh3_128(&bytes[range.clone()]);
+            depths.push(u32::try_from(scan.depth).unwrap_or(u32::MAX));
+            split.messages.push(RawMessage { range, digest });
+            Some(())
+        };
+        loop {
+            if !in_messages {
                 scan.skip_space();
                 let key = scan.value(1)?;
                 let key = &body[key];
@@ -258,34 +362,33 @@ impl BodySplit {
                     messages = true;
                     scan.depth = scan.depth.max(2);
                     if !scan.eat(b']') {
-                        loop {
-                            let range = scan.value(2)?;
-                            let digest =
-                                xxhash_rust::xxh3::xxh3_128(&body.as_bytes()[range.clone()]);
-                            split.messages.push(RawMessage { range, digest });
-                            if scan.eat(b']') {
-                                break;
-                            }
-                            if !scan.eat(b',') {
-                                return None;
-                            }
-                        }
+                        push(&mut scan, &mut split, &mut depths)?;
+                        in_messages = true;
                     }
                 } else {
                     let range = scan.value(1)?;
                     split.rest.push((key, range));
                 }
-                if scan.eat(b'}') {
-                    break;
-                }
-                if !scan.eat(b',') {
+            }
+            while in_messages {
+                if scan.eat(b']') {
+                    in_messages = false;
+                } else if !scan.eat(b',') {
                     return None;
+                } else {
+                    push(&mut scan, &mut split, &mut depths)?;
                 }
+            }
+            if scan.eat(b'}') {
+                break;
+            }
+            if !scan.eat(b',') {
+                return None;
             }
         }
         scan.skip_space();
         split.depth = scan.depth;
-        (messages && scan.at == body.len()).then_some(split)
+        (messages && scan.at == body.len()).then_some((split, depths))
     }
 
     /// [`BodySplit::of`] by serde_json's raw values: the scanner's oracle in tests.
@@ -338,6 +441,151 @@ impl BodySplit {
         out.push(b'}');
         // Made of valid UTF-8 pieces.
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// A body split before, with at least one message ([`BodySplit::of_extending`]).
+#[derive(Debug)]
+struct Known {
+    /// The first [`Known::PROBE`] bytes before the first message, and the seeded XXH3-128
+    /// ([`crate::util::digest_seed`]) of all of them (the object's opening, the fields before
+    /// `messages`, the array's `[`).
+    head: Box<[u8]>,
+    head_digest: u128,
+    /// The last [`Known::PROBE`] bytes of the last message: a body that has them there is
+    /// tried first (it likely extends this one whole).
+    tail: Box<[u8]>,
+    /// Every message, the nesting after each, and the fields before `messages`.
+    messages: Vec<RawMessage>,
+    depths: Vec<u32>,
+    rest: Vec<(String, Range<usize>)>,
+}
+
+impl Known {
+    const PROBE: usize = 64;
+
+    /// Whether `body` has this body's last two messages (its last one) at their byte ranges.
+    fn ends_shared(&self, body: &[u8]) -> bool {
+        self.messages[self.messages.len().saturating_sub(2)..]
+            .iter()
+            .rev()
+            .all(|message| {
+                body.get(message.range.clone())
+                    .is_some_and(|text| xxhash_rust::xxh3::xxh3_128(text) == message.digest)
+            })
+    }
+
+    /// How many of this body's first messages `body` has at the same byte ranges, after the
+    /// same bytes before the first message and with only a comma and whitespace between them
+    /// (0 when the bytes before the first message differ). A message is compared by the
+    /// digest of the text at its range, so a mismatch costs the messages before it.
+    fn shared_messages(&self, body: &[u8]) -> usize {
+        let head_len = self.messages[0].range.start;
+        if body.len() < head_len
+            || xxhash_rust::xxh3::xxh3_128_with_seed(&body[..head_len], crate::util::digest_seed())
+                != self.head_digest
+        {
+            return 0;
+        }
+        let mut end = None;
+        for (n, message) in self.messages.iter().enumerate() {
+            let range = &message.range;
+            let separated = end.is_none_or(|end: usize| {
+                let mut scan = Scan {
+                    bytes: &body[..range.start.min(body.len())],
+                    at: end,
+                    depth: 0,
+                };
+                scan.eat(b',') && {
+                    scan.skip_space();
+                    scan.at == range.start
+                }
+            });
+            if range.end > body.len()
+                || !separated
+                || xxhash_rust::xxh3::xxh3_128(&body[range.clone()]) != message.digest
+            {
+                return n;
+            }
+            end = Some(range.end);
+        }
+        self.messages.len()
+    }
+}
+
+/// The splits of recent bodies ([`BodySplit::of_extending`]): at most
+/// [`SplitCache::MAX_ENTRIES`] bodies and [`SplitCache::MAX_MESSAGES`] messages (36 bytes
+/// each: range, digest, nesting), the oldest dropped first; a body that extends one whole
+/// replaces it.
+#[derive(Debug, Default)]
+pub struct SplitCache {
+    /// Oldest first.
+    entries: std::collections::VecDeque<Arc<Known>>,
+    messages: usize,
+    /// Bodies that extended a held one whole, and bodies resumed after part of one.
+    extended: u64,
+    resumed: u64,
+}
+
+impl SplitCache {
+    /// Bodies held at most: rollouts running at once in one process.
+    pub const MAX_ENTRIES: usize = 1024;
+    /// Messages held at most, all bodies together (4.5 MiB: 128 rollouts of 500 turns).
+    pub const MAX_MESSAGES: usize = 128 * 1024;
+    /// Held bodies compared per body at most. Rollouts of one task share their first bytes
+    /// and often their last message's last bytes (a prompt line, a fixed footer), so a few
+    /// may be compared before the right one: by their last two messages first.
+    const MAX_TRIED: usize = 8;
+
+    fn global() -> &'static Mutex<SplitCache> {
+        static CACHE: std::sync::LazyLock<Mutex<SplitCache>> =
+            std::sync::LazyLock::new(Mutex::default);
+        &CACHE
+    }
+
+    /// The held bodies `body` may share messages with (it starts with their first bytes),
+    /// those whose last message's last bytes `body` has at the same place first, newest first
+    /// within each.
+    fn candidates(&self, body: &[u8]) -> Vec<Arc<Known>> {
+        let (mut tails, mut others) = (Vec::new(), Vec::new());
+        for known in self.entries.iter().rev() {
+            if !body.starts_with(&known.head) {
+                continue;
+            }
+            let end = known.messages[known.messages.len() - 1].range.end;
+            if end <= body.len() && body[end - known.tail.len()..end] == *known.tail {
+                tails.push(Arc::clone(known));
+                if tails.len() == Self::MAX_TRIED {
+                    break;
+                }
+            } else if others.len() < Self::MAX_TRIED {
+                others.push(Arc::clone(known));
+            }
+        }
+        tails.extend(others);
+        tails.truncate(Self::MAX_TRIED);
+        tails
+    }
+
+    /// Remembers `entry`, in place of `replaces` (the entry it extends) when given.
+    fn insert(&mut self, entry: Known, replaces: Option<&Arc<Known>>) {
+        if let Some(old) = replaces {
+            if let Some(at) = self.entries.iter().position(|k| Arc::ptr_eq(k, old)) {
+                self.messages -= old.messages.len();
+                self.entries.remove(at);
+            }
+        }
+        if entry.messages.len() > Self::MAX_MESSAGES {
+            return;
+        }
+        self.messages += entry.messages.len();
+        self.entries.push_back(Arc::new(entry));
+        while self.entries.len() > Self::MAX_ENTRIES || self.messages > Self::MAX_MESSAGES {
+            let Some(old) = self.entries.pop_front() else {
+                break;
+            };
+            self.messages -= old.messages.len();
+        }
     }
 }
 
@@ -683,6 +931,149 @@ pub(crate) mod tests {
                 }
             }
         }
+    }
+
+    proptest::proptest! {
+        /// A rollout's bodies, each its previous one's messages and more (or fewer: a
+        /// rewind), between fields before and after the array, some damaged past the old
+        /// part: split past a held prefix, each is split as a whole scan splits it.
+        #[test]
+        fn a_body_split_past_a_held_prefix_is_split_as_a_whole_scan_does(
+            turns in proptest::collection::vec(
+                (proptest::collection::vec(json_value(), 0..3), 0usize..3, 0usize..300), 1..6),
+            before in proptest::collection::vec(("[a-z]{1,6}", json_value()), 0..2),
+            pretty in proptest::bool::ANY,
+            damage in proptest::option::of((0usize..1000, proptest::sample::select(vec![b'"', b',', b']', b'}', b' ']))),
+        ) {
+            let cache = Mutex::new(SplitCache::default());
+            let mut messages: Vec<serde_json::Value> = Vec::new();
+            for (new, rewind, _) in &turns {
+                messages.truncate(messages.len().saturating_sub(*rewind % 2 * *rewind));
+                messages.extend(new.iter().cloned());
+                let mut body = serde_json::Map::new();
+                for (k, v) in &before {
+                    body.insert(k.clone(), v.clone());
+                }
+                body.insert("messages".into(), serde_json::Value::Array(messages.clone()));
+                body.insert("tools".into(), serde_json::json!([{"n": messages.len()}]));
+                let value = serde_json::Value::Object(body);
+                let text = if pretty {
+                    serde_json::to_string_pretty(&value).unwrap()
+                } else {
+                    serde_json::to_string(&value).unwrap()
+                };
+                let mut text = text.into_bytes();
+                if let Some((at, byte)) = damage {
+                    // Past the middle: where a held prefix may end.
+                    let at = text.len() / 2 + at % (text.len() / 2).max(1);
+                    text.insert(at.min(text.len()), byte);
+                }
+                let Ok(text) = String::from_utf8(text) else { continue };
+                proptest::prop_assert_eq!(
+                    BodySplit::of_extending_in(&cache, &text),
+                    BodySplit::of(&text)
+                );
+            }
+        }
+    }
+
+    /// The body of `n` messages of rollout `rollout`: rollouts differ only in an id in each
+    /// message, of one length, so their bytes line up and end alike (the case that makes a
+    /// cheap first-and-last-bytes filter pick the wrong rollout).
+    fn rollout_body(rollout: usize, n: usize) -> String {
+        let messages: Vec<_> = (0..n)
+            .map(|i| {
+                serde_json::json!({
+                    "role": "tool",
+                    "tool_call_id": format!("call_{rollout}_{i}"),
+                    "content": format!("turn {i} ]}},\" same output"),
+                })
+            })
+            .collect();
+        serde_json::json!({"model": "m", "messages": messages, "n": n}).to_string()
+    }
+
+    #[test]
+    fn a_next_turn_is_split_past_the_held_messages() {
+        let cache = Mutex::new(SplitCache::default());
+        let split = |text: &str| {
+            let split = BodySplit::of_extending_in(&cache, text);
+            assert_eq!(split, BodySplit::of(text), "{text}");
+        };
+        let counts = || {
+            let held = cache.lock().unwrap();
+            (
+                held.extended,
+                held.resumed,
+                held.entries.len(),
+                held.messages,
+            )
+        };
+        // Four rollouts of one task, interleaved: after its first body, each body extends its
+        // own rollout's previous one whole, which it replaces.
+        for n in 1..6 {
+            for rollout in 0..4 {
+                split(&rollout_body(rollout, n));
+            }
+        }
+        assert_eq!(counts(), (16, 0, 4, 20));
+        // A past message edited (a history processor eliding an old output): resumed after the
+        // messages before it, and kept beside the body it shares them with.
+        split(&rollout_body(1, 7).replacen("turn 3 ", "turn 3 (elided) ", 1));
+        assert_eq!(counts(), (16, 1, 5, 27));
+        // A rewind to fewer messages: resumed after the messages it keeps.
+        split(&rollout_body(2, 3));
+        assert_eq!(counts(), (16, 2, 6, 30));
+        // Another task (its first message differs): scanned whole.
+        split(&rollout_body(0, 6).replacen("turn 0 ", "turn X ", 1));
+        assert_eq!(counts(), (16, 2, 7, 36));
+        // Bytes before the messages that differ, and separators that differ, of the same
+        // length (whitespace is still one separator; anything else is not): each split as a
+        // whole scan splits it.
+        let next = rollout_body(3, 6);
+        split(&next.replacen(r#""model":"m""#, r#""model":"n""#, 1));
+        for separator in ["},{", "}\n{", "} {", "}]{", "}:{"] {
+            split(&next.replacen("},{", separator, 1));
+        }
+        split(&next[..next.len() / 2]);
+    }
+
+    #[test]
+    fn the_split_cache_keeps_its_bounds() {
+        let mut cache = SplitCache::default();
+        let entry = |messages: usize| Known {
+            head: Box::default(),
+            head_digest: 0,
+            tail: Box::default(),
+            messages: vec![
+                RawMessage {
+                    range: 0..1,
+                    digest: 0
+                };
+                messages
+            ],
+            depths: vec![2; messages],
+            rest: Vec::new(),
+        };
+        for _ in 0..SplitCache::MAX_ENTRIES + 10 {
+            cache.insert(entry(1), None);
+        }
+        assert_eq!(cache.entries.len(), SplitCache::MAX_ENTRIES);
+        assert_eq!(cache.messages, SplitCache::MAX_ENTRIES);
+        cache.insert(entry(SplitCache::MAX_MESSAGES - 5), None);
+        assert!(cache.messages <= SplitCache::MAX_MESSAGES);
+        assert_eq!(
+            cache.messages,
+            cache
+                .entries
+                .iter()
+                .map(|k| k.messages.len())
+                .sum::<usize>()
+        );
+        // An entry past the bound alone is not held.
+        let before = cache.entries.len();
+        cache.insert(entry(SplitCache::MAX_MESSAGES + 1), None);
+        assert_eq!(cache.entries.len(), before);
     }
 
     #[test]

@@ -408,15 +408,10 @@ impl Inner {
     }
 }
 
-/// The digests' seed: random per process, so that no client can craft two conversations of
-/// one digest offline (XXH3 is not collision-resistant against chosen inputs) and be given
-/// another conversation's prompt. Digests are never stored.
+/// The digests' seed ([`crate::util::digest_seed`]): no client can be given another
+/// conversation's prompt by a crafted collision.
 fn seed() -> u64 {
-    use std::hash::BuildHasher;
-    static SEED: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
-        std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
-    });
-    *SEED
+    crate::util::digest_seed()
 }
 
 fn address(prompt: &Arc<String>) -> usize {
