@@ -35,7 +35,7 @@ use crate::session::NudgeKind;
 pub struct Step {
     pub thought: String,
     pub action: Option<Action>,
-    pub observation: Option<std::sync::Arc<str>>,
+    pub observation: Option<Observation>,
     /// Tool-call id of the action in the scaffold's history, if any.
     pub call_id: Option<String>,
     /// Index of the assistant message this step came from (parallel calls share one).
@@ -43,6 +43,69 @@ pub struct Step {
     /// Set on a step the scaffold never saw: an action the proxy rejected with this nudge,
     /// and the hint as its observation (re-rendered from the ids on every later turn).
     pub nudge: Option<NudgeKind>,
+}
+
+/// An observation's text, and its digest when it was read whole from a decoded message
+/// (that message's, kept with it: [`ChatMessage::content_digest`]). The render cache keys
+/// each step by the digests of its texts ([`Observation::digest`]), and a history's
+/// observations are most of its bytes: a running session's turn would otherwise hash its
+/// whole history again (issue 23). Immutable; equal when the texts are.
+#[derive(Debug, Clone, Default)]
+pub struct Observation {
+    text: Arc<str>,
+    digest: Option<u128>,
+}
+
+impl Observation {
+    /// `message`'s own text, with the digest kept with it.
+    fn of_message(message: &ChatMessage) -> Self {
+        Self {
+            text: message.content.clone(),
+            digest: Some(message.content_digest.of(&message.content)),
+        }
+    }
+
+    /// [`crate::util::text_digest`] of the text.
+    pub fn digest(&self) -> u128 {
+        self.digest
+            .unwrap_or_else(|| crate::util::text_digest(&self.text))
+    }
+
+    /// The text, shared.
+    pub fn shared(&self) -> &Arc<str> {
+        &self.text
+    }
+}
+
+impl std::ops::Deref for Observation {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl PartialEq for Observation {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl From<Arc<str>> for Observation {
+    fn from(text: Arc<str>) -> Self {
+        Self { text, digest: None }
+    }
+}
+
+impl From<&str> for Observation {
+    fn from(text: &str) -> Self {
+        Arc::<str>::from(text).into()
+    }
+}
+
+impl From<String> for Observation {
+    fn from(text: String) -> Self {
+        Arc::<str>::from(text).into()
+    }
 }
 
 /// A whole conversation in neutral form.
@@ -110,17 +173,17 @@ impl Conversation {
                         })
                         .unwrap_or(conv.steps.len() - 1);
                     let text = tool_output_text(text, tools.tool_output);
-                    append_observation(&mut conv.steps[index], &message.content, &text);
+                    append_observation(&mut conv.steps[index], message, &text);
                 }
                 _ if !conv.steps.is_empty() => {
                     let last = conv.steps.len() - 1;
                     if conv.steps[last].observation.is_none() {
-                        append_observation(&mut conv.steps[last], &message.content, text);
+                        append_observation(&mut conv.steps[last], message, text);
                     } else {
-                        conv.push_feedback(&message.content);
+                        conv.push_feedback(message);
                     }
                 }
-                Role::User if task_full => conv.push_feedback(&message.content),
+                Role::User if task_full => conv.push_feedback(message),
                 Role::System | Role::Developer => push_nonempty(&mut system, text),
                 Role::User | Role::Tool | Role::Function => {
                     task_users += usize::from(message.role == Role::User);
@@ -134,10 +197,10 @@ impl Conversation {
     }
 
     /// A step with only an observation: scaffold feedback on a turn it did not keep.
-    fn push_feedback(&mut self, content: &Arc<str>) {
+    fn push_feedback(&mut self, message: &ChatMessage) {
         let turn = self.steps.last().map_or(0, |s| s.turn + 1);
         self.steps.push(Step {
-            observation: Some(observation_text(content, content)),
+            observation: Some(observation_text(message, &message.content)),
             turn,
             ..Step::default()
         });
@@ -267,21 +330,23 @@ pub fn normalize_line_ends(text: &str) -> Cow<'_, str> {
     Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n"))
 }
 
-/// `text` (read from the message whose content is `content`) as an observation: line ends
-/// normalised; the message's own text, shared rather than copied, when that is all it is (a
-/// history's observations are most of its bytes, and the conversation lives as long as the
-/// turn's completion call).
-fn observation_text(content: &Arc<str>, text: &str) -> Arc<str> {
+/// `text` (read from `message`) as an observation: line ends normalised; the message's own
+/// text, shared rather than copied and with the digest kept with it, when that is all it is
+/// (a history's observations are most of its bytes, and the conversation lives as long as
+/// the turn's completion call).
+fn observation_text(message: &ChatMessage, text: &str) -> Observation {
     match normalize_line_ends(text) {
-        Cow::Borrowed(text) if std::ptr::eq(text, &**content) => content.clone(),
-        text => text.into(),
+        Cow::Borrowed(text) if std::ptr::eq(text, &*message.content) => {
+            Observation::of_message(message)
+        }
+        text => text.into_owned().into(),
     }
 }
 
-fn append_observation(step: &mut Step, content: &Arc<str>, text: &str) {
+fn append_observation(step: &mut Step, message: &ChatMessage, text: &str) {
     step.observation = Some(match step.observation.take() {
-        Some(obs) => format!("{obs}\n\n{}", normalize_line_ends(text)).into(),
-        None => observation_text(content, text),
+        Some(obs) => format!("{}\n\n{}", &*obs, normalize_line_ends(text)).into(),
+        None => observation_text(message, text),
     });
 }
 
@@ -431,7 +496,7 @@ mod tests {
         let c = Conversation::from_messages(&req.messages, &tools);
         let shared = |step: usize, message: usize| {
             Arc::ptr_eq(
-                c.steps[step].observation.as_ref().unwrap(),
+                c.steps[step].observation.as_ref().unwrap().shared(),
                 &req.messages[message].content,
             )
         };
@@ -441,6 +506,13 @@ mod tests {
         assert!(!shared(1, 3));
         // The last step has an observation: each note is a feedback step, sharing its text.
         assert!(shared(2, 4) && shared(3, 5));
+        // Every observation's digest is its text's, kept with the message or not.
+        for step in &c.steps {
+            let observation = step.observation.as_ref().unwrap();
+            assert_eq!(observation.digest(), crate::util::text_digest(observation));
+        }
+        assert!(c.steps[0].observation.as_ref().unwrap().digest.is_some());
+        assert!(c.steps[1].observation.as_ref().unwrap().digest.is_none());
     }
 
     #[test]

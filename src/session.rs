@@ -566,6 +566,7 @@ mod tests {
                 name: None,
                 extra: serde_json::Map::new(),
                 read: Default::default(),
+                content_digest: Default::default(),
             })
         };
         let history = vec![
@@ -634,6 +635,7 @@ mod tests {
                 name: None,
                 extra: Default::default(),
                 read: Default::default(),
+                content_digest: Default::default(),
             })
         };
         let continued = [message(format!(

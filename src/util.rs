@@ -80,6 +80,31 @@ pub fn digest_seed() -> u64 {
     *SEED
 }
 
+/// The seeded XXH3-128 of `text` ([`digest_seed`]): what the render cache keys a step's
+/// observation by ([`DigestMemo`] keeps it with a decoded message).
+pub fn text_digest(text: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128_with_seed(text.as_bytes(), digest_seed())
+}
+
+/// A [`text_digest`] worked out once and kept with the immutable text it is of (a decoded
+/// message's `content`, which the message cache hands to every later request of its
+/// session). A clone starts empty, as [`Memo`]'s does.
+#[derive(Debug, Default)]
+pub struct DigestMemo(std::sync::OnceLock<u128>);
+
+impl Clone for DigestMemo {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl DigestMemo {
+    /// The kept digest, or `text`'s, kept. `text` must be the text the memo is kept with.
+    pub fn of(&self, text: &str) -> u128 {
+        *self.0.get_or_init(|| text_digest(text))
+    }
+}
+
 /// Appends `text` to `out` as a JSON string literal (quotes included), byte for byte what
 /// `serde_json` writes: `"` and `\` backslash-escaped, `\b \t \n \f \r` by their short
 /// escapes, other control characters as `\u00XX` (lower-case hex), everything else as is

@@ -426,6 +426,10 @@ pub struct ChatMessage {
     /// conversation's reading of a text dialect's reply); empty when decoded or cloned.
     #[serde(skip)]
     pub read: crate::util::Memo,
+    /// The digest of `content`, worked out once while the message is cached (the render
+    /// cache's key of an observation read from it); empty when decoded or cloned.
+    #[serde(skip)]
+    pub content_digest: crate::util::DigestMemo,
 }
 
 /// A tool call in an assistant message of the history.

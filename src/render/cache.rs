@@ -439,7 +439,15 @@ fn step_digest(step: &Step) -> u128 {
             }
         }
     }
-    write_opt(&mut h, step.observation.as_deref());
+    // The observation by its digest, kept with the message it was read from: the bytes of a
+    // history are mostly observations, hashed once per process instead of once per turn.
+    match &step.observation {
+        None => h.update(b"0"),
+        Some(observation) => {
+            h.update(b"1");
+            h.update(&observation.digest().to_le_bytes());
+        }
+    }
     h.digest128()
 }
 
