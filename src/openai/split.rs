@@ -233,9 +233,10 @@ impl BodySplit {
     /// [`BodySplit::of`], the same split, scanned only past the messages it shares with a body
     /// [`SplitCache`] holds the split of (the previous turn of a running rollout), and
     /// remembered there in turn. A held message is trusted where `body` has, at its byte
-    /// range, text of its XXH3-128 digest, after the same bytes before the first message
-    /// (a seeded digest) and separators of one comma and whitespace: the bytes the scan would
-    /// find there are then the ones it found before, so it would find the same ranges. The
+    /// range, text of its XXH3-128 digest that is an object, array or string (closed by its
+    /// own last byte), after the same bytes before the first message (a seeded digest) and
+    /// separators of one comma and whitespace: the scan would then read the same bytes and
+    /// end each message where it ended before, so it would find the same ranges. The
     /// digests are the ones a split computes anyway (the message cache's keys), so a turn
     /// saves the structural scan of its history (issue 23: the split was a third of a
     /// 1,000-turn running turn's instructions).
@@ -414,7 +415,7 @@ impl BodySplit {
                 .into_iter()
                 .map(|(key, raw)| (key, range(raw)))
                 .collect(),
-            depth: tests::value_depth(&serde_json::from_str(body).ok()?),
+            depth: tests::text_depth(body)?,
         })
     }
 
@@ -477,8 +478,9 @@ impl Known {
 
     /// How many of this body's first messages `body` has at the same byte ranges, after the
     /// same bytes before the first message and with only a comma and whitespace between them
-    /// (0 when the bytes before the first message differ). A message is compared by the
-    /// digest of the text at its range, so a mismatch costs the messages before it.
+    /// (0 when the bytes before the first message differ), each an object, array or string
+    /// (closed by its own last byte, so the scan would end it there). A message is compared by
+    /// the digest of the text at its range, so a mismatch costs the messages before it.
     fn shared_messages(&self, body: &[u8]) -> usize {
         let head_len = self.messages[0].range.start;
         if body.len() < head_len
@@ -501,8 +503,12 @@ impl Known {
                     scan.at == range.start
                 }
             });
+            // A number or literal ends only where the next byte is not part of it, so its bytes
+            // at the same place may begin a longer one; such a message (which never decodes)
+            // is not trusted. An object, array or string is closed by its own last byte.
             if range.end > body.len()
                 || !separated
+                || !matches!(body[range.start], b'{' | b'[' | b'"')
                 || xxhash_rust::xxh3::xxh3_128(&body[range.clone()]) != message.digest
             {
                 return n;
@@ -849,12 +855,65 @@ pub(crate) mod tests {
 
     /// Nesting of a decoded value (an object or array is one level more than its deepest
     /// element; a scalar 0).
-    pub(super) fn value_depth(value: &serde_json::Value) -> usize {
-        match value {
-            serde_json::Value::Array(items) => 1 + items.iter().map(value_depth).max().unwrap_or(0),
-            serde_json::Value::Object(map) => 1 + map.values().map(value_depth).max().unwrap_or(0),
-            _ => 0,
+    /// The deepest nesting of JSON text `text` as serde_json reads it, every member counted
+    /// (a `Value` keeps only the last of a repeated key, and with it its depth); `None` when
+    /// it is not JSON.
+    pub(super) fn text_depth(text: &str) -> Option<usize> {
+        struct Depth;
+        impl<'de> serde::de::DeserializeSeed<'de> for Depth {
+            type Value = usize;
+            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
+                d.deserialize_any(self)
+            }
         }
+        impl<'de> serde::de::Visitor<'de> for Depth {
+            type Value = usize;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<usize, E> {
+                Ok(0)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<usize, E> {
+                Ok(0)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<usize, E> {
+                Ok(0)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<usize, E> {
+                Ok(0)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<usize, E> {
+                Ok(0)
+            }
+            fn visit_unit<E>(self) -> Result<usize, E> {
+                Ok(0)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<usize, A::Error> {
+                let mut deepest = 0;
+                while let Some(depth) = seq.next_element_seed(Depth)? {
+                    deepest = deepest.max(depth);
+                }
+                Ok(1 + deepest)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<usize, A::Error> {
+                let mut deepest = 0;
+                while map.next_key::<serde::de::IgnoredAny>()?.is_some() {
+                    deepest = deepest.max(map.next_value_seed(Depth)?);
+                }
+                Ok(1 + deepest)
+            }
+        }
+        let mut de = serde_json::Deserializer::from_str(text);
+        let depth = serde::de::DeserializeSeed::deserialize(Depth, &mut de).ok()?;
+        de.end().ok()?;
+        Some(depth)
     }
 
     #[test]
@@ -1036,6 +1095,32 @@ pub(crate) mod tests {
             split(&next.replacen("},{", separator, 1));
         }
         split(&next[..next.len() / 2]);
+    }
+
+    /// A message that is a number or a literal (which no scaffold sends, and which does not
+    /// decode) may be the start of a longer one at the same place in the next body: never
+    /// trusted, so such a body splits as a whole scan splits it (found by a review helper).
+    #[test]
+    fn a_number_or_literal_message_is_not_trusted_past_its_old_end() {
+        for (first, second) in [
+            (r#"{"messages":[1]}"#, r#"{"messages":[12]}"#),
+            (r#"{"messages":[1,2]}"#, r#"{"messages":[1,23]}"#),
+            (r#"{"messages":[1]}"#, r#"{"messages":[1.5]}"#),
+            (
+                r#"{"messages":[{"role":"user","content":"x"},1]}"#,
+                r#"{"messages":[{"role":"user","content":"x"},1e3]}"#,
+            ),
+            (r#"{"messages":[null]}"#, r#"{"messages":[nullx]}"#),
+        ] {
+            let cache = Mutex::new(SplitCache::default());
+            for body in [first, second] {
+                assert_eq!(
+                    BodySplit::of_extending_in(&cache, body),
+                    BodySplit::of(body),
+                    "{body}"
+                );
+            }
+        }
     }
 
     #[test]
