@@ -80,11 +80,57 @@ pub fn digest_seed() -> u64 {
     *SEED
 }
 
-/// The seeded XXH3-128 of `text` ([`digest_seed`]): what the render cache keys a step's
-/// observation by ([`DigestMemo`] keeps it with a decoded message).
-pub fn text_digest(text: &str) -> u128 {
-    xxhash_rust::xxh3::xxh3_128_with_seed(text.as_bytes(), digest_seed())
+/// XXH3-128 of `bytes` under a secret random per process: the digest by which the process
+/// finds what it decoded or rendered before (messages, `tools` arrays, what a step's
+/// observation is keyed by), so that no client can craft two texts of one digest offline, nor
+/// texts that fall in one bucket of a table keyed by it ([`DigestHasher`]). A secret of the
+/// default size rather than a seed: XXH3 derives a secret from a seed on every call.
+pub fn digest(bytes: &[u8]) -> u128 {
+    static SECRET: std::sync::LazyLock<[u8; 192]> = std::sync::LazyLock::new(|| {
+        use std::hash::BuildHasher;
+        let state = std::collections::hash_map::RandomState::new();
+        let mut secret = [0u8; 192];
+        for (i, chunk) in secret.chunks_mut(8).enumerate() {
+            chunk.copy_from_slice(&state.hash_one(i).to_le_bytes());
+        }
+        secret
+    });
+    xxhash_rust::xxh3::xxh3_128_with_secret(bytes, &*SECRET)
 }
+
+/// [`digest`] of `text`: what the render cache keys a step's observation by ([`DigestMemo`]
+/// keeps it with a decoded message).
+pub fn text_digest(text: &str) -> u128 {
+    digest(text.as_bytes())
+}
+
+/// A [`std::hash::Hasher`] for keys that are [`digest`]s: their high 64 bits, which are
+/// uniform and unknown to clients, instead of SipHash over them again (the message cache
+/// looks up every message of every request; it admits messages by their digests' low bits,
+/// which a table must not bucket by). Other keys are folded in with FNV-1a.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DigestHasher(u64);
+
+impl std::hash::Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u128(&mut self, digest: u128) {
+        // Truncation intended: the high half of a uniform digest.
+        #[allow(clippy::cast_possible_truncation)]
+        {
+            self.0 ^= (digest >> 64) as u64;
+        }
+    }
+}
+
+/// The [`std::hash::BuildHasher`] of tables keyed by [`digest`]s.
+pub type DigestKeyed = std::hash::BuildHasherDefault<DigestHasher>;
 
 /// A [`text_digest`] worked out once and kept with the immutable text it is of (a decoded
 /// message's `content`, which the message cache hands to every later request of its
@@ -403,6 +449,22 @@ impl Memo {
 #[cfg(test)]
 mod tests {
     use super::{json_escaped_len, push_json_escaped, push_json_string, utc, Memo};
+
+    #[test]
+    fn digests_are_keyed_per_process_and_tables_keyed_by_them_find_them() {
+        use std::collections::HashMap;
+        let a = super::digest(b"the same text");
+        assert_eq!(a, super::digest(b"the same text"));
+        // Keyed: not the unkeyed XXH3 anyone can compute offline, short inputs included.
+        for text in [&b"x"[..], &[b'y'; 300][..]] {
+            assert_ne!(super::digest(text), xxhash_rust::xxh3::xxh3_128(text));
+        }
+        let mut table: HashMap<u128, usize, super::DigestKeyed> = HashMap::default();
+        for i in 0..1000usize {
+            table.insert(super::digest(&i.to_le_bytes()), i);
+        }
+        assert!((0..1000usize).all(|i| table[&super::digest(&i.to_le_bytes())] == i));
+    }
 
     #[test]
     fn a_memo_keeps_the_first_fitting_value_and_a_clone_starts_empty() {

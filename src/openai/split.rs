@@ -25,8 +25,8 @@ use super::chat::{ChatMessage, Tool};
 /// oldest generation is dropped; a message not found is decoded as any new one is.
 pub const MESSAGE_CACHE_MIB: usize = 32;
 
-/// One message of a body: where its JSON text is and its XXH3-128 digest (compared within
-/// one process only, never written).
+/// One message of a body: where its JSON text is and its digest ([`crate::util::digest`],
+/// keyed per process: compared within one process only, never written).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawMessage {
     /// Byte range of the message's JSON text in the body.
@@ -233,7 +233,7 @@ impl BodySplit {
     /// [`BodySplit::of`], the same split, scanned only past the messages it shares with a body
     /// [`SplitCache`] holds the split of (the previous turn of a running rollout), and
     /// remembered there in turn. A held message is trusted where `body` has, at its byte
-    /// range, text of its XXH3-128 digest that is an object, array or string (closed by its
+    /// range, text of its digest ([`crate::util::digest`]) that is an object, array or string (closed by its
     /// own last byte), after the same bytes before the first message (a seeded digest) and
     /// separators of one comma and whitespace: the scan would then read the same bytes and
     /// end each message where it ended before, so it would find the same ranges. The
@@ -337,7 +337,7 @@ impl BodySplit {
         }
         let push = |scan: &mut Scan<'_>, split: &mut Self, depths: &mut Vec<u32>| {
             let range = scan.value(2)?;
-            let digest = xxhash_rust::xxh3::xxh3_128(&bytes[range.clone()]);
+            let digest = crate::util::digest(&bytes[range.clone()]);
             depths.push(u32::try_from(scan.depth).unwrap_or(u32::MAX));
             split.messages.push(RawMessage { range, digest });
             Some(())
@@ -407,7 +407,7 @@ impl BodySplit {
                 .into_iter()
                 .map(|raw| RawMessage {
                     range: range(raw),
-                    digest: xxhash_rust::xxh3::xxh3_128(raw.get().as_bytes()),
+                    digest: crate::util::digest(raw.get().as_bytes()),
                 })
                 .collect(),
             rest: parts
@@ -472,7 +472,7 @@ impl Known {
             .rev()
             .all(|message| {
                 body.get(message.range.clone())
-                    .is_some_and(|text| xxhash_rust::xxh3::xxh3_128(text) == message.digest)
+                    .is_some_and(|text| crate::util::digest(text) == message.digest)
             })
     }
 
@@ -509,7 +509,7 @@ impl Known {
             if range.end > body.len()
                 || !separated
                 || !matches!(body[range.start], b'{' | b'[' | b'"')
-                || xxhash_rust::xxh3::xxh3_128(&body[range.clone()]) != message.digest
+                || crate::util::digest(&body[range.clone()]) != message.digest
             {
                 return n;
             }
@@ -619,7 +619,7 @@ impl ToolsCache {
     /// The tools decoded from JSON text `text` (an array or `null`, which is no tools);
     /// `None` when it does not decode.
     pub fn decode(text: &str) -> Option<Arc<[Tool]>> {
-        let digest = xxhash_rust::xxh3::xxh3_128(text.as_bytes());
+        let digest = crate::util::digest(text.as_bytes());
         if let Some(found) = Self::global().lock().ok()?.map.get(&digest) {
             return Some(found.clone());
         }
@@ -653,9 +653,9 @@ impl ToolsCache {
 #[derive(Debug)]
 pub struct MessageCache {
     /// Each message with the length of its JSON text, bytes.
-    current: HashMap<u128, (usize, Arc<ChatMessage>)>,
+    current: HashMap<u128, (usize, Arc<ChatMessage>), crate::util::DigestKeyed>,
     current_bytes: usize,
-    old: HashMap<u128, (usize, Arc<ChatMessage>)>,
+    old: HashMap<u128, (usize, Arc<ChatMessage>), crate::util::DigestKeyed>,
     old_bytes: usize,
     /// Bytes of JSON text held at most, both generations together.
     capacity: usize,
@@ -706,9 +706,9 @@ impl MessageCache {
     /// An empty cache of at most `capacity` bytes of JSON text (0: holds nothing).
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
-            current: HashMap::new(),
+            current: HashMap::default(),
             current_bytes: 0,
-            old: HashMap::new(),
+            old: HashMap::default(),
             old_bytes: 0,
             capacity,
             hits: 0,
@@ -1187,6 +1187,7 @@ pub(crate) mod tests {
         let message: Arc<ChatMessage> =
             Arc::new(serde_json::from_str(r#"{"role":"user","content":"x"}"#).unwrap());
         let digest = |session: u64, i: u64| {
+            // Unkeyed: the same keys, so the same shares, on every run.
             let key = [session.to_le_bytes(), i.to_le_bytes()].concat();
             xxhash_rust::xxh3::xxh3_128(&key)
         };

@@ -183,11 +183,11 @@ pub fn compact_json(json: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// A 128-bit XXH3 digest: these digests only ever compare texts within one process (they
+/// A 128-bit XXH3 digest under the process's secret ([`crate::util::digest`]): these digests only ever compare texts within one process (they
 /// are never written), so a fast non-cryptographic hash does; the prompt's SHA-256 in the
 /// record still checks every rebuilt prompt.
 fn digest16(bytes: &[u8]) -> Digest16 {
-    xxhash_rust::xxh3::xxh3_128(bytes).to_le_bytes()
+    crate::util::digest(bytes).to_le_bytes()
 }
 
 /// The first occurrence of `needle` in `haystack` (what `str::find` returns). Only the
