@@ -233,10 +233,10 @@ impl BodySplit {
     /// [`BodySplit::of`], the same split, scanned only past the messages it shares with a body
     /// [`SplitCache`] holds the split of (the previous turn of a running rollout), and
     /// remembered there in turn. A held message is trusted where `body` has, at its byte
-    /// range, text of its digest ([`crate::util::digest`]) that is an object, array or string (closed by its
-    /// own last byte), after the same bytes before the first message (a seeded digest) and
-    /// separators of one comma and whitespace: the scan would then read the same bytes and
-    /// end each message where it ended before, so it would find the same ranges. The
+    /// range, text of its digest ([`crate::util::digest`]) that is an object, array or string
+    /// (closed by its own last byte), after the same bytes before the first message (their
+    /// digest) and separators of one comma and whitespace: the scan would then read the same
+    /// bytes and end each message where it ended before, so it would find the same ranges. The
     /// digests are the ones a split computes anyway (the message cache's keys), so a turn
     /// saves the structural scan of its history (issue 23: the split was a third of a
     /// 1,000-turn running turn's instructions).
@@ -277,10 +277,7 @@ impl BodySplit {
             let last = &split.messages[split.messages.len() - 1].range;
             let entry = Known {
                 head: bytes[..head_len.min(Known::PROBE)].into(),
-                head_digest: xxhash_rust::xxh3::xxh3_128_with_seed(
-                    &bytes[..head_len],
-                    crate::util::digest_seed(),
-                ),
+                head_digest: crate::util::digest(&bytes[..head_len]),
                 tail: bytes[last.end.saturating_sub(Known::PROBE).max(last.start)..last.end].into(),
                 messages: split.messages.clone(),
                 depths,
@@ -448,8 +445,8 @@ impl BodySplit {
 /// A body split before, with at least one message ([`BodySplit::of_extending`]).
 #[derive(Debug)]
 struct Known {
-    /// The first [`Known::PROBE`] bytes before the first message, and the seeded XXH3-128
-    /// ([`crate::util::digest_seed`]) of all of them (the object's opening, the fields before
+    /// The first [`Known::PROBE`] bytes before the first message, and the digest
+    /// ([`crate::util::digest`]) of all of them (the object's opening, the fields before
     /// `messages`, the array's `[`).
     head: Box<[u8]>,
     head_digest: u128,
@@ -483,10 +480,7 @@ impl Known {
     /// the digest of the text at its range, so a mismatch costs the messages before it.
     fn shared_messages(&self, body: &[u8]) -> usize {
         let head_len = self.messages[0].range.start;
-        if body.len() < head_len
-            || xxhash_rust::xxh3::xxh3_128_with_seed(&body[..head_len], crate::util::digest_seed())
-                != self.head_digest
-        {
+        if body.len() < head_len || crate::util::digest(&body[..head_len]) != self.head_digest {
             return 0;
         }
         let mut end = None;
