@@ -289,14 +289,17 @@ impl BodySplit {
                     .collect(),
             };
             if let Ok(mut cache) = cache.lock() {
-                // An entry extended whole is replaced; one shared in part (a rewind, an
-                // edited past message) is kept for the rollouts that still extend it.
+                // An entry shared whole or in its larger part is replaced: the same rollout
+                // moved on (a next turn; a rewind; a history processor that edits recent
+                // messages each turn, as SWE-agent's cache-control marks do). One shared in
+                // a smaller part (another rollout of the task, branched early) is kept.
                 let replaces = match &best {
-                    Some((known, n)) if *n == known.messages.len() => Some(known),
+                    Some((known, n)) if 2 * *n >= known.messages.len() => Some(known),
                     _ => None,
                 };
-                cache.extended += u64::from(replaces.is_some());
-                cache.resumed += u64::from(best.is_some() && replaces.is_none());
+                let whole = matches!(&best, Some((known, n)) if *n == known.messages.len());
+                cache.extended += u64::from(whole);
+                cache.resumed += u64::from(best.is_some() && !whole);
                 cache.insert(entry, replaces);
             }
         }
@@ -1070,16 +1073,20 @@ pub(crate) mod tests {
             }
         }
         assert_eq!(counts(), (16, 0, 4, 20));
-        // A past message edited (a history processor eliding an old output): resumed after the
-        // messages before it, and kept beside the body it shares them with.
+        // A recent message edited (a history processor that marks or elides recent messages):
+        // resumed after the messages before it; most of the body it shares, which it replaces.
         split(&rollout_body(1, 7).replacen("turn 3 ", "turn 3 (elided) ", 1));
-        assert_eq!(counts(), (16, 1, 5, 27));
-        // A rewind to fewer messages: resumed after the messages it keeps.
+        assert_eq!(counts(), (16, 1, 4, 22));
+        // A rewind to fewer messages: resumed after the messages it keeps, and replaces it.
         split(&rollout_body(2, 3));
-        assert_eq!(counts(), (16, 2, 6, 30));
+        assert_eq!(counts(), (16, 2, 4, 20));
+        // An early message edited (a branch of the rollout): resumed after the messages before
+        // it, and kept beside the body it shares them with.
+        split(&rollout_body(3, 6).replacen("turn 2 ", "turn 2 (other) ", 1));
+        assert_eq!(counts(), (16, 3, 5, 26));
         // Another task (its first message differs): scanned whole.
         split(&rollout_body(0, 6).replacen("turn 0 ", "turn X ", 1));
-        assert_eq!(counts(), (16, 2, 7, 36));
+        assert_eq!(counts(), (16, 3, 6, 32));
         // Bytes before the messages that differ, and separators that differ, of the same
         // length (whitespace is still one separator; anything else is not): each split as a
         // whole scan splits it.
