@@ -274,11 +274,14 @@ impl BodySplit {
             Self::split_from(body, best.as_ref().map(|(known, n)| (&**known, *n)))?;
         if let Some(first) = split.messages.first() {
             let head_len = first.range.start;
-            let last = &split.messages[split.messages.len() - 1].range;
+            let probe = |range: &Range<usize>| -> Box<[u8]> {
+                bytes[range.end.saturating_sub(Known::PROBE).max(range.start)..range.end].into()
+            };
             let entry = Known {
                 head: bytes[..head_len.min(Known::PROBE)].into(),
                 head_digest: crate::util::digest(&bytes[..head_len]),
-                tail: bytes[last.end.saturating_sub(Known::PROBE).max(last.start)..last.end].into(),
+                tail: probe(&split.messages[split.messages.len() - 1].range),
+                middle: probe(&split.messages[split.messages.len() / 2].range),
                 messages: split.messages.clone(),
                 depths,
                 rest: split
@@ -289,6 +292,7 @@ impl BodySplit {
                     .collect(),
             };
             if let Ok(mut cache) = cache.lock() {
+                cache.reused += best.as_ref().map_or(0, |(_, n)| *n as u64);
                 // An entry shared whole or in its larger part is replaced: the same rollout
                 // moved on (a next turn; a rewind; a history processor that edits recent
                 // messages each turn, as SWE-agent's cache-control marks do). One shared in
@@ -456,6 +460,10 @@ struct Known {
     /// The last [`Known::PROBE`] bytes of the last message: a body that has them there is
     /// tried first (it likely extends this one whole).
     tail: Box<[u8]>,
+    /// The last [`Known::PROBE`] bytes of the middle message: a body that has them there is
+    /// tried next (it likely shares most of this one: the same rollout, its latest messages
+    /// edited, where another rollout of the task differs by then).
+    middle: Box<[u8]>,
     /// Every message, the nesting after each, and the fields before `messages`.
     messages: Vec<RawMessage>,
     depths: Vec<u32>,
@@ -464,6 +472,13 @@ struct Known {
 
 impl Known {
     const PROBE: usize = 64;
+
+    /// Whether `body` has `probe`, the last bytes of this body's message `index`, at the same
+    /// place.
+    fn probed(&self, body: &[u8], index: usize, probe: &[u8]) -> bool {
+        let end = self.messages[index].range.end;
+        end <= body.len() && body[end - probe.len()..end] == *probe
+    }
 
     /// Whether `body` has this body's last two messages (its last one) at their byte ranges.
     fn ends_shared(&self, body: &[u8]) -> bool {
@@ -525,9 +540,11 @@ pub struct SplitCache {
     /// Oldest first.
     entries: std::collections::VecDeque<Arc<Known>>,
     messages: usize,
-    /// Bodies that extended a held one whole, and bodies resumed after part of one.
+    /// Bodies that extended a held one whole, bodies resumed after part of one, and the
+    /// held messages trusted in all.
     extended: u64,
     resumed: u64,
+    reused: u64,
 }
 
 impl SplitCache {
@@ -546,25 +563,31 @@ impl SplitCache {
         &CACHE
     }
 
-    /// The held bodies `body` may share messages with (it starts with their first bytes),
-    /// those whose last message's last bytes `body` has at the same place first, newest first
-    /// within each.
+    /// The held bodies `body` may share messages with (it starts with their first bytes):
+    /// those whose last message's last bytes `body` has at the same place first, then those
+    /// whose middle message's, then the others, newest first within each. Many rollouts of
+    /// one task in flight share their first bytes, so the probes, not the age, find a
+    /// rollout's own previous body among them.
     fn candidates(&self, body: &[u8]) -> Vec<Arc<Known>> {
-        let (mut tails, mut others) = (Vec::new(), Vec::new());
+        let (mut tails, mut middles, mut others) = (Vec::new(), Vec::new(), Vec::new());
         for known in self.entries.iter().rev() {
             if !body.starts_with(&known.head) {
                 continue;
             }
-            let end = known.messages[known.messages.len() - 1].range.end;
-            if end <= body.len() && body[end - known.tail.len()..end] == *known.tail {
+            if known.probed(body, known.messages.len() - 1, &known.tail) {
                 tails.push(Arc::clone(known));
                 if tails.len() == Self::MAX_TRIED {
                     break;
+                }
+            } else if known.probed(body, known.messages.len() / 2, &known.middle) {
+                if middles.len() < Self::MAX_TRIED {
+                    middles.push(Arc::clone(known));
                 }
             } else if others.len() < Self::MAX_TRIED {
                 others.push(Arc::clone(known));
             }
         }
+        tails.extend(middles);
         tails.extend(others);
         tails.truncate(Self::MAX_TRIED);
         tails
@@ -1098,6 +1121,57 @@ pub(crate) mod tests {
         split(&next[..next.len() / 2]);
     }
 
+    /// Rollout `rollout`'s body of `n` messages as SWE-agent sends it with its cache-control
+    /// history processor: a task of two messages all rollouts share, then this rollout's
+    /// outputs, the last two marked (so each turn edits the two it marked before). Rollout
+    /// numbers of one width: every rollout's bodies line up byte for byte.
+    fn marked_body(rollout: usize, n: usize) -> String {
+        let messages: Vec<_> = (0..n)
+            .map(|i| {
+                let text = if i < 2 {
+                    format!("the task, part {i}")
+                } else {
+                    format!("rollout {rollout:03} step {i} output")
+                };
+                if i + 2 >= n {
+                    serde_json::json!({"role": "user", "content": [
+                        {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]})
+                } else {
+                    serde_json::json!({"role": "user", "content": text})
+                }
+            })
+            .collect();
+        serde_json::json!({"model": "m", "messages": messages}).to_string()
+    }
+
+    #[test]
+    fn many_rollouts_of_one_task_each_resume_their_own_body() {
+        let cache = Mutex::new(SplitCache::default());
+        let rollouts = 32;
+        for n in 6..12 {
+            for rollout in 0..rollouts {
+                let body = marked_body(rollout, n);
+                assert_eq!(
+                    BodySplit::of_extending_in(&cache, &body),
+                    BodySplit::of(&body)
+                );
+            }
+        }
+        let held = cache.lock().unwrap();
+        // A rollout's first body shares the task's two messages with the rollouts before it;
+        // each later one shares its rollout's previous body but for the two messages that
+        // body marked (n - 3 messages at n): found by its middle message among the 31 other
+        // rollouts' newer bodies, which share only the task's two.
+        let rollouts = rollouts as u64;
+        let shared: u64 = (7..12).map(|n| n - 3).sum();
+        assert_eq!(held.reused, (rollouts - 1) * 2 + rollouts * shared);
+        assert_eq!(
+            (held.extended, held.resumed),
+            (0, rollouts - 1 + rollouts * 5)
+        );
+        assert_eq!(held.entries.len() as u64, rollouts);
+    }
+
     /// A message that is a number or a literal (which no scaffold sends, and which does not
     /// decode) may be the start of a longer one at the same place in the next body: never
     /// trusted, so such a body splits as a whole scan splits it (found by a review helper).
@@ -1131,6 +1205,7 @@ pub(crate) mod tests {
             head: Box::default(),
             head_digest: 0,
             tail: Box::default(),
+            middle: Box::default(),
             messages: vec![
                 RawMessage {
                     range: 0..1,
