@@ -260,8 +260,9 @@ impl BodySplit {
             .into_iter()
             .partition(|known| known.ends_shared(bytes));
         let mut best: Option<(Arc<Known>, usize)> = None;
-        for known in ends.into_iter().chain(others) {
-            let shared = known.shared_messages(bytes);
+        let ends = ends.into_iter().map(|known| (known, Known::ENDS));
+        for (known, compared) in ends.chain(others.into_iter().map(|known| (known, 0))) {
+            let shared = known.shared_messages(bytes, compared);
             if shared > best.as_ref().map_or(0, |(_, n)| *n) {
                 let whole = shared == known.messages.len();
                 best = Some((known, shared));
@@ -480,9 +481,12 @@ impl Known {
         end <= body.len() && body[end - probe.len()..end] == *probe
     }
 
+    /// Messages [`Known::ends_shared`] compares.
+    const ENDS: usize = 2;
+
     /// Whether `body` has this body's last two messages (its last one) at their byte ranges.
     fn ends_shared(&self, body: &[u8]) -> bool {
-        self.messages[self.messages.len().saturating_sub(2)..]
+        self.messages[self.messages.len().saturating_sub(Self::ENDS)..]
             .iter()
             .rev()
             .all(|message| {
@@ -496,7 +500,9 @@ impl Known {
     /// (0 when the bytes before the first message differ), each an object, array or string
     /// (closed by its own last byte, so the scan would end it there). A message is compared by
     /// the digest of the text at its range, so a mismatch costs the messages before it.
-    fn shared_messages(&self, body: &[u8]) -> usize {
+    /// The last `compared` messages' digests were compared already ([`Known::ends_shared`]).
+    fn shared_messages(&self, body: &[u8], compared: usize) -> usize {
+        let compared_from = self.messages.len().saturating_sub(compared);
         let head_len = self.messages[0].range.start;
         if body.len() < head_len || crate::util::digest(&body[..head_len]) != self.head_digest {
             return 0;
@@ -521,7 +527,8 @@ impl Known {
             if range.end > body.len()
                 || !separated
                 || !matches!(body[range.start], b'{' | b'[' | b'"')
-                || crate::util::digest(&body[range.clone()]) != message.digest
+                || (n < compared_from
+                    && crate::util::digest(&body[range.clone()]) != message.digest)
             {
                 return n;
             }
