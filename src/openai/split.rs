@@ -1179,6 +1179,109 @@ pub(crate) mod tests {
         assert_eq!(held.entries.len() as u64, rollouts);
     }
 
+    /// Interleaved sessions as scaffolds send them: turns appended, rewinds, a past message
+    /// edited, cache-control marks moved to the newest two tool and user messages
+    /// (SWE-agent), older bodies sent again, and each body in one of four JSON layouts
+    /// (compact, pretty, Python's `json.dumps` spacing, spaces after commas only). Every
+    /// body must split as a whole scan splits it (from a review helper's break attempt).
+    #[test]
+    fn interleaved_sessions_in_any_layout_split_as_a_whole_scan_does() {
+        use serde_json::{json, Value};
+        fn layout(body: &Value, style: u64) -> String {
+            let compact = body.to_string();
+            match style {
+                0 => compact,
+                1 => serde_json::to_string_pretty(body).unwrap(),
+                // The texts below hold none of these patterns, so only separators change.
+                2 => compact
+                    .replace("\",\"", "\", \"")
+                    .replace("\":", "\": ")
+                    .replace("},{", "}, {"),
+                _ => compact.replace(",{", ", {").replace(",\"", ", \""),
+            }
+        }
+        fn mark_newest_two(messages: &mut [Value]) {
+            for m in messages.iter_mut() {
+                if let Some(parts) = m["content"].as_array() {
+                    m["content"] = parts[0]["text"].clone();
+                }
+            }
+            for m in messages
+                .iter_mut()
+                .rev()
+                .filter(|m| m["role"] != "assistant")
+                .take(2)
+            {
+                let text = m["content"].clone();
+                m["content"] =
+                    json!([{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]);
+            }
+        }
+        for seed in 1..40u64 {
+            let cache = Mutex::new(SplitCache::default());
+            let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut below = |n: u64| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state % n
+            };
+            let mut sessions: Vec<Vec<Value>> = Vec::new();
+            let mut sent: Vec<String> = Vec::new();
+            for _ in 0..200 {
+                if sessions.is_empty() || below(10) == 0 {
+                    sessions.push(vec![
+                        json!({"role": "system", "content": "sys"}),
+                        json!({"role": "user", "content": "task"}),
+                    ]);
+                }
+                let at = below(sessions.len() as u64) as usize;
+                let messages = &mut sessions[at];
+                match below(8) {
+                    0..=3 => {
+                        let k = below(3);
+                        messages.push(json!({"role": "assistant", "content": format!("a{k}"),
+                            "tool_calls": [{"id": format!("c{k}"), "type": "function",
+                                "function": {"name": "bash", "arguments": "{}"}}]}));
+                        messages.push(json!({"role": "tool", "tool_call_id": format!("c{k}"),
+                            "content": format!("o{}", below(3))}));
+                    }
+                    4 => {
+                        let keep = 2 + below(messages.len() as u64 - 1) as usize;
+                        messages.truncate(keep);
+                    }
+                    5 => mark_newest_two(messages),
+                    6 => {
+                        if !sent.is_empty() {
+                            let body = sent[below(sent.len() as u64) as usize].clone();
+                            assert_eq!(
+                                BodySplit::of_extending_in(&cache, &body),
+                                BodySplit::of(&body),
+                                "{body}"
+                            );
+                        }
+                        continue;
+                    }
+                    _ => {
+                        let i = below(messages.len() as u64) as usize;
+                        messages[i]["content"] = json!(format!("edit{}", below(4)));
+                    }
+                }
+                let mut body = json!({"model": "m", "messages": messages.clone()});
+                if below(3) == 0 {
+                    body["max_tokens"] = json!(below(1000));
+                }
+                let text = layout(&body, below(4));
+                assert_eq!(
+                    BodySplit::of_extending_in(&cache, &text),
+                    BodySplit::of(&text),
+                    "{text}"
+                );
+                sent.push(text);
+            }
+        }
+    }
+
     /// A message that is a number or a literal (which no scaffold sends, and which does not
     /// decode) may be the start of a longer one at the same place in the next body: never
     /// trusted, so such a body splits as a whole scan splits it (found by a review helper).
