@@ -235,7 +235,6 @@ impl Conversation {
 
     fn push_assistant(&mut self, message: &ChatMessage, tools: &ResolvedProfile) {
         let turn = self.steps.last().map_or(0, |s| s.turn + 1);
-        let thought = message.content.trim().to_string();
         if let (Some(dialect), true) = (tools.dialect, message.tool_calls.is_empty()) {
             let (thought, action) = read_reply(dialect, message, tools);
             self.steps.push(Step {
@@ -246,6 +245,7 @@ impl Conversation {
             });
             return;
         }
+        let mut thought = message.content.trim().to_string();
         if message.tool_calls.is_empty() {
             self.steps.push(Step {
                 thought,
@@ -256,8 +256,9 @@ impl Conversation {
         }
         for (i, call) in message.tool_calls.iter().enumerate() {
             self.steps.push(Step {
+                // Parallel calls of one message: the thought goes with the first.
                 thought: if i == 0 {
-                    thought.clone()
+                    std::mem::take(&mut thought)
                 } else {
                     String::new()
                 },
