@@ -170,9 +170,22 @@ impl ChatCompletionRequest {
     /// [`ChatCompletionRequest::from_slice`], keeping `body` (shared, not copied) as
     /// `raw_body` for the trace.
     /// `raw_body` is the body after [`super::lenient::replace_lone_surrogates`].
+    ///
+    /// The search for lone surrogates skips the messages a running session's previous body
+    /// had ([`BodySplit::of_extending_unsearched`]); a body that has one elsewhere is
+    /// replaced and decoded again.
     pub fn from_bytes(body: bytes::Bytes) -> Result<Self, ProxyError> {
-        let body = super::lenient::replace_lone_surrogates_bytes(body);
-        let (mut request, split) = Self::decode_split(&body)?;
+        let body = super::lenient::without_byte_order_mark(body);
+        let (mut request, split, body) = match Self::decode_split(&body, false)? {
+            Some((request, split)) => (request, split, body),
+            None => {
+                let body = super::lenient::replace_lone_surrogates_bytes(body);
+                let (request, split) = Self::decode_split(&body, true)?.ok_or_else(|| {
+                    ProxyError::Internal("a replaced body still has lone surrogates".into())
+                })?;
+                (request, split, body)
+            }
+        };
         request.raw_body = body;
         request.split = split;
         Ok(request)
@@ -211,14 +224,22 @@ impl ChatCompletionRequest {
 
     /// [`ChatCompletionRequest::from_slice`] of a body whose lone surrogates were replaced.
     fn decode(body: &[u8]) -> Result<Self, ProxyError> {
-        Self::decode_split(body).map(|(request, _)| request)
+        Self::decode_split(body, true)?
+            .map(|(request, _)| request)
+            .ok_or_else(|| ProxyError::Internal("a replaced body still has lone surrogates".into()))
     }
 
     /// The request, and the split of `body` when it was decoded through one.
     ///
     /// Errors: a body nested deeper than [`super::split::MAX_DEPTH`] levels (its trace record
     /// could not be read back), or one that does not decode or validate.
-    fn decode_split(body: &[u8]) -> Result<(Self, Option<Arc<BodySplit>>), ProxyError> {
+    /// `searched`: the body's lone surrogates were replaced. Otherwise `Ok(None)` when it has
+    /// one (searched only where needed: [`BodySplit::of_extending_unsearched`]).
+    #[allow(clippy::type_complexity)]
+    fn decode_split(
+        body: &[u8],
+        searched: bool,
+    ) -> Result<Option<(Self, Option<Arc<BodySplit>>)>, ProxyError> {
         let too_deep = |depth: usize| ProxyError::InvalidRequest {
             message: format!(
                 "request body nested {depth} levels deep; at most {} are accepted",
@@ -226,14 +247,18 @@ impl ChatCompletionRequest {
             ),
             param: None,
         };
-        match Self::decode_cached(body) {
-            Some((_, split)) if split.depth > super::split::MAX_DEPTH => {
+        match Self::decode_cached(body, searched) {
+            Err(super::split::LoneSurrogates) => return Ok(None),
+            Ok(Some((_, split))) if split.depth > super::split::MAX_DEPTH => {
                 return Err(too_deep(split.depth));
             }
-            Some((request, split)) => {
-                return Ok((Self::validate(request)?, Some(Arc::new(split))));
+            Ok(Some((request, split))) => {
+                return Ok(Some((Self::validate(request)?, Some(Arc::new(split)))));
             }
-            None => {}
+            Ok(None) => {}
+        }
+        if !searched && super::lenient::has_lone_surrogates_outside(body, 0..0) {
+            return Ok(None);
         }
         let depth = super::split::nesting_depth(body);
         if depth > super::split::MAX_DEPTH {
@@ -245,16 +270,30 @@ impl ChatCompletionRequest {
             Ok(request) => request,
             Err(_) => Self::decode_error(body)?,
         };
-        Ok((Self::validate(request)?, None))
+        Ok(Some((Self::validate(request)?, None)))
     }
 
     /// `body` decoded through its [`BodySplit`]: the fields other than `messages` decoded
     /// alone, each message taken from [`MessageCache`] or decoded and remembered. `None`
     /// when anything does not decode (the plain decoder then words the error) or the cache's
-    /// lock is poisoned.
-    fn decode_cached(body: &[u8]) -> Option<(Self, BodySplit)> {
-        let text = std::str::from_utf8(body).ok()?;
-        let split = BodySplit::of_extending(text)?;
+    /// lock is poisoned. `searched`: as [`ChatCompletionRequest::decode_split`]; errors: a
+    /// lone surrogate where the unsearched body was searched.
+    fn decode_cached(
+        body: &[u8],
+        searched: bool,
+    ) -> Result<Option<(Self, BodySplit)>, super::split::LoneSurrogates> {
+        let Ok(text) = std::str::from_utf8(body) else {
+            return Ok(None);
+        };
+        let split = match searched {
+            true => BodySplit::of_extending(text),
+            false => BodySplit::of_extending_unsearched(text)?,
+        };
+        Ok(split.and_then(|split| Self::decode_split_messages(text, split)))
+    }
+
+    /// [`ChatCompletionRequest::decode_cached`] once `text` is split.
+    fn decode_split_messages(text: &str, split: BodySplit) -> Option<(Self, BodySplit)> {
         // Tools (one member: a repeated one is the plain decoder's error) from their cache.
         let mut tools = split.rest.iter().filter(|(key, _)| key == "tools");
         let cached_tools = match (tools.next(), tools.next()) {
@@ -700,6 +739,59 @@ mod tests {
         let request = ChatCompletionRequest::from_slice(body).unwrap();
         let call = &request.messages[1].tool_calls[0];
         assert_eq!(call.function.arguments["command"], json!("echo \u{fffd} x"));
+    }
+
+    /// A running session's turns, decoded as the server decodes them: the search for lone
+    /// surrogates skips the messages the previous body had, and still finds one in a new
+    /// message, in the fields after the messages, and in a message sent again as it was
+    /// (the held body had it replaced, so that text is not trusted).
+    #[test]
+    fn a_running_session_finds_lone_surrogates_past_the_messages_it_shares() {
+        let session = format!("{:x}", crate::util::digest(b"lone-surrogate-session"));
+        let body = |outputs: &[&str], tail: &str| {
+            let mut messages = vec![format!(
+                r#"{{"role": "user", "content": "task {session}"}}"#
+            )];
+            for (i, output) in outputs.iter().enumerate() {
+                messages.push(format!(
+                    r#"{{"role": "assistant", "content": "step {i}", "tool_calls": [{{"id": "c{i}", "type": "function", "function": {{"name": "bash", "arguments": "{{}}"}}}}]}}"#
+                ));
+                messages.push(format!(
+                    r#"{{"role": "tool", "tool_call_id": "c{i}", "content": "{output}"}}"#
+                ));
+            }
+            let text = format!(
+                r#"{{"model": "m", "messages": [{}]{tail}}}"#,
+                messages.join(", ")
+            );
+            ChatCompletionRequest::from_bytes(bytes::Bytes::from(text)).unwrap()
+        };
+        let outputs = |request: &ChatCompletionRequest| -> Vec<String> {
+            request
+                .messages
+                .iter()
+                .filter(|m| m.role == Role::Tool)
+                .map(|m| m.content.to_string())
+                .collect()
+        };
+        let first = body(&["ok", "fine"], "");
+        assert_eq!(outputs(&first), ["ok", "fine"]);
+        // A lone surrogate in the new message.
+        let second = body(&["ok", "fine", r"cut \ud83d"], "");
+        assert_eq!(outputs(&second), ["ok", "fine", "cut \u{fffd}"]);
+        assert!(std::str::from_utf8(&second.raw_body)
+            .unwrap()
+            .contains(r"cut \uFFFD"));
+        // The same history sent again: its third message is not the text the cache holds.
+        let third = body(&["ok", "fine", r"cut \ud83d", "more"], "");
+        assert_eq!(outputs(&third), ["ok", "fine", "cut \u{fffd}", "more"]);
+        // One in a field after the messages.
+        let fourth = body(
+            &["ok", "fine", r"cut \ud83d", "more"],
+            r#", "user": "\udce9""#,
+        );
+        assert_eq!(fourth.extra["user"], json!("\u{fffd}"));
+        assert_eq!(outputs(&fourth), ["ok", "fine", "cut \u{fffd}", "more"]);
     }
 
     fn decode(v: Value) -> Result<ChatCompletionRequest, ProxyError> {

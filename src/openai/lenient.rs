@@ -8,7 +8,9 @@
 //! directly followed by a low `\uDC00`–`\uDFFF`) as `\uFFFD` (U+FFFD REPLACEMENT CHARACTER)
 //! before the body is parsed. The replacement has the same length as the escape it
 //! replaces, so nothing else in the body moves; a body without a lone surrogate (almost all)
-//! is returned as it is, scanned once and not copied. The rewritten body is the one the
+//! is returned as it is, scanned once and not copied. A chat request's search skips the
+//! messages a running session's previous body had ([`has_lone_surrogates_outside`]): their
+//! text is that body's after its replacement, so only a turn's new bytes are searched. The rewritten body is the one the
 //! trace stores, so the recorded request is the one the proxy answered. A UTF-8 byte-order
 //! mark before the body (some Windows tools write one) is dropped the same way.
 //!
@@ -36,10 +38,17 @@ fn hex4(digits: &[u8]) -> Option<u16> {
 /// run of backslashes ending at it is odd, so the text `\\udce9` (an escaped backslash, then
 /// `udce9`) is not taken for one.
 fn lone_surrogates(body: &[u8]) -> Vec<usize> {
+    lone_surrogates_in(body, 0..body.len())
+}
+
+/// [`lone_surrogates`] within `range` of `body`, which starts and ends outside strings (at
+/// bytes between JSON values), so no escape crosses its ends.
+fn lone_surrogates_in(body: &[u8], range: std::ops::Range<usize>) -> Vec<usize> {
     let mut found = Vec::new();
     // Escapes before this offset were read already (the low half of a pair).
     let mut next = 0;
-    for at in memchr::memmem::find_iter(body, b"\\u") {
+    let start = range.start;
+    for at in memchr::memmem::find_iter(&body[range], b"\\u").map(|at| start + at) {
         if at < next {
             continue;
         }
@@ -87,6 +96,24 @@ pub fn replace_lone_surrogates(body: &[u8]) -> Cow<'_, [u8]> {
         fixed[at + 2..at + 6].copy_from_slice(b"FFFD");
     }
     Cow::Owned(fixed)
+}
+
+/// Whether `body` has a lone surrogate escape outside `skip`, a range that starts and ends
+/// outside strings (between JSON values). The request decoder skips the messages it found
+/// unchanged since a previous body (`super::split::BodySplit::of_extending`): text that body
+/// had after its own lone surrogates were replaced.
+pub fn has_lone_surrogates_outside(body: &[u8], skip: std::ops::Range<usize>) -> bool {
+    !lone_surrogates_in(body, 0..skip.start).is_empty()
+        || !lone_surrogates_in(body, skip.end..body.len()).is_empty()
+}
+
+/// `body` without a UTF-8 byte-order mark before it (some Windows tools write one); the same
+/// `Bytes`, not copied.
+pub fn without_byte_order_mark(body: bytes::Bytes) -> bytes::Bytes {
+    match body.strip_prefix(b"\xEF\xBB\xBF") {
+        Some(rest) => body.slice(body.len() - rest.len()..),
+        None => body,
+    }
 }
 
 /// [`replace_lone_surrogates`] for a shared body: the same `Bytes` (not copied) when there is
@@ -154,7 +181,21 @@ mod tests {
     }
 
     #[test]
+    fn a_lone_surrogate_is_found_outside_the_skipped_range_only() {
+        let body = br#"["\udce9",{"a":"\ud83d"},"ok"]"#;
+        let second = body.iter().position(|&b| b == b'{').unwrap();
+        let end = second + br#"{"a":"\ud83d"}"#.len();
+        assert!(has_lone_surrogates_outside(body, 0..0));
+        assert!(has_lone_surrogates_outside(body, second..end));
+        assert!(has_lone_surrogates_outside(body, 1..10));
+        assert!(!has_lone_surrogates_outside(body, 1..end));
+        assert_eq!(lone_surrogates_in(body, second..end), vec![second + 6]);
+    }
+
+    #[test]
     fn a_byte_order_mark_is_dropped() {
+        let marked = bytes::Bytes::from_static(b"\xEF\xBB\xBF{}");
+        assert_eq!(&without_byte_order_mark(marked)[..], b"{}");
         assert_eq!(fix("\u{feff}{\"a\": 1}"), "{\"a\": 1}");
         let body = bytes::Bytes::from_static(b"\xEF\xBB\xBF{}");
         assert_eq!(&replace_lone_surrogates_bytes(body)[..], b"{}");

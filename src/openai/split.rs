@@ -223,6 +223,11 @@ pub fn object_members(text: &str) -> Option<Vec<(Range<usize>, Range<usize>)>> {
     (scan.at == text.len()).then_some(members)
 }
 
+/// A body has a lone surrogate escape where it was searched for
+/// ([`BodySplit::of_extending_unsearched`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoneSurrogates;
+
 impl BodySplit {
     /// The split of `body`, in one pass ([`Scan`]); `None` when it is not a JSON object with
     /// one `messages` array (the full decoder then words the error).
@@ -240,16 +245,43 @@ impl BodySplit {
     /// digests are the ones a split computes anyway (the message cache's keys), so a turn
     /// saves the structural scan of its history (issue 23: the split was a third of a
     /// 1,000-turn running turn's instructions).
+    ///
+    /// `body`'s lone surrogate escapes must have been replaced
+    /// ([`super::lenient::replace_lone_surrogates`]).
     pub fn of_extending(body: &str) -> Option<Self> {
         Self::of_extending_in(SplitCache::global(), body)
     }
 
+    /// [`BodySplit::of_extending`] of a body whose lone surrogate escapes were not searched
+    /// for: only the bytes outside the messages it shares with a held body are searched (the
+    /// held messages are text an earlier body had after its replacement, so the same text has
+    /// none), which saves a pass over a running session's history. Errors: a lone surrogate
+    /// escape outside them; nothing is held of such a body, which is to be replaced and split
+    /// again.
+    pub fn of_extending_unsearched(body: &str) -> Result<Option<Self>, LoneSurrogates> {
+        Self::extending_in(SplitCache::global(), body, false)
+    }
+
     /// [`BodySplit::of_extending`] with the splits `cache` holds.
     fn of_extending_in(cache: &Mutex<SplitCache>, body: &str) -> Option<Self> {
+        Self::extending_in(cache, body, true).unwrap_or(None)
+    }
+
+    /// [`BodySplit::of_extending`] (`searched`) or [`BodySplit::of_extending_unsearched`]
+    /// with the splits `cache` holds.
+    fn extending_in(
+        cache: &Mutex<SplitCache>,
+        body: &str,
+        searched: bool,
+    ) -> Result<Option<Self>, LoneSurrogates> {
         let bytes = body.as_bytes();
+        let unsearched_outside = |trusted: Range<usize>| {
+            !searched && super::lenient::has_lone_surrogates_outside(bytes, trusted)
+        };
         let candidates = match cache.lock() {
             Ok(cache) => cache.candidates(bytes),
-            Err(_) => return Self::of(body),
+            Err(_) if unsearched_outside(0..0) => return Err(LoneSurrogates),
+            Err(_) => return Ok(Self::of(body)),
         };
         // The candidate sharing the most messages; a whole one ends the search. Those whose
         // last two messages `body` has are compared first: rollouts of one task share their
@@ -271,8 +303,17 @@ impl BodySplit {
                 }
             }
         }
-        let (split, depths) =
-            Self::split_from(body, best.as_ref().map(|(known, n)| (&**known, *n)))?;
+        let trusted = best.as_ref().map_or(0..0, |(known, n)| {
+            known.messages[0].range.start..known.messages[n - 1].range.end
+        });
+        if unsearched_outside(trusted) {
+            return Err(LoneSurrogates);
+        }
+        let Some((split, depths)) =
+            Self::split_from(body, best.as_ref().map(|(known, n)| (&**known, *n)))
+        else {
+            return Ok(None);
+        };
         if let Some(first) = split.messages.first() {
             let head_len = first.range.start;
             let probe = |range: &Range<usize>| -> Box<[u8]> {
@@ -308,7 +349,7 @@ impl BodySplit {
                 cache.insert(entry, replaces);
             }
         }
-        Some(split)
+        Ok(Some(split))
     }
 
     /// The split of `body`, resumed after the first `n` (at least one) messages of `known`
