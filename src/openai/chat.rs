@@ -175,9 +175,11 @@ impl ChatCompletionRequest {
     /// had ([`BodySplit::of_extending_unsearched`]); a body that has one elsewhere is
     /// replaced and decoded again.
     pub fn from_bytes(body: bytes::Bytes) -> Result<Self, ProxyError> {
-        let body = super::lenient::without_byte_order_mark(body);
-        let (mut request, split, body) = match Self::decode_split(&body, false)? {
-            Some((request, split)) => (request, split, body),
+        // The replacement strips the mark itself: from the body as received, so that one mark
+        // only is ever dropped (a second is the decoder's error, as before the search).
+        let unmarked = super::lenient::without_byte_order_mark(body.clone());
+        let (mut request, split, body) = match Self::decode_split(&unmarked, false)? {
+            Some((request, split)) => (request, split, unmarked),
             None => {
                 let body = super::lenient::replace_lone_surrogates_bytes(body);
                 let (request, split) = Self::decode_split(&body, true)?.ok_or_else(|| {
@@ -792,6 +794,19 @@ mod tests {
         );
         assert_eq!(fourth.extra["user"], json!("\u{fffd}"));
         assert_eq!(outputs(&fourth), ["ok", "fine", "cut \u{fffd}", "more"]);
+        // One byte-order mark is dropped, a second is refused, a lone surrogate or not
+        // (found by a review helper).
+        for content in ["marked", r"marked \udce9"] {
+            let text = format!(
+                r#"{{"model": "m", "messages": [{{"role": "user", "content": "{content}"}}]}}"#
+            );
+            let once = format!("\u{feff}{text}");
+            let request = ChatCompletionRequest::from_bytes(bytes::Bytes::from(once)).unwrap();
+            let replaced = crate::openai::lenient::replace_lone_surrogates(text.as_bytes());
+            assert_eq!(&request.raw_body[..], &*replaced);
+            let twice = format!("\u{feff}\u{feff}{text}");
+            assert!(ChatCompletionRequest::from_bytes(bytes::Bytes::from(twice)).is_err());
+        }
     }
 
     fn decode(v: Value) -> Result<ChatCompletionRequest, ProxyError> {
