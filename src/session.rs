@@ -564,7 +564,7 @@ mod tests {
                 tool_calls: Vec::new(),
                 tool_call_id: None,
                 name: None,
-                extra: serde_json::Map::new(),
+                other: Default::default(),
                 read: Default::default(),
                 content_digest: Default::default(),
             })
@@ -633,7 +633,7 @@ mod tests {
                 tool_calls: Vec::new(),
                 tool_call_id: None,
                 name: None,
-                extra: Default::default(),
+                other: Default::default(),
                 read: Default::default(),
                 content_digest: Default::default(),
             })

@@ -461,8 +461,14 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
     #[serde(default)]
     pub name: Option<String>,
+    /// Members no stage reads (`refusal`, `annotations`, `function_call: null`, …): accepted
+    /// and dropped while decoding, not held. A history's messages stay decoded in the message
+    /// cache and in every turn in flight, and a map of them per message and per tool call
+    /// (`"type": "function"`) held 12–14 MiB of the RSS with 256 in-flight 100-turn requests
+    /// (BENCHMARKS.md, issue 23, thirteenth session). Flattened, so a message is still a JSON
+    /// object only, as before.
     #[serde(flatten)]
-    pub extra: Map<String, Value>,
+    pub other: Unread,
     /// A later stage's reading of this message, kept while the message is cached (the
     /// conversation's reading of a text dialect's reply); empty when decoded or cloned.
     #[serde(skip)]
@@ -479,8 +485,9 @@ pub struct ToolCall {
     #[serde(default, deserialize_with = "id_string")]
     pub id: Option<String>,
     pub function: FunctionCall,
+    /// `type` and any other member: dropped, as [`ChatMessage::other`].
     #[serde(flatten)]
-    pub extra: Map<String, Value>,
+    pub other: Unread,
 }
 
 /// `function` of a tool call: name and arguments.
@@ -491,6 +498,18 @@ pub struct FunctionCall {
     /// `{}`; a string that is not a JSON object is kept under the key `"_raw"`.
     #[serde(default, deserialize_with = "arguments_object")]
     pub arguments: Arc<Map<String, Value>>,
+}
+
+/// Members of a decoded value that no stage reads, accepted and dropped (no allocation held);
+/// as a flattened field it keeps the value's form a JSON object (serde's derive without a
+/// flattened field would also take an array of the members in order).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unread;
+
+impl<'de> Deserialize<'de> for Unread {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer).map(|_| Self)
+    }
 }
 
 /// A tool offered by the client (`{"type": "function", "function": {...}}`).
@@ -889,6 +908,37 @@ mod tests {
             r.ignored_fields(),
             vec!["prompt_cache_key", "reasoning_effort"]
         );
+    }
+
+    /// Members no stage reads are dropped while decoding, in messages and tool calls, and a
+    /// message or tool call is still a JSON object only (the flattened [`Unread`] keeps
+    /// serde's derive from taking an array of the members in order).
+    #[test]
+    fn unread_members_are_dropped_and_messages_stay_objects() {
+        let r = decode(json!({"messages": [
+            {"role": "user", "content": "Fix it.", "name": "u", "annotations": [{"x": 1}]},
+            {"role": "assistant", "content": null, "refusal": null, "function_call": null,
+             "audio": {"id": "a"}, "tool_calls": [{"id": "c1", "type": "function", "index": 0,
+             "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a.py\n", "status": "ok"}
+        ]}))
+        .unwrap();
+        assert_eq!(r.messages.len(), 3);
+        assert_eq!(r.messages[1].tool_calls[0].id.as_deref(), Some("c1"));
+        assert_eq!(
+            r.messages[1].tool_calls[0].function.arguments["command"],
+            "ls"
+        );
+        assert_eq!(&*r.messages[2].content, "a.py\n");
+        for messages in [
+            json!([["user", "Fix it."]]),
+            json!([{"role": "assistant", "tool_calls": [["c1", "function", {"name": "bash"}]]}]),
+        ] {
+            assert!(
+                decode(json!({ "messages": messages })).is_err(),
+                "{messages}"
+            );
+        }
     }
 
     #[test]
