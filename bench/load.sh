@@ -16,10 +16,14 @@
 #
 # Usage: bench/load.sh [--quick|--rss]  (--quick: fewer requests, for a smoke test;
 #                                        --rss: only the 256-concurrent RSS step, no report)
+#        bench/load.sh --row TURNS STREAM(yes|no) C ROUTE...  (only these rows, one per
+#        ROUTE, mock delay 0 ms at c=1 and 20 ms above; printed, no report; ROUTE as below)
 # Env:   OHA=path/to/oha  MOCK_PORT=19001  PROXY_PORT=19002  RESULTS=bench/results
 #        PROXY_BIN=path (default target/release/asap-proxy: the proxy measured, e.g. an
 #        older build for a before/after run with the same bodies, mock and client)
 #        PROXY_ENV='NAME=value ...' (extra environment for the proxy, e.g. malloc tunables)
+#        RSS_FLAGS='--flag value ...' (extra serve flags for the RSS step's proxies, e.g.
+#        --message-cache-mib 128)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,6 +31,11 @@ QUICK=0
 RSS_ONLY=0
 [[ "${1:-}" == "--quick" ]] && QUICK=1
 [[ "${1:-}" == "--rss" ]] && RSS_ONLY=1
+ROWS_ONLY=()
+if [[ "${1:-}" == "--row" ]]; then
+    [[ $# -ge 5 ]] || { echo "usage: bench/load.sh --row TURNS STREAM C ROUTE..." >&2; exit 2; }
+    ROWS_ONLY=("${@:2}")
+fi
 MOCK_PORT=${MOCK_PORT:-19001}
 PROXY_PORT=${PROXY_PORT:-19002}
 RESULTS=${RESULTS:-bench/results}
@@ -159,12 +168,14 @@ if [[ $QUICK == 1 ]]; then N1=200; N32=640; else N1=3000; N32=6400; fi
 measure() {
     local turns=$1 stream=$2 c=$3 n=$4 route=${5:-ids} sfx="" proxy_body direct_body flag
     local dialect=(--dialect ids)
-    # ROUTE is PATH[+zstd][+mcN]: +zstd compresses traces, +mcN sets --message-cache-mib N.
+    # ROUTE is PATH[+zstd][+mcN][+rcN]: +zstd compresses traces, +mcN sets
+    # --message-cache-mib N, +rcN --render-cache-mib N.
     local path=${route%%+*} serve_flags=() part
     for part in $(tr '+' ' ' <<<"${route#"$path"}"); do
         case $part in
             zstd) serve_flags+=(--trace-compression zstd) ;;
             mc*) serve_flags+=(--message-cache-mib "${part#mc}") ;;
+            rc*) serve_flags+=(--render-cache-mib "${part#rc}") ;;
         esac
     done
     [[ $stream == yes ]] && sfx="-stream"
@@ -226,14 +237,16 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 # "warm RSS").
 rss_step() {
     echo "== RSS: 256 concurrent 100-turn requests (mock delay 2000 ms)" >&2
+    # shellcheck disable=SC2086 # RSS_FLAGS is a list of words
     start_mock 2000
-    start_proxy
+    start_proxy ${RSS_FLAGS:-}
     idle_rss=$(awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$PROXY_PID/status")
     oha_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 256 256 -Z "$B/chat-100.jsonl"
     read -r o_p50 _ _ o_ok o_total < <(oha_fields "$WORK/proxy.json")
     o_hwm=$(( $(hwm_kib "$PROXY_PID") / 1024 ))
     start_mock 0
-    start_proxy
+    # shellcheck disable=SC2086
+    start_proxy ${RSS_FLAGS:-}
     oha_json "$WORK/warm.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 1 256 -Z "$B/chat-100.jsonl"
     warm_rss=$(awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$PROXY_PID/status")
     start_mock 2000
@@ -245,6 +258,16 @@ rss_step() {
 }
 if [[ $RSS_ONLY == 1 ]]; then
     rss_step
+    exit 0
+fi
+if [[ ${#ROWS_ONLY[@]} -gt 0 ]]; then
+    read -r turns stream c <<<"${ROWS_ONLY[*]:0:3}"
+    for route in "${ROWS_ONLY[@]:3}"; do
+        numbered=()
+        [[ $route == *-run* ]] && numbered=(--numbered)
+        start_mock $((c > 1 ? 20 : 0)) "${numbered[@]}"
+        measure "$turns" "$stream" "$c" $((c > 1 ? N32 : N1)) "$route"
+    done
     exit 0
 fi
 
