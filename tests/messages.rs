@@ -318,6 +318,30 @@ async fn count_tokens_counts_the_prompt_the_proxy_would_render() {
         "counting asks the model nothing"
     );
     assert!(proxy.trace_files().is_empty(), "and writes no trace");
+    // A lone surrogate reads as U+FFFD, as `/v1/messages` reads it: the same count (found
+    // by a review helper; it was a 400 here only).
+    let text = serde_json::to_string(&body).unwrap();
+    let marked = |word: &str| text.replace("add() subtracts.", &format!("add() subtracts {word}."));
+    assert_ne!(marked("x"), text);
+    let count = |raw: String| {
+        let url = proxy.url_of("/v1/messages/count_tokens");
+        let client = proxy.client.clone();
+        async move {
+            let resp = client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(raw)
+                .send()
+                .await
+                .unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, lone) = count(marked(r"caf\udce9")).await;
+    assert_eq!(status, 200, "{lone}");
+    let (status, replaced) = count(marked(r"caf\ufffd")).await;
+    assert_eq!(status, 200, "{replaced}");
+    assert_eq!(lone, replaced);
 }
 
 #[tokio::test]

@@ -100,6 +100,8 @@ pub async fn count_tokens(
 ) -> Response {
     let counted = async {
         let body = super::read_body(body, state.server.max_body_bytes)?;
+        // Lone surrogates read as U+FFFD, as in the request the count stands for.
+        let body = crate::openai::lenient::replace_lone_surrogates(&body);
         // `max_tokens` is not part of a count request: any value decodes.
         let mut value: Value = serde_json::from_slice(&body)
             .map_err(|e| ProxyError::invalid(format!("invalid request body: {e}")))?;
