@@ -79,6 +79,13 @@ async fn report_steps_lists_every_call_with_its_decision() {
     );
     let md = run(&[&"report", &"--steps", &proxy.log_dir.path()]);
     assert_eq!(md.code, Some(2), "--steps needs --format json");
+    // Told before any trace is read: no trace warning first (found by a new-user helper).
+    assert!(
+        md.stderr.contains("--steps needs --format json"),
+        "{}",
+        md.stderr
+    );
+    assert!(!md.stderr.contains("warning"), "{}", md.stderr);
 }
 
 #[tokio::test]

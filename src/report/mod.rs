@@ -173,6 +173,10 @@ pub struct Attempt {
 /// without `--allow-protocol-mismatch`, and a `--viewer-url` that is not http(s); 1 for
 /// failures writing the output, the page or the plots.
 pub fn run(args: &ReportArgs) -> Result<(), CliError> {
+    // Before any input is read: a bad combination of flags is told at once.
+    if args.steps && args.format != ReportFormat::Json {
+        return Err(CliError::Usage("--steps needs --format json".into()));
+    }
     let (dirs, result_files) =
         trace_paths_and_results(&args.dirs, &args.results).map_err(CliError::Usage)?;
     html::check_viewer_url(&args.viewer_url).map_err(CliError::Usage)?;
@@ -298,9 +302,6 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.steps {
-        if args.format != ReportFormat::Json {
-            return Err(CliError::Usage("--steps needs --format json".into()));
-        }
         let mut json = output::to_json(&report);
         add_steps(&mut json, &trajectories);
         serde_json::to_writer_pretty(&mut out, &json)
