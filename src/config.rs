@@ -260,7 +260,7 @@ settings! {
         /// The paper's failure recovery: `on` rejects a submit before any edit and an identical
         /// repeated action once each with a hint; `off` accepts them (the ablation without
         /// nudges; the loop rule and the other limits still end a trajectory) [default: on].
-        #[arg(long, env = "ASAP_NUDGES", value_name = "on|off",
+        #[arg(long, env = "ASAP_NUDGES", value_name = "on|off", hide_possible_values = true,
               value_parser = clap::builder::BoolishValueParser::new())]
         pub nudges: Option<bool>,
         /// When a rule ends a trajectory: answer with the profile's finish action (`submit`) or
