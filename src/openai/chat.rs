@@ -540,20 +540,72 @@ where
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
-fn content_text<'de, D: Deserializer<'de>>(d: D) -> Result<std::sync::Arc<str>, D::Error> {
-    let value = Option::<Value>::deserialize(d)?;
-    match value {
-        None | Some(Value::Null) => Ok("".into()),
-        Some(Value::String(s)) => Ok(s.into()),
-        Some(Value::Array(parts)) => {
-            let texts: Vec<String> = parts.iter().filter_map(part_text).collect();
-            Ok(texts.join("\n").into())
-        }
-        Some(other) => Err(serde::de::Error::custom(format!(
-            "content must be a string, null or a list of parts, not {}",
-            json_kind(&other)
-        ))),
+fn content_text<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+    d.deserialize_any(ContentText)
+}
+
+/// [`content_text`]'s reading: a string straight into the shared text (one copy of the
+/// decoder's, where a `Value` in between cost a second allocation and copy of every message's
+/// content: issue 23, the decode of a session's first request); parts through a `Value`, as
+/// before. Another kind is refused with the same message as before, reported where its value
+/// starts rather than where it ends.
+struct ContentText;
+
+impl<'de> serde::de::Visitor<'de> for ContentText {
+    type Value = Arc<str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string, null or a list of parts")
     }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Arc<str>, E> {
+        Ok(text.into())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Arc<str>, E> {
+        Ok("".into())
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Arc<str>, E> {
+        Ok("".into())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Arc<str>, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Arc<str>, A::Error> {
+        let parts = Vec::<Value>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+        let texts: Vec<String> = parts.iter().filter_map(part_text).collect();
+        Ok(texts.join("\n").into())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<Arc<str>, A::Error> {
+        Err(not_content("an object"))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Arc<str>, E> {
+        Err(not_content("a boolean"))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Arc<str>, E> {
+        Err(not_content("a number"))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Arc<str>, E> {
+        Err(not_content("a number"))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Arc<str>, E> {
+        Err(not_content("a number"))
+    }
+}
+
+/// The error for a `content` of another JSON kind (`kind`: "a number", "an object", …).
+fn not_content<E: serde::de::Error>(kind: &str) -> E {
+    E::custom(format!(
+        "content must be a string, null or a list of parts, not {kind}"
+    ))
 }
 
 /// Text of one content part: `{"type":"text","text":…}`, a bare string, or a placeholder for
@@ -584,30 +636,74 @@ fn id_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error
 pub const RAW_ARGUMENTS: &str = "_raw";
 
 fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Map<String, Value>>, D::Error> {
-    Ok(Arc::new(match Option::<Value>::deserialize(d)? {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(o)) => o,
-        Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
-        // The arguments string is JSON of its own: a lone surrogate escape inside it (Python's
-        // `json.dumps` of terminal text) is read as U+FFFD, as in the body.
-        Some(Value::String(s)) => match serde_json::from_slice::<Value>(
-            &super::lenient::replace_lone_surrogates(s.as_bytes()),
-        ) {
-            Ok(Value::Object(o)) => o,
-            _ => Map::from_iter([(RAW_ARGUMENTS.to_string(), Value::String(s))]),
-        },
-        Some(other) => Map::from_iter([(RAW_ARGUMENTS.to_string(), other)]),
-    }))
+    d.deserialize_any(ArgumentsObject).map(Arc::new)
 }
 
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+/// [`arguments_object`]'s reading: an object as it is; `null`, an absent or blank string as no
+/// arguments; a string holding a JSON object (the usual `arguments`) as that object, read
+/// straight from the decoder's text (no `Value` of the string in between: issue 23, the decode
+/// of a session's first request); anything else kept whole under [`RAW_ARGUMENTS`].
+struct ArgumentsObject;
+
+impl ArgumentsObject {
+    fn raw(value: Value) -> Map<String, Value> {
+        Map::from_iter([(RAW_ARGUMENTS.to_string(), value)])
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ArgumentsObject {
+    type Value = Map<String, Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object, a string of one, or null")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        if text.trim().is_empty() {
+            return Ok(Map::new());
+        }
+        // The arguments string is JSON of its own: a lone surrogate escape inside it (Python's
+        // `json.dumps` of terminal text) is read as U+FFFD, as in the body.
+        let fixed = super::lenient::replace_lone_surrogates(text.as_bytes());
+        Ok(serde_json::from_slice::<Map<String, Value>>(&fixed)
+            .unwrap_or_else(|_| Self::raw(Value::String(text.to_string()))))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Map::new())
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Map::new())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        Map::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        let items = Vec::<Value>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+        Ok(Self::raw(Value::Array(items)))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Self::raw(Value::Bool(v)))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Self::raw(Value::from(v)))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Self::raw(Value::from(v)))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Self::raw(Value::from(v)))
     }
 }
 
@@ -938,6 +1034,69 @@ mod tests {
                 decode(json!({ "messages": messages })).is_err(),
                 "{messages}"
             );
+        }
+    }
+
+    /// `content` of another kind is refused with its path and kind, whichever of the visitor's
+    /// branches reads it; a string with escapes decodes to its text.
+    #[test]
+    fn content_of_another_kind_names_its_path_and_kind() {
+        for (content, kind) in [
+            (json!(3), "a number"),
+            (json!(-3), "a number"),
+            (json!(2.5), "a number"),
+            (json!(true), "a boolean"),
+            (json!({"type": "text", "text": "x"}), "an object"),
+        ] {
+            let err = decode(json!({"messages": [
+                {"role": "user", "content": "x"}, {"role": "user", "content": content}
+            ]}))
+            .unwrap_err();
+            match err {
+                ProxyError::InvalidRequest { param, message } => {
+                    assert_eq!(param.as_deref(), Some("messages[1].content"), "{content}");
+                    assert!(message.contains(&format!("not {kind}")), "{message}");
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let r =
+            decode(json!({"messages": [{"role": "user", "content": "a\n\"b\" \u{e9}"}]})).unwrap();
+        assert_eq!(&*r.messages[0].content, "a\n\"b\" \u{e9}");
+    }
+
+    /// Every shape of `arguments` a history carries: a string of a JSON object (lone surrogate
+    /// escapes read as U+FFFD), a blank string, and what is not an object kept under `_raw`.
+    #[test]
+    fn arguments_of_every_shape_decode() {
+        let arguments = |arguments: Value| {
+            let r = decode(json!({"messages": [{"role": "assistant", "tool_calls": [
+                {"id": "c1", "function": {"name": "bash", "arguments": arguments}}
+            ]}]}))
+            .unwrap();
+            Value::Object((*r.messages[0].tool_calls[0].function.arguments).clone())
+        };
+        assert_eq!(
+            arguments(json!("{\"command\": \"ls\\n\", \"n\": [1, 2.5]}")),
+            json!({"command": "ls\n", "n": [1, 2.5]})
+        );
+        assert_eq!(
+            arguments(json!("{\"command\": \"echo \\udc80\"}")),
+            json!({"command": "echo \u{fffd}"})
+        );
+        assert_eq!(arguments(json!(" \n")), json!({}));
+        assert_eq!(arguments(json!(null)), json!({}));
+        for raw in [
+            json!("ls -la"),
+            json!("[\"ls\"]"),
+            json!("{\"command\": \"ls\" "),
+            json!(["ls"]),
+            json!(3),
+            json!(-3),
+            json!(2.5),
+            json!(false),
+        ] {
+            assert_eq!(arguments(raw.clone()), json!({ "_raw": raw }));
         }
     }
 
