@@ -317,10 +317,23 @@ impl ChatCompletionRequest {
                 .collect()
         };
         let mut decoded = Vec::new();
-        for (slot, raw) in messages.iter_mut().zip(&split.messages) {
-            if slot.is_none() {
-                let message: Arc<ChatMessage> =
-                    Arc::new(serde_json::from_str(&text[raw.range.clone()]).ok()?);
+        let mut at = 0;
+        while at < messages.len() {
+            if messages[at].is_some() {
+                at += 1;
+                continue;
+            }
+            let from = at;
+            while at < messages.len() && messages[at].is_none() {
+                at += 1;
+            }
+            let run = &split.messages[from..at];
+            for ((slot, raw), message) in messages[from..at]
+                .iter_mut()
+                .zip(run)
+                .zip(decode_run(text, run)?)
+            {
+                let message = Arc::new(message);
                 *slot = Some(message.clone());
                 decoded.push((raw, message));
             }
@@ -538,6 +551,31 @@ where
     T: Default + Deserialize<'de>,
 {
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// The messages of `run` (consecutive elements of one `messages` array in `text`), decoded by
+/// one deserializer over a copy of their text as an array: serde_json unescapes a string into
+/// a scratch buffer that starts empty for each deserializer and doubles as it fills, so one
+/// deserializer per message paid that growth for every message (issue 23, the decode of a
+/// session's first request). `None` when a message does not decode, or the text between two
+/// of them is not one comma (the split did not come from one array).
+fn decode_run(text: &str, run: &[super::split::RawMessage]) -> Option<Vec<ChatMessage>> {
+    let (first, last) = (run.first()?, run.last()?);
+    let joined = text.get(first.range.start..last.range.end)?;
+    let separated = run.windows(2).all(|pair| {
+        text.get(pair[0].range.end..pair[1].range.start)
+            .map(str::trim)
+            == Some(",")
+    });
+    if !separated {
+        return None;
+    }
+    let mut array = String::with_capacity(joined.len() + 2);
+    array.push('[');
+    array.push_str(joined);
+    array.push(']');
+    let decoded: Vec<ChatMessage> = serde_json::from_str(&array).ok()?;
+    (decoded.len() == run.len()).then_some(decoded)
 }
 
 fn content_text<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
@@ -1098,6 +1136,25 @@ mod tests {
         ] {
             assert_eq!(arguments(raw.clone()), json!({ "_raw": raw }));
         }
+    }
+
+    /// A run of messages decodes as each of them alone does; ranges that are not one array's
+    /// consecutive elements are refused rather than read as one.
+    #[test]
+    fn a_run_of_messages_decodes_as_each_alone() {
+        let text = r#"{"messages": [{"role": "system", "content": "s\n"} ,
+            {"role": "user", "content": [{"type": "text", "text": "t"}]},{"role": "assistant",
+            "tool_calls": [{"id": "c1", "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]}],
+            "model": "m"}"#;
+        let split = BodySplit::of(text).unwrap();
+        let run = decode_run(text, &split.messages).unwrap();
+        assert_eq!(run.len(), 3);
+        for (message, raw) in run.iter().zip(&split.messages) {
+            let alone: ChatMessage = serde_json::from_str(&text[raw.range.clone()]).unwrap();
+            assert_eq!(format!("{message:?}"), format!("{alone:?}"));
+        }
+        let skipped = [split.messages[0].clone(), split.messages[2].clone()];
+        assert!(decode_run(text, &skipped).is_none());
     }
 
     #[test]
