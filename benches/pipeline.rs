@@ -4,7 +4,10 @@
 //!
 //! Groups (each reports time and throughput in bytes of the request body, except `parse`
 //! and `respond`, whose input does not grow with the conversation):
-//! - `decode`: `ChatCompletionRequest::from_slice` of the body;
+//! - `decode`: `ChatCompletionRequest::from_slice` of the body (its messages found in the
+//!   message cache after the first iteration, as a running session's are);
+//! - `decode_uncached`: the same with the message cache off, so every message is decoded, as
+//!   when a request opens its session;
 //! - `prepare`: `pipeline::prepare` (profile, conversation, session, prefix, render);
 //! - `render`: `Renderer::render` of the prepared conversation alone;
 //! - `parse`: `parse::parse_for` of the mock backend's completion, plus `policy::decide`;
@@ -32,6 +35,7 @@ use asap_proxy::config::Mode;
 use asap_proxy::config::OnTerminate;
 use asap_proxy::config::{ProfileChoice, PromptConfig, DEFAULT_PREFIX_K};
 use asap_proxy::openai::chat::ChatCompletionRequest;
+use asap_proxy::openai::split::{MessageCache, MESSAGE_CACHE_MIB};
 use asap_proxy::parse::parse_for;
 use asap_proxy::pipeline::{Prepared, RequestMeta, Scope};
 use asap_proxy::policy::{self, Limits, LoopRule};
@@ -192,6 +196,19 @@ fn stages(c: &mut Criterion) {
         });
     }
     group.finish();
+
+    // The decode of a history no request sent before (a session's first request after a
+    // restart, on another replica, or of a dialect without ids): every message decoded.
+    MessageCache::configure_global(0);
+    let mut group = c.benchmark_group("decode_uncached");
+    for (turns, body) in &bodies {
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(turns), body, |b, body| {
+            b.iter(|| ChatCompletionRequest::from_slice(body).unwrap())
+        });
+    }
+    group.finish();
+    MessageCache::configure_global(MESSAGE_CACHE_MIB << 20);
 
     let requests: Vec<(usize, usize, ChatCompletionRequest)> = bodies
         .iter()
