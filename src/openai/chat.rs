@@ -585,8 +585,9 @@ fn content_text<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
 /// [`content_text`]'s reading: a string straight into the shared text (one copy of the
 /// decoder's, where a `Value` in between cost a second allocation and copy of every message's
 /// content: issue 23, the decode of a session's first request); parts through a `Value`, as
-/// before. Another kind is refused with the same message as before, reported where its value
-/// starts rather than where it ends.
+/// before. Another kind is refused with the same message and path as before (the column of a
+/// number or boolean may differ by one). An object is not read as serde_json's raw-value
+/// marker (`{"$serde_json::private::RawValue": …}`), which a `Value` in between honoured.
 struct ContentText;
 
 impl<'de> serde::de::Visitor<'de> for ContentText {
@@ -618,7 +619,12 @@ impl<'de> serde::de::Visitor<'de> for ContentText {
         Ok(texts.join("\n").into())
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<Arc<str>, A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Arc<str>, A::Error> {
+        // Read to its end first, so that a syntax error inside it is the error reported.
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
         Err(not_content("an object"))
     }
 
@@ -680,7 +686,9 @@ fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Map<String, V
 /// [`arguments_object`]'s reading: an object as it is; `null`, an absent or blank string as no
 /// arguments; a string holding a JSON object (the usual `arguments`) as that object, read
 /// straight from the decoder's text (no `Value` of the string in between: issue 23, the decode
-/// of a session's first request); anything else kept whole under [`RAW_ARGUMENTS`].
+/// of a session's first request); anything else kept whole under [`RAW_ARGUMENTS`]. An object
+/// is read as the map it is, not as serde_json's raw-value marker
+/// (`{"$serde_json::private::RawValue": …}`), which a `Value` in between honoured.
 struct ArgumentsObject;
 
 impl ArgumentsObject {
@@ -1097,6 +1105,15 @@ mod tests {
                 }
                 other => panic!("unexpected {other:?}"),
             }
+        }
+        // A syntax error inside an object is reported as such, not as the object's kind.
+        let body = r#"{"messages": [{"role": "user", "content": {"type": "text", "text": x}}]}"#;
+        match ChatCompletionRequest::from_slice(body.as_bytes()).unwrap_err() {
+            ProxyError::InvalidRequest { param, message } => {
+                assert!(message.contains("expected value"), "{message}");
+                assert!(param.is_some_and(|p| p.starts_with("messages[0].content")));
+            }
+            other => panic!("unexpected {other:?}"),
         }
         let r =
             decode(json!({"messages": [{"role": "user", "content": "a\n\"b\" \u{e9}"}]})).unwrap();
