@@ -188,26 +188,20 @@ fn stages(c: &mut Criterion) {
         eprintln!("{turns:>5} turns: {:>8} bytes of JSON", body.len());
     }
 
-    let mut group = c.benchmark_group("decode");
-    for (turns, body) in &bodies {
-        group.throughput(Throughput::Bytes(body.len() as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(turns), body, |b, body| {
-            b.iter(|| ChatCompletionRequest::from_slice(body).unwrap())
-        });
+    // `decode`: the messages are in the message cache after the first iteration, as a running
+    // session's are. `decode_uncached`: the cache off, every message decoded, as when a request
+    // opens its session (a restart, another replica, a dialect without ids).
+    for (name, cache_bytes) in [("decode", MESSAGE_CACHE_MIB << 20), ("decode_uncached", 0)] {
+        MessageCache::configure_global(cache_bytes);
+        let mut group = c.benchmark_group(name);
+        for (turns, body) in &bodies {
+            group.throughput(Throughput::Bytes(body.len() as u64));
+            group.bench_with_input(BenchmarkId::from_parameter(turns), body, |b, body| {
+                b.iter(|| ChatCompletionRequest::from_slice(body).unwrap())
+            });
+        }
+        group.finish();
     }
-    group.finish();
-
-    // The decode of a history no request sent before (a session's first request after a
-    // restart, on another replica, or of a dialect without ids): every message decoded.
-    MessageCache::configure_global(0);
-    let mut group = c.benchmark_group("decode_uncached");
-    for (turns, body) in &bodies {
-        group.throughput(Throughput::Bytes(body.len() as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(turns), body, |b, body| {
-            b.iter(|| ChatCompletionRequest::from_slice(body).unwrap())
-        });
-    }
-    group.finish();
     MessageCache::configure_global(MESSAGE_CACHE_MIB << 20);
 
     let requests: Vec<(usize, usize, ChatCompletionRequest)> = bodies
