@@ -620,11 +620,9 @@ impl<'de> serde::de::Visitor<'de> for ContentText {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Arc<str>, A::Error> {
-        // Read to its end first, so that a syntax error inside it is the error reported.
-        while map
-            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-            .is_some()
-        {}
+        // Read to its end first, so that a syntax error inside it is the error reported (keys
+        // read as text, so that the error's path names the member).
+        while map.next_entry::<String, serde::de::IgnoredAny>()?.is_some() {}
         Err(not_content("an object"))
     }
 
@@ -1111,7 +1109,7 @@ mod tests {
         match ChatCompletionRequest::from_slice(body.as_bytes()).unwrap_err() {
             ProxyError::InvalidRequest { param, message } => {
                 assert!(message.contains("expected value"), "{message}");
-                assert!(param.is_some_and(|p| p.starts_with("messages[0].content")));
+                assert_eq!(param.as_deref(), Some("messages[0].content.text"));
             }
             other => panic!("unexpected {other:?}"),
         }
