@@ -9,7 +9,9 @@
 # measures with oha (pinned to CPU 1,
 # with the mock): direct-to-mock (the completions body the proxy would send) against
 # through-the-proxy (the chat body), at concurrency 1 (mock delay 0) and 32 (mock delay
-# 20 ms), non-streaming and streaming. Records p50/p99 latency, requests/s, the proxy's CPU
+# 20 ms), non-streaming and streaming, each `ids` row beside a `relay` row (the direct body
+# through examples/bench_relay.rs, the proxy's HTTP parts doing no work: the transport floor).
+# Records p50/p99 latency, requests/s, the proxy's CPU
 # time per request (utime+stime from /proc/<pid>/stat) and its peak RSS (VmHWM), then a
 # 1,000-turn single-request timing and the RSS with 256 concurrent 100-turn requests in
 # flight. Prints a Markdown report and writes it to bench/results/<date>.md.
@@ -66,7 +68,7 @@ done
 
 echo "== cargo build --release (proxy, mock backend, body generator)" >&2
 cargo build --release --locked --bin asap-proxy --bin fake-backend --example bench_bodies \
-    --example bench_turns >&2
+    --example bench_turns --example bench_relay >&2
 PROXY_BIN=${PROXY_BIN:-target/release/asap-proxy}
 MOCK_BIN=target/release/fake-backend
 
@@ -108,6 +110,20 @@ start_proxy() { # [extra serve flags...]
         --listen "127.0.0.1:$PROXY_PORT" --backend "http://127.0.0.1:$MOCK_PORT/v1" \
         --backend-model mock --log-dir "$WORK/logs" --max-steps 100000 \
         --prefixes "$WORK/no-prefixes" "$@" 2>"$WORK/proxy.log" &
+    PROXY_PID=$!
+    PIDS+=("$PROXY_PID")
+    wait_http "http://127.0.0.1:$PROXY_PORT/health"
+}
+
+# The `relay` path's process in the proxy's place (examples/bench_relay.rs: the proxy's HTTP
+# parts, no work), on the same port and CPU.
+start_relay() {
+    [[ -n "$PROXY_PID" ]] && stop_pid "$PROXY_PID"
+    rm -rf "$WORK/logs"
+    mkdir -p "$WORK/logs"
+    taskset -c "$PROXY_CPU" target/release/examples/bench_relay \
+        --listen "127.0.0.1:$PROXY_PORT" --backend "http://127.0.0.1:$MOCK_PORT" \
+        2>"$WORK/proxy.log" &
     PROXY_PID=$!
     PIDS+=("$PROXY_PID")
     wait_http "http://127.0.0.1:$PROXY_PORT/health"
@@ -163,7 +179,9 @@ if [[ $QUICK == 1 ]]; then N1=200; N32=640; else N1=3000; N32=6400; fi
 # JSON keystrokes, no ids): every request opens a session; the bodies cycle through 256
 # rollouts at any concurrency. `mini-run` and `terminus-run`: the next turns of running
 # sessions of those dialects, sent in order by bench_turns with the proxy's own last reply
-# in each history (the mock must number its answers: `start_mock DELAY --numbered`). The
+# in each history (the mock must number its answers: `start_mock DELAY --numbered`).
+# `relay`: the direct baseline's body sent through examples/bench_relay.rs in the proxy's
+# place (the transport floor: one more hop through the proxy's HTTP parts, no work). The
 # direct baseline is the SWE-agent body's completions request of the same length.
 measure() {
     local turns=$1 stream=$2 c=$3 n=$4 route=${5:-ids} sfx="" proxy_body direct_body flag
@@ -180,7 +198,12 @@ measure() {
     done
     [[ $stream == yes ]] && sfx="-stream"
     direct_body="$B/completions-$turns$sfx.json"
-    if [[ $path == ids || $path == *-run ]]; then
+    local url="http://127.0.0.1:$PROXY_PORT/v1/chat/completions"
+    if [[ $path == relay ]]; then
+        proxy_body=$direct_body
+        flag=-D
+        url="http://127.0.0.1:$PROXY_PORT/v1/completions"
+    elif [[ $path == ids || $path == *-run ]]; then
         # The next turns of running sessions, in order (bench_turns).
         [[ $path == *-run ]] && dialect=(--dialect "${path%-run}" --state "$WORK/replies.json")
         proxy_body=
@@ -194,8 +217,11 @@ measure() {
     oha_json "$WORK/direct.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" "$c" "$n" -D "$direct_body"
     read -r d50 d99 drps dok dtotal < <(oha_fields "$WORK/direct.json")
     # Proxy: fresh process (clean CPU and RSS counters), warm-up of every session, then the run.
-    start_proxy "${serve_flags[@]}"
-    local url="http://127.0.0.1:$PROXY_PORT/v1/chat/completions"
+    if [[ $path == relay ]]; then
+        start_relay
+    else
+        start_proxy "${serve_flags[@]}"
+    fi
     if [[ $flag == turns ]]; then
         turns_json "$WORK/warm.json" "$url" "$c" "$turns" "$stream" --warm-only "${dialect[@]}"
     else
@@ -276,6 +302,7 @@ start_mock 0
 for turns in 2 20 100; do
     for stream in no yes; do
         measure "$turns" "$stream" 1 "$N1"
+        measure "$turns" "$stream" 1 "$N1" relay
     done
 done
 
@@ -284,6 +311,7 @@ start_mock 20
 for turns in 2 20 100; do
     for stream in no yes; do
         measure "$turns" "$stream" 32 "$N32"
+        measure "$turns" "$stream" 32 "$N32" relay
     done
 done
 
@@ -406,6 +434,8 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "session. \`mini-run\` and \`terminus-run\`: the next turns of running sessions of those two"
     echo "dialects, sent in order as \`ids\` is, each history holding the proxy's own last reply (the"
     echo "proxy finds the session by it; the mock numbers its answers so that no two are equal)."
+    echo "\`relay\`: the direct body through examples/bench_relay.rs in the proxy's place (the proxy's"
+    echo "HTTP parts, no work): the transport floor under every proxy row (its proxy columns are the relay's)."
     echo "\`+zstd\`: with \`--trace-compression zstd\`; \`+mc128\`: \`--message-cache-mib 128\`."
     echo "Trace = bytes written to the log directory per request."
     echo
