@@ -277,7 +277,7 @@ settings! {
         pub log_format: Option<LogFormat>,
         /// MiB of decoded request messages kept for the next requests, found by the digest of
         /// their JSON text (a history's earlier messages are decoded once, not on every turn);
-        /// 0: none [default: 64].
+        /// 0: none [default: 56].
         #[arg(long, env = "ASAP_MESSAGE_CACHE_MIB")]
         pub message_cache_mib: Option<usize>,
         /// MiB of rendered prompts kept for the next requests, so that a turn renders only its

@@ -20,12 +20,15 @@ use serde_json::value::RawValue;
 
 use super::chat::{ChatMessage, Tool};
 
-/// MiB of message JSON text the cache holds by default (`serve --message-cache-mib`; two
-/// generations of half each): the histories of about two hundred 300 KB rollouts, or sixteen
-/// of 1,000 turns. Past it the oldest generation is dropped; a message not found is decoded as
-/// any new one is. 64 rather than 32 (issue 23, fifteenth session, BENCHMARKS.md): a
-/// 1,000-turn turn 15.4 → 8.2 ms, the 256-in-flight peak RSS +2 MiB, the warm RSS +27 MiB.
-pub const MESSAGE_CACHE_MIB: usize = 64;
+/// MiB of message JSON text the cache holds by default (`serve --message-cache-mib`): the
+/// histories of about 190 rollouts of 100 turns (~300 KB each), or 18 of 1,000. Past it the
+/// message the hand reaches first that was not found since it last passed is dropped
+/// ([`MessageCache`]); a message not found is decoded as any new one is. 56 (issue 23,
+/// sixteenth session, BENCHMARKS.md): the load benchmark's two largest working sets (128
+/// rollouts of 100 turns, 41 MB; 16 of 1,000 turns, 52 MB) fit with a tenth to spare, and no
+/// more: a cache whose histories exceed it stays full, and each MiB of bound was about 1.5 MiB
+/// of the 256-in-flight peak RSS (188–195 MiB at 56 against 201–211 at 64).
+pub const MESSAGE_CACHE_MIB: usize = 56;
 
 /// One message of a body: where its JSON text is and its digest ([`crate::util::digest`],
 /// keyed per process: compared within one process only, never written).
@@ -706,36 +709,60 @@ impl ToolsCache {
     }
 }
 
-/// Decoded messages by the digest of their JSON text, bounded in bytes of that text
-/// (two generations: a lookup moves a message to the current one; when the current one is
-/// full it becomes the old one and the old one is dropped).
+/// Decoded messages by the digest of their JSON text, bounded in bytes of that text, evicted
+/// in CLOCK order (the "second chance" approximation of least-recently-used: Corbató 1968;
+/// Tanenbaum, *Modern Operating Systems*, 4th ed., §3.4.5). Each held message has a mark set
+/// when it is found; when a new message needs room, the hand goes round the messages in the
+/// order they came in, clears the marks it passes (moving those messages behind the others)
+/// and drops the first unmarked one. A lookup moves nothing. Histories resent turn after turn
+/// stay held as long as together they fit in the bound: the cache of before kept two
+/// generations of half the bound each and dropped the older one whole, so it kept such
+/// histories whole only while they fit in half the bound (issue 23, sixteenth session,
+/// BENCHMARKS.md).
 ///
 /// Admission adapts to the histories in flight. Rollouts send their whole history each turn,
-/// in turn: when their histories together exceed the bound, each message is asked for again
-/// only after the generations have turned over twice, and no lookup would ever be answered.
-/// So when few lookups were answered between two turnovers (fewer than one in
-/// [`THRASH_ONE_IN`] while all messages are admitted; fewer than half the admitted share
-/// after), the cache admits only the messages whose digest is 0 modulo 2 (then 4, at most
-/// [`MAX_ADMIT_ONE_IN`]): a fixed share that fits stays and is answered every turn. When
-/// twice the capacity has been looked up without a turnover, the admitted share fits with
-/// room and the cache admits twice as many again. A message found is kept whatever the
-/// share. `/metrics` shows the share (`asap_message_cache_admit_one_in`).
+/// in turn: when their histories together exceed the bound, each message is dropped before it
+/// is asked for again, and no lookup would ever be answered. The cache judges this once per
+/// *turnover*, each time it has dropped half its bound since the last one: when fewer lookups
+/// were answered in between than one in [`THRASH_ONE_IN`] (all messages admitted) or than half
+/// the admitted share (after), it admits only the messages whose digest is 0 modulo 2 (then 4,
+/// at most [`MAX_ADMIT_ONE_IN`]): a fixed share that fits stays and is answered every turn.
+/// When twice the bound has been looked up without a turnover and the messages found since the
+/// hand last passed them fill at most half the bound (twice as many would fit), it admits twice
+/// as many again. A message found is kept whatever the share. `/metrics` shows the share
+/// (`asap_message_cache_admit_one_in`).
 #[derive(Debug)]
 pub struct MessageCache {
-    /// Each message with the length of its JSON text, bytes.
-    current: HashMap<u128, (usize, Arc<ChatMessage>), crate::util::DigestKeyed>,
-    current_bytes: usize,
-    old: HashMap<u128, (usize, Arc<ChatMessage>), crate::util::DigestKeyed>,
-    old_bytes: usize,
-    /// Bytes of JSON text held at most, both generations together.
+    /// Each message with the length of its JSON text (bytes) and its mark.
+    held: HashMap<u128, Held, crate::util::DigestKeyed>,
+    /// The held messages' digests in the order the hand visits them.
+    ring: std::collections::VecDeque<u128>,
+    /// Bytes of JSON text held.
+    bytes: usize,
+    /// Bytes of JSON text of the marked messages: those found since the hand last passed them
+    /// (what the rollouts in flight use, when the hand has not moved for a while).
+    marked_bytes: usize,
+    /// Bytes of JSON text held at most.
     capacity: usize,
     hits: u64,
     misses: u64,
     /// Messages admitted: those whose digest is 0 modulo this (1: all).
     admit_one_in: u64,
-    /// Lookups, those answered, and the bytes looked up since the generations last turned
-    /// over (or admission last widened).
+    /// Lookups, those answered, and the bytes looked up since the last turnover (or since
+    /// admission last widened).
     window: (u64, u64, usize),
+    /// Bytes dropped since the last turnover.
+    dropped: usize,
+}
+
+/// A message the [`MessageCache`] holds.
+#[derive(Debug)]
+struct Held {
+    /// Bytes of its JSON text.
+    len: usize,
+    message: Arc<ChatMessage>,
+    /// Found since the hand last passed it.
+    marked: bool,
 }
 
 /// While all messages are admitted, the share of lookups answered between two turnovers
@@ -756,7 +783,7 @@ pub struct MessageCacheStats {
     pub hits: u64,
     /// Lookups not answered (messages decoded).
     pub misses: u64,
-    /// Bytes of JSON text of the messages held, both generations.
+    /// Bytes of JSON text of the messages held.
     pub bytes: usize,
     /// The bound on `bytes` (`--message-cache-mib`).
     pub capacity: usize,
@@ -776,15 +803,16 @@ impl MessageCache {
     /// An empty cache of at most `capacity` bytes of JSON text (0: holds nothing).
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
-            current: HashMap::default(),
-            current_bytes: 0,
-            old: HashMap::default(),
-            old_bytes: 0,
+            held: HashMap::default(),
+            ring: std::collections::VecDeque::new(),
+            bytes: 0,
+            marked_bytes: 0,
             capacity,
             hits: 0,
             misses: 0,
             admit_one_in: 1,
             window: (0, 0, 0),
+            dropped: 0,
         }
     }
 
@@ -810,51 +838,85 @@ impl MessageCache {
     pub fn get(&mut self, digest: u128, len: usize) -> Option<Arc<ChatMessage>> {
         self.window.0 += 1;
         self.window.2 += len;
-        if self.admit_one_in > 1 && self.window.2 > 2 * self.capacity {
+        if self.admit_one_in > 1
+            && self.window.2 > 2 * self.capacity
+            && 2 * self.marked_bytes <= self.capacity
+        {
             self.admit_one_in /= 2;
             self.window = (0, 0, 0);
         }
-        if let Some((_, found)) = self.current.get(&digest) {
-            self.hits += 1;
-            self.window.1 += 1;
-            return Some(found.clone());
-        }
-        let Some((old_len, found)) = self.old.remove(&digest) else {
+        let Some(found) = self.held.get_mut(&digest) else {
             self.misses += 1;
             return None;
         };
+        if !found.marked {
+            found.marked = true;
+            self.marked_bytes += found.len;
+        }
         self.hits += 1;
         self.window.1 += 1;
-        self.old_bytes -= old_len;
-        self.keep(digest, len, found.clone());
-        Some(found)
+        Some(found.message.clone())
     }
 
     /// Remembers `message`, decoded from text of digest `digest` and `len` bytes, if the
-    /// cache admits it now.
+    /// cache admits it now. A message longer than half the bound is not kept (it would drop
+    /// most of the others).
     pub fn insert(&mut self, digest: u128, len: usize, message: Arc<ChatMessage>) {
-        if digest % u128::from(self.admit_one_in) == 0 {
-            self.keep(digest, len, message);
-        }
-    }
-
-    fn keep(&mut self, digest: u128, len: usize, message: Arc<ChatMessage>) {
-        let half = self.capacity / 2;
-        if len > half {
+        if digest % u128::from(self.admit_one_in) != 0
+            || len > self.capacity / 2
+            || self.held.contains_key(&digest)
+        {
             return;
         }
-        if self.current_bytes + len > half {
-            self.turn_over();
+        while self.bytes + len > self.capacity {
+            if !self.drop_one() {
+                break;
+            }
         }
-        if self.current.insert(digest, (len, message)).is_none() {
-            self.current_bytes += len;
-        }
+        self.held.insert(
+            digest,
+            Held {
+                len,
+                message,
+                marked: false,
+            },
+        );
+        self.ring.push_back(digest);
+        self.bytes += len;
     }
 
-    /// The current generation becomes the old one; admission follows the share of lookups
-    /// answered since the last turnover ([`MessageCache`]).
+    /// The hand's next step: the first unmarked message in its order is dropped, the marked
+    /// ones before it unmarked and moved behind the others. Each turnover (half the bound
+    /// dropped) judges admission by the lookups answered since the last one ([`MessageCache`]).
+    /// False when nothing is held.
+    fn drop_one(&mut self) -> bool {
+        while let Some(digest) = self.ring.pop_front() {
+            let Some(held) = self.held.get_mut(&digest) else {
+                continue;
+            };
+            if held.marked {
+                held.marked = false;
+                self.marked_bytes -= held.len;
+                self.ring.push_back(digest);
+                continue;
+            }
+            let len = held.len;
+            self.held.remove(&digest);
+            self.bytes -= len;
+            self.dropped += len;
+            if 2 * self.dropped >= self.capacity {
+                self.turn_over();
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Judges admission by the share of lookups answered since the last turnover
+    /// ([`MessageCache`]) and starts the next window.
     fn turn_over(&mut self) {
         let (lookups, answered, _) = std::mem::take(&mut self.window);
+        self.dropped = 0;
         let floor = match self.admit_one_in {
             1 => THRASH_ONE_IN,
             n => 2 * n,
@@ -862,9 +924,6 @@ impl MessageCache {
         if lookups >= MIN_WINDOW && answered * floor < lookups {
             self.admit_one_in = (self.admit_one_in * 2).min(MAX_ADMIT_ONE_IN);
         }
-        self.old = std::mem::take(&mut self.current);
-        self.old_bytes = self.current_bytes;
-        self.current_bytes = 0;
     }
 
     /// Its counts and size now.
@@ -872,16 +931,16 @@ impl MessageCache {
         MessageCacheStats {
             hits: self.hits,
             misses: self.misses,
-            bytes: self.current_bytes + self.old_bytes,
+            bytes: self.bytes,
             capacity: self.capacity,
             messages: self.len(),
             admit_one_in: self.admit_one_in,
         }
     }
 
-    /// Messages held (both generations).
+    /// Messages held.
     pub fn len(&self) -> usize {
-        self.current.len() + self.old.len()
+        self.held.len()
     }
 
     /// Whether no message is held.
@@ -1446,9 +1505,25 @@ pub(crate) mod tests {
         let mut fits = cache();
         assert!(rollouts(&mut fits, 0, 32, 200, 1500) > 0.97);
         assert_eq!(fits.stats().admit_one_in, 1);
+        // Histories that fill most of the bound (100 rollouts: 30 MB of 32 MiB) are answered
+        // as well: nothing that is asked for again is dropped while there is room (two
+        // generations of half the bound each answered 40 % of these).
+        let mut most = cache();
+        let share = rollouts(&mut most, 0, 100, 200, 1500);
+        assert!(share > 0.97, "{share}");
+        assert_eq!(most.stats().admit_one_in, 1);
+        // The load benchmark's two working sets at the default bound (64 MiB): 128 rollouts
+        // of 100 turns (38 MB) and 16 of 1,000 (51 MB), both answered, all admitted.
+        for (sessions, turns) in [(128, 200), (16, 2000)] {
+            let mut default = MessageCache::with_capacity(MESSAGE_CACHE_MIB << 20);
+            let share = rollouts(&mut default, 0, sessions, turns, 1500);
+            assert!(share > 0.97, "{sessions} x {turns}: {share}");
+            assert_eq!(default.stats().admit_one_in, 1);
+        }
         // Past the bound (128 such rollouts: 38 MB; 16 of 1,000 turns: 51 MB; 256: 77 MB),
-        // where admitting all would answer nothing: a share admitted is answered.
-        for (sessions, turns, least) in [(128, 200, 0.35), (16, 2000, 0.3), (256, 200, 0.15)] {
+        // where admitting all would answer nothing: a share admitted is answered (measured:
+        // 68 %, 46 %, 22 %; two generations answered 40 %, 33 %, 19 %).
+        for (sessions, turns, least) in [(128, 200, 0.6), (16, 2000, 0.4), (256, 200, 0.18)] {
             let mut past = cache();
             let share = rollouts(&mut past, 0, sessions, turns, 1500);
             assert!(share > least, "{sessions} x {turns}: {share}");
@@ -1460,31 +1535,41 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_two_generations_within_its_bound() {
+    fn the_cache_drops_the_first_message_not_found_since_the_hand_passed_it() {
         let message: Arc<ChatMessage> =
             Arc::new(serde_json::from_str(r#"{"role":"user","content":"x"}"#).unwrap());
+        let capacity = MESSAGE_CACHE_MIB << 20;
+        let quarter = capacity / 4;
         let mut cache = MessageCache::default();
-        let half = (MESSAGE_CACHE_MIB << 20) / 2;
-        cache.insert(1, half - 10, message.clone());
-        cache.insert(2, 20, message.clone());
-        // 1 moved to the old generation; a lookup brings it back (and retires 2's generation).
-        assert_eq!(cache.len(), 2);
-        assert_eq!(cache.stats().bytes, half + 10);
-        assert!(cache.get(1, half - 10).is_some());
-        assert!(cache.get(2, 20).is_some());
-        cache.insert(3, half, message.clone());
-        cache.insert(4, half, message);
-        assert!(cache.get(1, half - 10).is_none());
-        assert!(cache.len() <= 2);
-        // Two lookups found, one not; both generations full, every byte counted once.
+        for digest in 1..=4 {
+            cache.insert(digest, quarter, message.clone());
+        }
+        assert_eq!(cache.stats().bytes, capacity);
+        // 1 and 3 found: the next message drops 2, the first unmarked in the hand's order.
+        assert!(cache.get(1, quarter).is_some());
+        assert!(cache.get(3, quarter).is_some());
+        cache.insert(5, quarter, message.clone());
+        assert!(cache.get(2, quarter).is_none());
+        // The hand unmarked 1 on its way; 3 is still marked: the next drops 4, then 1.
+        cache.insert(6, quarter, message.clone());
+        assert!(cache.get(4, quarter).is_none());
+        cache.insert(7, quarter, message.clone());
+        assert!(cache.get(1, quarter).is_none());
+        for digest in [3, 5, 6, 7] {
+            assert!(cache.get(digest, quarter).is_some(), "{digest}");
+        }
+        // Longer than half the bound: not kept, nothing dropped for it.
+        cache.insert(8, 2 * quarter + 1, message.clone());
+        assert_eq!(cache.len(), 4);
+        // Lookups found 6 times, not found 3 times; full, every byte counted once.
         assert_eq!(
             cache.stats(),
             MessageCacheStats {
-                hits: 2,
-                misses: 1,
-                bytes: 2 * half,
-                capacity: MESSAGE_CACHE_MIB << 20,
-                messages: 2,
+                hits: 6,
+                misses: 3,
+                bytes: capacity,
+                capacity,
+                messages: 4,
                 admit_one_in: 1,
             }
         );
