@@ -351,9 +351,8 @@ for route in ids+zstd foreign+zstd mini+zstd terminus+zstd; do
     done
 done
 
-# The c=32 rows cycle through 256 sessions: at 100 turns their histories (77 MB of JSON) are
-# more than the default message cache holds, so those rows measure its misses. The same row
-# with a cache that holds them:
+# The `ids` c=32 rows send 128 rollouts (at 100 turns ~41 MB of history, within the default
+# message cache since the sixteenth session); the same row with a larger cache, to compare:
 echo "== c=32, 100 turns, --message-cache-mib 128" >&2
 start_mock 20
 measure 100 no 32 "$N32" ids+mc128

@@ -275,9 +275,9 @@ settings! {
         /// `fields`, for log collectors) [default: text].
         #[arg(long, env = "ASAP_LOG_FORMAT", value_enum)]
         pub log_format: Option<LogFormat>,
-        /// MiB of decoded request messages kept for the next requests, found by the digest of
-        /// their JSON text (a history's earlier messages are decoded once, not on every turn);
-        /// 0: none [default: 56].
+        /// MiB of request-message JSON text whose decoded messages are kept for the next
+        /// requests, found by the digest of that text (a history's earlier messages are decoded
+        /// once, not on every turn); 0: none [default: 56].
         #[arg(long, env = "ASAP_MESSAGE_CACHE_MIB")]
         pub message_cache_mib: Option<usize>,
         /// MiB of rendered prompts kept for the next requests, so that a turn renders only its
