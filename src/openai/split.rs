@@ -723,8 +723,9 @@ impl ToolsCache {
 /// Admission adapts to the histories in flight. Rollouts send their whole history each turn,
 /// in turn: when their histories together exceed the bound, each message is dropped before it
 /// is asked for again, and no lookup would ever be answered. The cache judges this once per
-/// *turnover*, each time it has dropped half its bound since the last one: when at least 256
-/// lookups were made in between and fewer were answered than one in
+/// *turnover*, each time it has dropped half its bound since the last one (a turnover that
+/// saw fewer than 256 lookups, as with messages longer than a 512th of the bound, extends the
+/// window to the next): when at least 256 lookups were made in the window and fewer were answered than one in
 /// [`THRASH_ONE_IN`] (all messages admitted) or than half the admitted share (after), it
 /// admits only the messages whose digest is 0 modulo 2 (then 4, at most [`MAX_ADMIT_ONE_IN`]):
 /// a share that fits stays and is answered every turn. Admitting one in `n`, each time `n`
@@ -939,12 +940,18 @@ impl MessageCache {
     /// ([`MessageCache`]) and starts the next window.
     fn turn_over(&mut self) {
         let (lookups, answered, _) = self.window;
+        self.dropped = 0;
+        // Too few lookups to judge (messages longer than a 512th of the bound): the window
+        // goes on into the next turnover rather than starting again.
+        if lookups < MIN_WINDOW {
+            return;
+        }
         self.new_window();
         let floor = match self.admit_one_in {
             1 => THRASH_ONE_IN,
             n => 2 * n,
         };
-        if lookups >= MIN_WINDOW && answered * floor < lookups {
+        if answered * floor < lookups {
             self.admit_one_in = (self.admit_one_in * 2).min(MAX_ADMIT_ONE_IN);
         }
     }
@@ -1639,6 +1646,15 @@ pub(crate) mod tests {
         let (share, _) = shuffled_rounds(&mut cache, 10_000, 128, 200, 40);
         assert_eq!(cache.stats().admit_one_in, 1);
         assert!(share > 0.97, "{share}");
+    }
+
+    #[test]
+    fn admission_narrows_on_histories_of_long_messages_too() {
+        // 20 KB messages in a 1 MiB cache: a turnover (half the bound dropped) sees about 26
+        // lookups, under the 256 a judgement needs; the window goes on until it has them.
+        let mut cache = MessageCache::with_capacity(1 << 20);
+        rollouts(&mut cache, 0, 20, 40, 20_000);
+        assert!(cache.stats().admit_one_in > 1, "{:?}", cache.stats());
     }
 
     #[test]
