@@ -216,7 +216,9 @@ fn find_text(haystack: &[u8], needle: &str) -> Option<usize> {
 /// `haystack[at..at + len]`. The whole content at its first occurrence when it appears (what
 /// `str::find` finds); else the first run from the content's start, compared forward to the
 /// first difference from each place its first 32 bytes occur, in order (the prompt trims a
-/// trailing prompt line, rewrites an exit code); else, when there is none, the same from
+/// trailing prompt line, rewrites an exit code; a whole copy is still taken over that run if
+/// its first 32 bytes end within twice the content's length plus [`NARROW_SLACK`] of the
+/// run's start, and is not looked for further); else, when there is none, the same from
 /// after the content's first line break, then its second (within its first
 /// [`ANCHOR_BYTES`]: a wrapper line such as `New Terminal Output:` or `<output>` that the
 /// prompt does not keep), compared at [`ANCHOR_HITS`] places at most. A run must cover at
@@ -245,7 +247,10 @@ fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
         // the last hit, as in `find_text`.
         let mut next = 0;
         let mut compared = 0;
-        while let Some(found) = haystack.get(next..).and_then(|w| finder.find(w)) {
+        // Where heads are searched for up to: the window, then, once a run was found, a
+        // whole copy only as far as the content's own place could reach.
+        let mut limit = haystack.len();
+        while let Some(found) = haystack.get(next..limit).and_then(|w| finder.find(w)) {
             let at = next + found;
             next = at + 1;
             compared += 1;
@@ -270,6 +275,7 @@ fn find_run(haystack: &[u8], content: &str) -> Option<(usize, usize, usize)> {
                     return Some((from, at, len));
                 }
                 first = Some((from, at, len));
+                limit = limit.min(at + 2 * bytes.len() + NARROW_SLACK);
             }
         }
         if first.is_some() {
@@ -292,6 +298,20 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
         .take_while(|(x, y)| x == y)
         .count()
 }
+
+/// Bytes past twice a content's length that [`DeltaState::request_delta`] searches for it
+/// after the previous content found: the markup of a step, and before the first step the
+/// tool documentation and the example (8 to 9 KiB in the built-in profiles).
+const WIDE_SLACK: usize = 16 * 1024;
+
+/// Contents of one role not found in a row after which [`DeltaState::request_delta`] searches
+/// for that role's next ones near their place only (twice the JSON bytes of the messages since
+/// the last content found, plus [`NARROW_SLACK`]).
+const MISSES_TO_NARROW: usize = 2;
+
+/// Bytes a narrowed search reaches past its estimate: a step's markup. Also how far past twice
+/// a content's length from its first run [`find_run`] still looks for a whole copy.
+const NARROW_SLACK: usize = 1024;
 
 /// How far into a content [`find_run`] looks for the line breaks its runs may start after.
 const ANCHOR_BYTES: usize = 256;
@@ -402,24 +422,48 @@ impl DeltaState {
         }
         // Messages appear in the prompt in order: each is searched for after the previous
         // match, within a window of its own size plus some markup (linear in the prompt, also
-        // for a first record of thousands of messages).
+        // for a first record of thousands of messages). A role whose last contents were not
+        // found (a content dialect's assistant text, which the prompt holds as a thought and
+        // an action) is searched for near where its message would be only: a content the
+        // prompt does not hold costs a search of the whole window.
         let mut cursor = stored_from.min(prompt.len());
+        // JSON bytes of the messages since the last content found, this one's included.
+        let mut since = 0;
+        // Contents not found in a row, by role (its JSON text).
+        let mut missed: Vec<(&str, usize)> = Vec::new();
         let mut new_messages = Vec::with_capacity(messages.len());
         let mut content_refs = Vec::new();
         for (i, raw) in messages.iter().enumerate() {
             let decoded = decoded.map(|contents| &*contents[kept + i]);
-            new_messages.push(stored_message(raw, decoded, |content| {
+            since += raw.len();
+            new_messages.push(stored_message(raw, decoded, |content, role| {
                 if content.len() < MIN_REF_BYTES {
                     return false;
                 }
-                let mut end = (cursor + 2 * content.len() + 16 * 1024).min(prompt.len());
+                let slot = match missed.iter().position(|(r, _)| *r == role) {
+                    Some(slot) => slot,
+                    None => {
+                        missed.push((role, 0));
+                        missed.len() - 1
+                    }
+                };
+                let misses = &mut missed[slot].1;
+                let reach = if *misses >= MISSES_TO_NARROW {
+                    2 * since + NARROW_SLACK
+                } else {
+                    2 * content.len() + WIDE_SLACK
+                };
+                let mut end = (cursor + reach).min(prompt.len());
                 while !prompt.is_char_boundary(end) {
                     end -= 1;
                 }
                 let Some((from, at, len)) = find_run(&prompt.as_bytes()[cursor..end], content)
                 else {
+                    *misses += 1;
                     return false;
                 };
+                *misses = 0;
+                since = 0;
                 content_refs.push(ContentRef {
                     message: i,
                     start: cursor + at,
@@ -504,10 +548,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
 /// decoded again here: a tenth of a 100-turn opening record's instructions). Built from the text's members, not from a JSON value, so a long history costs its
 /// compacted text and no tree; a message that is not an object (or repeats a key) goes
 /// through a JSON value, as records always stored it.
-fn stored_message(
-    raw: &str,
+fn stored_message<'r>(
+    raw: &'r str,
     decoded: Option<&str>,
-    refer: impl FnOnce(&str) -> bool,
+    refer: impl FnOnce(&str, &'r str) -> bool,
 ) -> Box<RawValue> {
     let null = || RawValue::NULL.to_owned();
     // The usual message: an object whose keys have no escapes, split by the structural
@@ -524,10 +568,16 @@ fn stored_message(
             .find(|(key, _)| &raw[key.clone()] == "\"content\"")
             .map(|(_, value)| &raw[value.clone()])
             .filter(|value| value.starts_with('"'));
+        let role = members
+            .iter()
+            .find(|(key, _)| &raw[key.clone()] == "\"role\"")
+            .map_or("", |(_, value)| &raw[value.clone()]);
         let referenced = match (content, decoded) {
-            (Some(text), _) if !text.contains('\\') => refer(&text[1..text.len() - 1]),
-            (Some(_), Some(decoded)) => refer(decoded),
-            (Some(text), None) => serde_json::from_str::<String>(text).is_ok_and(|c| refer(&c)),
+            (Some(text), _) if !text.contains('\\') => refer(&text[1..text.len() - 1], role),
+            (Some(_), Some(decoded)) => refer(decoded, role),
+            (Some(text), None) => {
+                serde_json::from_str::<String>(text).is_ok_and(|c| refer(&c, role))
+            }
             (None, _) => false,
         };
         let mut text = Vec::with_capacity(raw.len() + 2);
@@ -553,10 +603,11 @@ fn stored_message(
     }
     let Ok(Members(Some(members))) = serde_json::from_str::<Members<'_>>(raw) else {
         let mut message: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
+        // Not a message the decoder read: searched for as a role of its own.
         if message
             .get("content")
             .and_then(Value::as_str)
-            .is_some_and(refer)
+            .is_some_and(|content| refer(content, ""))
         {
             message["content"] = Value::Null;
         }
@@ -567,7 +618,11 @@ fn stored_message(
         .find(|(key, _)| key == "content")
         .filter(|(_, value)| value.get().starts_with('"'))
         .and_then(|(_, value)| serde_json::from_str::<String>(value.get()).ok());
-    let referenced = content.as_deref().is_some_and(refer);
+    let role = members
+        .iter()
+        .find(|(key, _)| key == "role")
+        .map_or("", |(_, value)| value.get());
+    let referenced = content.as_deref().is_some_and(|c| refer(c, role));
     let members = members.iter().map(|(key, value)| {
         let value = if referenced && key == "content" {
             "null"
@@ -867,7 +922,7 @@ mod tests {
                 if expected.get("content").and_then(Value::as_str).is_some_and(refer) {
                     expected["content"] = Value::Null;
                 }
-                let stored = stored_message(&raw, None, refer);
+                let stored = stored_message(&raw, None, |c, _| refer(c));
                 let read: Value = serde_json::from_str(stored.get()).unwrap();
                 proptest::prop_assert_eq!(&read, &expected, "{}", raw);
                 proptest::prop_assert!(!stored.get().contains('\n'));
@@ -957,6 +1012,82 @@ mod tests {
         let mut state = RequestState::default();
         state.apply_delta(&old, "# Task\n").unwrap();
         assert_eq!(state.messages()[0]["content"], "Task");
+    }
+
+    /// A content of which the prompt holds only a run is stored around that run, unless a
+    /// whole copy follows near it: within twice the content's length plus a step's markup.
+    #[test]
+    fn a_whole_copy_is_taken_over_a_first_run_only_near_it() {
+        let shared = "Traceback (most recent call last): File \"a.py\", line 3, in <module>\n";
+        let content = format!("{shared}ValueError: x");
+        let run = format!("{shared}[exit 1]\n");
+        let at = |gap: usize| format!("{run}{}{content}\n", ".".repeat(gap));
+        let near = 2 * content.len() + NARROW_SLACK - 32 - run.len();
+        assert_eq!(
+            find_run(at(near).as_bytes(), &content),
+            Some((0, run.len() + near, content.len()))
+        );
+        assert_eq!(
+            find_run(at(near + 1).as_bytes(), &content),
+            Some((0, 0, shared.len()))
+        );
+    }
+
+    /// The contents of a role not found twice in a row (a content dialect's assistant text,
+    /// which the prompt holds rewritten) are searched for near their place only; the other
+    /// roles' as before, past a long stretch of prompt too; a role's first contents also.
+    #[test]
+    fn a_role_not_found_twice_in_a_row_is_searched_for_near_its_place_only() {
+        let text = |what: &str, i: usize| {
+            format!("{what} {i}: a text long enough to be stored as a reference into the prompt.")
+        };
+        let filler = "A line of the prompt that no message holds.\n".repeat(150);
+        let obs = |i: usize| format!("<observation>\n{}\n</observation>\n", text("output", i));
+        let prompt = format!(
+            "# Task\n\nFix the bug.\n{}{filler}{}\n{}{}{}{filler}{}\n{}",
+            obs(1),
+            text("found thought", 1),
+            obs(2),
+            obs(3),
+            obs(4),
+            text("found thought", 2),
+            obs(5),
+        );
+        let messages = [
+            ("user", "Fix the bug.".to_string()),
+            ("assistant", text("rewritten action", 1)),
+            ("user", text("output", 1)),
+            ("assistant", text("found thought", 1)),
+            ("user", text("output", 2)),
+            ("assistant", text("rewritten action", 2)),
+            ("user", text("output", 3)),
+            ("assistant", text("rewritten action", 3)),
+            ("user", text("output", 4)),
+            ("assistant", text("found thought", 2)),
+            ("user", text("output", 5)),
+        ];
+        let body = serde_json::json!({"model": "m", "messages": messages
+            .iter()
+            .map(|(role, content)| serde_json::json!({"role": role, "content": content}))
+            .collect::<Vec<_>>()})
+        .to_string();
+        let input = RequestInput {
+            body: bytes::Bytes::from(body.clone()),
+            ..RequestInput::default()
+        };
+        let delta = DeltaState::default()
+            .request_delta(&input, &prompt, 0)
+            .unwrap();
+        let referenced: Vec<usize> = delta.content_refs.iter().map(|r| r.message).collect();
+        // Message 3 is found 6 KiB on (its role missed once); message 9 as far on is not
+        // looked for there (its role missed twice), and message 10 after it is found.
+        assert_eq!(referenced, [2, 3, 4, 6, 8, 10], "{delta:?}");
+        let line = serde_json::to_string(&delta).unwrap();
+        let mut state = RequestState::default();
+        state
+            .apply(&serde_json::from_str(&line).unwrap(), &prompt)
+            .unwrap();
+        assert_eq!(state.body(), serde_json::from_str::<Value>(&body).unwrap());
     }
 
     /// A task the prompt quotes line by line matches one line at most: stored whole, and
