@@ -105,7 +105,9 @@ start_mock() { # delay_ms [--numbered]
 # proxy that opens thousands of sessions just after the last row's thousands of files were
 # deleted pays a scan past them for each new file, in its own CPU time: 12-20 % of a
 # 100-turn opening's CPU in perf, where a quiet file system costs 1.3 % (seventeenth
-# session). Emptying frees the files' blocks and keeps their inodes.
+# session). Emptying frees the files' blocks and keeps their inodes. The work directory is
+# still deleted when the run ends, so leave six minutes before the next run (or run with
+# KEEP_WORK=1 and empty its files the same way).
 RETIRED=0
 retire_logs() {
     [[ -d "$WORK/logs" ]] || return 0
