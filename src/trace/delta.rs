@@ -959,6 +959,17 @@ mod tests {
         }
     }
 
+    /// The request delta of `body` as a session's first record stores it against `prompt`.
+    fn first_delta(body: &str, prompt: &str) -> RequestDelta {
+        let input = RequestInput {
+            body: bytes::Bytes::from(body.to_string()),
+            ..RequestInput::default()
+        };
+        DeltaState::default()
+            .request_delta(&input, prompt, 0)
+            .unwrap()
+    }
+
     /// Terminus' terminal output as the prompt keeps it (its last prompt line trimmed) and a
     /// tool result inside a wrapper: each stored as a run of the prompt between the bytes
     /// around it, read back exactly, the record marked version 2; a request whose references
@@ -982,13 +993,7 @@ mod tests {
             {"role": "user", "content": "short"},
         ]})
         .to_string();
-        let input = RequestInput {
-            body: bytes::Bytes::from(body.clone()),
-            ..RequestInput::default()
-        };
-        let delta = DeltaState::default()
-            .request_delta(&input, &prompt, 0)
-            .unwrap();
+        let delta = first_delta(&body, &prompt);
         assert_eq!(delta.content_refs.len(), 2, "{delta:?}");
         let [terminal_ref, mini_ref] = [&delta.content_refs[0], &delta.content_refs[1]];
         assert_eq!(
@@ -1071,13 +1076,7 @@ mod tests {
             .map(|(role, content)| serde_json::json!({"role": role, "content": content}))
             .collect::<Vec<_>>()})
         .to_string();
-        let input = RequestInput {
-            body: bytes::Bytes::from(body.clone()),
-            ..RequestInput::default()
-        };
-        let delta = DeltaState::default()
-            .request_delta(&input, &prompt, 0)
-            .unwrap();
+        let delta = first_delta(&body, &prompt);
         let referenced: Vec<usize> = delta.content_refs.iter().map(|r| r.message).collect();
         // Message 3 is found 6 KiB on (its role missed once); message 9 as far on is not
         // looked for there (its role missed twice), and message 10 after it is found.
@@ -1105,13 +1104,7 @@ mod tests {
             .join("\n");
         let prompt = format!("# Task\n\n{quoted}\n\n# Tools\n");
         let body = serde_json::json!({"messages": [{"role": "user", "content": task}]}).to_string();
-        let input = RequestInput {
-            body: bytes::Bytes::from(body),
-            ..RequestInput::default()
-        };
-        let delta = DeltaState::default()
-            .request_delta(&input, &prompt, 0)
-            .unwrap();
+        let delta = first_delta(&body, &prompt);
         assert!(delta.content_refs.is_empty(), "{:?}", delta.content_refs);
         assert_eq!(delta.schema_version(), 1);
     }
