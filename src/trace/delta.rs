@@ -305,8 +305,9 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
 const WIDE_SLACK: usize = 16 * 1024;
 
 /// Contents of one role not found in a row after which [`DeltaState::request_delta`] searches
-/// for that role's next ones near their place only (twice the JSON bytes of the messages since
-/// the last content found, plus [`NARROW_SLACK`]).
+/// for that role's next ones near their place only, once any content was found: twice the JSON
+/// bytes of the messages since the last content found (the found message's own bytes past its
+/// content included), plus [`NARROW_SLACK`], and never past the wide reach.
 const MISSES_TO_NARROW: usize = 2;
 
 /// Bytes a narrowed search reaches past its estimate: a step's markup. Also how far past twice
@@ -422,13 +423,16 @@ impl DeltaState {
         }
         // Messages appear in the prompt in order: each is searched for after the previous
         // match, within a window of its own size plus some markup (linear in the prompt, also
-        // for a first record of thousands of messages). A role whose last contents were not
-        // found (a content dialect's assistant text, which the prompt holds as a thought and
-        // an action) is searched for near where its message would be only: a content the
-        // prompt does not hold costs a search of the whole window.
+        // for a first record of thousands of messages). Once a content was found, a role whose
+        // last contents were not (a content dialect's assistant text, which the prompt holds as
+        // a thought and an action) is searched for near where its message would be only: a
+        // content the prompt does not hold costs a search of the whole window.
         let mut cursor = stored_from.min(prompt.len());
         // JSON bytes of the messages since the last content found, this one's included.
         let mut since = 0;
+        // Whether a content was found: until then every search is wide (the header, whose
+        // length no message gives, may put the first contents far on).
+        let mut found_any = false;
         // Contents not found in a row, by role (its JSON text).
         let mut missed: Vec<(&str, usize)> = Vec::new();
         let mut new_messages = Vec::with_capacity(messages.len());
@@ -436,6 +440,7 @@ impl DeltaState {
         for (i, raw) in messages.iter().enumerate() {
             let decoded = decoded.map(|contents| &*contents[kept + i]);
             since += raw.len();
+            let raw_len = raw.len();
             new_messages.push(stored_message(raw, decoded, |content, role| {
                 if content.len() < MIN_REF_BYTES {
                     return false;
@@ -448,10 +453,13 @@ impl DeltaState {
                     }
                 };
                 let misses = &mut missed[slot].1;
-                let reach = if *misses >= MISSES_TO_NARROW {
-                    2 * since + NARROW_SLACK
+                // Never past the wide reach: a cursor that stays put (nothing found for many
+                // messages) must not make each search longer than the last.
+                let wide = 2 * content.len() + WIDE_SLACK;
+                let reach = if found_any && *misses >= MISSES_TO_NARROW {
+                    (2 * since + NARROW_SLACK).min(wide)
                 } else {
-                    2 * content.len() + WIDE_SLACK
+                    wide
                 };
                 let mut end = (cursor + reach).min(prompt.len());
                 while !prompt.is_char_boundary(end) {
@@ -463,7 +471,10 @@ impl DeltaState {
                     return false;
                 };
                 *misses = 0;
-                since = 0;
+                found_any = true;
+                // What of this message the prompt holds after its content (a tool call's
+                // arguments after the thought) counts toward the next one's place.
+                since = raw_len.saturating_sub(content.len());
                 content_refs.push(ContentRef {
                     message: i,
                     start: cursor + at,
@@ -1087,6 +1098,97 @@ mod tests {
             .apply(&serde_json::from_str(&line).unwrap(), &prompt)
             .unwrap();
         assert_eq!(state.body(), serde_json::from_str::<Value>(&body).unwrap());
+    }
+
+    /// The JSON body of `messages` (role, content) and the roles' indexes of the contents its
+    /// first record stores as references into `prompt`; the record reads back exactly.
+    fn referenced(messages: &[serde_json::Value], prompt: &str) -> Vec<usize> {
+        let body = serde_json::json!({"model": "m", "messages": messages}).to_string();
+        let delta = first_delta(&body, prompt);
+        let line = serde_json::to_string(&delta).unwrap();
+        let mut state = RequestState::default();
+        state
+            .apply(&serde_json::from_str(&line).unwrap(), prompt)
+            .unwrap();
+        assert_eq!(state.body(), serde_json::from_str::<Value>(&body).unwrap());
+        delta.content_refs.iter().map(|r| r.message).collect()
+    }
+
+    fn said(role: &str, content: &str) -> serde_json::Value {
+        serde_json::json!({"role": role, "content": content})
+    }
+
+    /// A header longer than the wide reach (tool documentation, an example, reference steps)
+    /// puts the first contents out of reach; no role is narrowed before a content is found, so
+    /// the later ones are found as the wide search finds them (found by a review: a narrowed
+    /// user role lost every observation after such a header).
+    #[test]
+    fn a_long_header_does_not_narrow_the_search_for_what_follows() {
+        let obs =
+            |i: usize, n: usize| format!("output {i}: {}", "lorem ipsum dolor ".repeat(n / 18));
+        let header = "Tool documentation, example trajectory and reference steps.\n".repeat(280);
+        let outputs: Vec<String> = [100, 3000, 2000, 1500, 1500, 1500]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| obs(i + 1, *n))
+            .collect();
+        let mut prompt = format!("# Task\n\n> quoted task\n\n{header}# Trajectory\n\n");
+        let mut messages = vec![said("user", &"the parser drops the last field. ".repeat(4))];
+        for output in &outputs {
+            prompt += &format!("<bash>run</bash>\n<observation>\n{output}\n</observation>\n");
+            messages.push(said("user", output));
+        }
+        assert_eq!(referenced(&messages, &prompt), [2, 3, 4, 5, 6]);
+    }
+
+    /// A narrowed search reaches no further than a wide one would: a cursor that stays put
+    /// while long messages go by does not make each search longer (found by a review: Terminus-2
+    /// in the JSON format, whose observations the prompt escapes, scanned 3.1 GB for a
+    /// 1,000-turn first record).
+    #[test]
+    fn a_narrowed_search_reaches_no_further_than_a_wide_one() {
+        let text = |what: &str| format!("{what}: a text long enough to be stored as a reference into the prompt.");
+        let filler = "A line of the prompt that no message holds.\n".repeat(1400);
+        let prompt = format!(
+            "# Task\n\n{}\n{filler}{}\n",
+            text("output 0"),
+            text("late thought")
+        );
+        let messages = [
+            said("user", &text("output 0")),
+            said("assistant", &text("rewritten action 1")),
+            said("assistant", &text("rewritten action 2")),
+            // 40 KB the prompt does not hold: the narrowed estimate passes the late thought.
+            said("tool", &"x".repeat(40_000)),
+            said("assistant", &text("late thought")),
+        ];
+        assert_eq!(referenced(&messages, &prompt), [0]);
+    }
+
+    /// The bytes of a found message past its content (a tool call's arguments, which the
+    /// prompt renders after the thought) count toward where the next content is (found by a
+    /// review: a result after a large `create` was lost once the tool role was narrowed).
+    #[test]
+    fn a_found_messages_tool_call_counts_toward_the_next_contents_place() {
+        let text = |what: &str| format!("{what}: a text long enough to be stored as a reference into the prompt.");
+        let file_text = "print('a line of the new file')\n".repeat(300);
+        let prompt = format!(
+            "# Task\n\n{}\n{}\n<create>{file_text}</create>\n{}\n",
+            text("output 0"),
+            text("thought"),
+            text("output 3"),
+        );
+        let create = serde_json::json!({"role": "assistant", "content": text("thought"),
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "create",
+                "arguments": serde_json::json!({"file_text": file_text}).to_string()}}]});
+        let messages = [
+            said("user", &text("output 0")),
+            said("tool", &text("not in the prompt 1")),
+            said("tool", &text("not in the prompt 2")),
+            create,
+            said("tool", &text("output 3")),
+        ];
+        assert_eq!(referenced(&messages, &prompt), [0, 3, 4]);
     }
 
     /// A task the prompt quotes line by line matches one line at most: stored whole, and
