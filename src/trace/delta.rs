@@ -1147,7 +1147,9 @@ mod tests {
     /// 1,000-turn first record).
     #[test]
     fn a_narrowed_search_reaches_no_further_than_a_wide_one() {
-        let text = |what: &str| format!("{what}: a text long enough to be stored as a reference into the prompt.");
+        let text = |what: &str| {
+            format!("{what}: a text long enough to be stored as a reference into the prompt.")
+        };
         let filler = "A line of the prompt that no message holds.\n".repeat(1400);
         let prompt = format!(
             "# Task\n\n{}\n{filler}{}\n",
@@ -1170,7 +1172,9 @@ mod tests {
     /// review: a result after a large `create` was lost once the tool role was narrowed).
     #[test]
     fn a_found_messages_tool_call_counts_toward_the_next_contents_place() {
-        let text = |what: &str| format!("{what}: a text long enough to be stored as a reference into the prompt.");
+        let text = |what: &str| {
+            format!("{what}: a text long enough to be stored as a reference into the prompt.")
+        };
         let file_text = "print('a line of the new file')\n".repeat(300);
         let prompt = format!(
             "# Task\n\n{}\n{}\n<create>{file_text}</create>\n{}\n",
