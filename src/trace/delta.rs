@@ -305,10 +305,13 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
 const WIDE_SLACK: usize = 16 * 1024;
 
 /// Contents of one role not found in a row after which [`DeltaState::request_delta`] searches
-/// for that role's next ones near their place only, once any content was found: twice the JSON
-/// bytes of the messages since the last content found (the found message's own bytes past its
-/// content included), plus [`NARROW_SLACK`], and never past the wide reach.
-const MISSES_TO_NARROW: usize = 2;
+/// for that role's next ones near their place only: twice the JSON bytes of the messages since
+/// the last content found (the found message's own bytes past its content included), plus
+/// [`NARROW_SLACK`], and never past the wide reach. Until then every search is the wide one,
+/// so a record differs from a wide search's only after a role has missed this many times in a
+/// row (a review found that two, the first choice, narrowed the user role while a long header
+/// or a reference prefix that no message accounts for was still ahead, and lost the rest).
+const MISSES_TO_NARROW: usize = 8;
 
 /// Bytes a narrowed search reaches past its estimate: a step's markup. Also how far past twice
 /// a content's length from its first run [`find_run`] still looks for a whole copy.
@@ -423,16 +426,13 @@ impl DeltaState {
         }
         // Messages appear in the prompt in order: each is searched for after the previous
         // match, within a window of its own size plus some markup (linear in the prompt, also
-        // for a first record of thousands of messages). Once a content was found, a role whose
-        // last contents were not (a content dialect's assistant text, which the prompt holds as
-        // a thought and an action) is searched for near where its message would be only: a
-        // content the prompt does not hold costs a search of the whole window.
+        // for a first record of thousands of messages). A role whose last contents were not
+        // found (a content dialect's assistant text, which the prompt holds as a thought and an
+        // action) is searched for near where its message would be only: a content the prompt
+        // does not hold costs a search of the whole window.
         let mut cursor = stored_from.min(prompt.len());
         // JSON bytes of the messages since the last content found, this one's included.
         let mut since = 0;
-        // Whether a content was found: until then every search is wide (the header, whose
-        // length no message gives, may put the first contents far on).
-        let mut found_any = false;
         // Contents not found in a row, by role (its JSON text).
         let mut missed: Vec<(&str, usize)> = Vec::new();
         let mut new_messages = Vec::with_capacity(messages.len());
@@ -456,7 +456,7 @@ impl DeltaState {
                 // Never past the wide reach: a cursor that stays put (nothing found for many
                 // messages) must not make each search longer than the last.
                 let wide = 2 * content.len() + WIDE_SLACK;
-                let reach = if found_any && *misses >= MISSES_TO_NARROW {
+                let reach = if *misses >= MISSES_TO_NARROW {
                     (2 * since + NARROW_SLACK).min(wide)
                 } else {
                     wide
@@ -471,7 +471,6 @@ impl DeltaState {
                     return false;
                 };
                 *misses = 0;
-                found_any = true;
                 // What of this message the prompt holds after its content (a tool call's
                 // arguments after the thought) counts toward the next one's place.
                 since = raw_len.saturating_sub(content.len());
@@ -1049,55 +1048,48 @@ mod tests {
         );
     }
 
-    /// The contents of a role not found twice in a row (a content dialect's assistant text,
-    /// which the prompt holds rewritten) are searched for near their place only; the other
-    /// roles' as before, past a long stretch of prompt too; a role's first contents also.
+    /// The contents of a role not found [`MISSES_TO_NARROW`] times in a row (a content
+    /// dialect's assistant text, which the prompt holds rewritten) are searched for near their
+    /// place only; the other roles' as before, past a long stretch of prompt too; a role's
+    /// contents before that also.
     #[test]
-    fn a_role_not_found_twice_in_a_row_is_searched_for_near_its_place_only() {
+    fn a_role_not_found_eight_times_in_a_row_is_searched_for_near_its_place_only() {
         let text = |what: &str, i: usize| {
             format!("{what} {i}: a text long enough to be stored as a reference into the prompt.")
         };
         let filler = "A line of the prompt that no message holds.\n".repeat(150);
         let obs = |i: usize| format!("<observation>\n{}\n</observation>\n", text("output", i));
-        let prompt = format!(
-            "# Task\n\nFix the bug.\n{}{filler}{}\n{}{}{}{filler}{}\n{}",
-            obs(1),
-            text("found thought", 1),
-            obs(2),
-            obs(3),
-            obs(4),
-            text("found thought", 2),
-            obs(5),
-        );
-        let messages = [
-            ("user", "Fix the bug.".to_string()),
-            ("assistant", text("rewritten action", 1)),
-            ("user", text("output", 1)),
-            ("assistant", text("found thought", 1)),
-            ("user", text("output", 2)),
-            ("assistant", text("rewritten action", 2)),
-            ("user", text("output", 3)),
-            ("assistant", text("rewritten action", 3)),
-            ("user", text("output", 4)),
-            ("assistant", text("found thought", 2)),
-            ("user", text("output", 5)),
+        let n = MISSES_TO_NARROW;
+        let mut prompt = format!("# Task\n\nFix the bug.\n{}", obs(0));
+        let mut messages = vec![
+            said("user", "Fix the bug."),
+            said("user", &text("output", 0)),
         ];
-        let body = serde_json::json!({"model": "m", "messages": messages
-            .iter()
-            .map(|(role, content)| serde_json::json!({"role": role, "content": content}))
-            .collect::<Vec<_>>()})
-        .to_string();
-        let delta = first_delta(&body, &prompt);
-        let referenced: Vec<usize> = delta.content_refs.iter().map(|r| r.message).collect();
-        // Message 3 is found 6 KiB on (its role missed once); message 9 as far on is not
-        // looked for there (its role missed twice), and message 10 after it is found.
-        assert_eq!(referenced, [2, 3, 4, 6, 8, 10], "{delta:?}");
-        let line = serde_json::to_string(&delta).unwrap();
-        let mut state = RequestState::default();
-        state
-            .apply(&serde_json::from_str(&line).unwrap(), &prompt)
-            .unwrap();
-        assert_eq!(state.body(), serde_json::from_str::<Value>(&body).unwrap());
+        // Missed n - 1 times: the next one is still found 6 KiB on.
+        for i in 1..n {
+            messages.push(said("assistant", &text("rewritten action", i)));
+            messages.push(said("user", &text("output", i)));
+            prompt += &obs(i);
+        }
+        prompt += &format!("{filler}{}\n", text("found thought", 1));
+        messages.push(said("assistant", &text("found thought", 1)));
+        // Missed n times: the next one, as far on, is not looked for there.
+        for i in n..2 * n {
+            messages.push(said("user", &text("output", i)));
+            messages.push(said("assistant", &text("rewritten action", i)));
+            prompt += &obs(i);
+        }
+        prompt += &format!("{filler}{}\n{}", text("found thought", 2), obs(2 * n));
+        messages.push(said("assistant", &text("found thought", 2)));
+        messages.push(said("user", &text("output", 2 * n)));
+        let found_thoughts: Vec<usize> = referenced(&messages, &prompt)
+            .into_iter()
+            .filter(|&i| messages[i]["role"] == "assistant")
+            .collect();
+        assert_eq!(found_thoughts, [2 * n]);
+        // Every output is found, the last one after the thought that was not.
+        let outputs = messages.iter().filter(|m| m["role"] == "user").count() - 1;
+        assert_eq!(referenced(&messages, &prompt).len(), outputs + 1);
     }
 
     /// The JSON body of `messages` (role, content) and the roles' indexes of the contents its
@@ -1119,26 +1111,34 @@ mod tests {
     }
 
     /// A header longer than the wide reach (tool documentation, an example, reference steps)
-    /// puts the first contents out of reach; no role is narrowed before a content is found, so
-    /// the later ones are found as the wide search finds them (found by a review: a narrowed
-    /// user role lost every observation after such a header).
+    /// puts the first contents out of reach; the search stays wide until a role has missed
+    /// [`MISSES_TO_NARROW`] times, so the later ones are found as the wide search finds them,
+    /// also when the system message was found before the header (found by two reviews: with
+    /// two misses, and with two after a first find, the user role was narrowed while the header
+    /// was still ahead and every later observation was lost).
     #[test]
     fn a_long_header_does_not_narrow_the_search_for_what_follows() {
         let obs =
             |i: usize, n: usize| format!("output {i}: {}", "lorem ipsum dolor ".repeat(n / 18));
         let header = "Tool documentation, example trajectory and reference steps.\n".repeat(280);
+        let system =
+            "You are a helpful assistant that can interact with a computer to solve tasks.";
         let outputs: Vec<String> = [100, 3000, 2000, 1500, 1500, 1500]
             .iter()
             .enumerate()
             .map(|(i, n)| obs(i + 1, *n))
             .collect();
-        let mut prompt = format!("# Task\n\n> quoted task\n\n{header}# Trajectory\n\n");
-        let mut messages = vec![said("user", &"the parser drops the last field. ".repeat(4))];
+        let mut prompt =
+            format!("# Task\n\n> {system}\n\n> quoted task\n\n{header}# Trajectory\n\n");
+        let mut messages = vec![
+            said("system", system),
+            said("user", &"the parser drops the last field. ".repeat(4)),
+        ];
         for output in &outputs {
             prompt += &format!("<bash>run</bash>\n<observation>\n{output}\n</observation>\n");
             messages.push(said("user", output));
         }
-        assert_eq!(referenced(&messages, &prompt), [2, 3, 4, 5, 6]);
+        assert_eq!(referenced(&messages, &prompt), [0, 3, 4, 5, 6, 7]);
     }
 
     /// A narrowed search reaches no further than a wide one would: a cursor that stays put
@@ -1156,14 +1156,13 @@ mod tests {
             text("output 0"),
             text("late thought")
         );
-        let messages = [
-            said("user", &text("output 0")),
-            said("assistant", &text("rewritten action 1")),
-            said("assistant", &text("rewritten action 2")),
-            // 40 KB the prompt does not hold: the narrowed estimate passes the late thought.
-            said("tool", &"x".repeat(40_000)),
-            said("assistant", &text("late thought")),
-        ];
+        let mut messages = vec![said("user", &text("output 0"))];
+        for i in 0..MISSES_TO_NARROW {
+            messages.push(said("assistant", &text(&format!("rewritten action {i}"))));
+        }
+        // 40 KB the prompt does not hold: the narrowed estimate passes the late thought.
+        messages.push(said("tool", &"x".repeat(40_000)));
+        messages.push(said("assistant", &text("late thought")));
         assert_eq!(referenced(&messages, &prompt), [0]);
     }
 
@@ -1185,14 +1184,14 @@ mod tests {
         let create = serde_json::json!({"role": "assistant", "content": text("thought"),
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "create",
                 "arguments": serde_json::json!({"file_text": file_text}).to_string()}}]});
-        let messages = [
-            said("user", &text("output 0")),
-            said("tool", &text("not in the prompt 1")),
-            said("tool", &text("not in the prompt 2")),
-            create,
-            said("tool", &text("output 3")),
-        ];
-        assert_eq!(referenced(&messages, &prompt), [0, 3, 4]);
+        let mut messages = vec![said("user", &text("output 0"))];
+        for i in 0..MISSES_TO_NARROW {
+            messages.push(said("tool", &text(&format!("not in the prompt {i}"))));
+        }
+        messages.push(create);
+        messages.push(said("tool", &text("output 3")));
+        let n = MISSES_TO_NARROW;
+        assert_eq!(referenced(&messages, &prompt), [0, n + 1, n + 2]);
     }
 
     /// A task the prompt quotes line by line matches one line at most: stored whole, and
