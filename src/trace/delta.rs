@@ -307,10 +307,11 @@ const WIDE_SLACK: usize = 16 * 1024;
 /// Contents of one role not found in a row after which [`DeltaState::request_delta`] searches
 /// for that role's next ones near their place only: twice the JSON bytes of the messages since
 /// the last content found (the found message's own bytes past its content included), plus
-/// [`NARROW_SLACK`], and never past the wide reach. Until then every search is the wide one,
-/// so a record differs from a wide search's only after a role has missed this many times in a
-/// row (a review found that two, the first choice, narrowed the user role while a long header
-/// or a reference prefix that no message accounts for was still ahead, and lost the rest).
+/// [`NARROW_SLACK`], and never past the wide reach. A miss counts only when another content
+/// was found since the role's last one, and a search is narrowed only then: a cursor that has
+/// not moved may still be before a long header or reference prefix that no message accounts
+/// for, which a narrowed search would never pass (three reviews broke looser rules: two misses,
+/// two after a first find, eight counted while the cursor stood before such a header).
 const MISSES_TO_NARROW: usize = 8;
 
 /// Bytes a narrowed search reaches past its estimate: a step's markup. Also how far past twice
@@ -434,7 +435,12 @@ impl DeltaState {
         // JSON bytes of the messages since the last content found, this one's included.
         let mut since = 0;
         // Contents not found in a row, by role (its JSON text).
-        let mut missed: Vec<(&str, usize)> = Vec::new();
+        // Per role (its JSON text): contents not found in a row, each after some other content
+        // was found (a cursor that stays put may be behind a long header, where a narrowed
+        // search would miss what a wide one finds), and the count of contents found at its
+        // last miss.
+        let mut missed: Vec<(&str, usize, usize)> = Vec::new();
+        let mut found = 0;
         let mut new_messages = Vec::with_capacity(messages.len());
         let mut content_refs = Vec::new();
         for (i, raw) in messages.iter().enumerate() {
@@ -445,18 +451,21 @@ impl DeltaState {
                 if content.len() < MIN_REF_BYTES {
                     return false;
                 }
-                let slot = match missed.iter().position(|(r, _)| *r == role) {
+                let slot = match missed.iter().position(|(r, ..)| *r == role) {
                     Some(slot) => slot,
                     None => {
-                        missed.push((role, 0));
+                        missed.push((role, 0, 0));
                         missed.len() - 1
                     }
                 };
-                let misses = &mut missed[slot].1;
+                let (_, misses, found_then) = &mut missed[slot];
+                // Only a cursor that moved since this role last missed is trusted to be
+                // where the trajectory is.
+                let moved = found > *found_then;
                 // Never past the wide reach: a cursor that stays put (nothing found for many
                 // messages) must not make each search longer than the last.
                 let wide = 2 * content.len() + WIDE_SLACK;
-                let reach = if *misses >= MISSES_TO_NARROW {
+                let reach = if moved && *misses >= MISSES_TO_NARROW {
                     (2 * since + NARROW_SLACK).min(wide)
                 } else {
                     wide
@@ -467,10 +476,14 @@ impl DeltaState {
                 }
                 let Some((from, at, len)) = find_run(&prompt.as_bytes()[cursor..end], content)
                 else {
-                    *misses += 1;
+                    if moved || *misses == 0 {
+                        *misses += 1;
+                    }
+                    *found_then = found;
                     return false;
                 };
                 *misses = 0;
+                found += 1;
                 // What of this message the prompt holds after its content (a tool call's
                 // arguments after the thought) counts toward the next one's place.
                 since = raw_len.saturating_sub(content.len());
@@ -1075,8 +1088,8 @@ mod tests {
         messages.push(said("assistant", &text("found thought", 1)));
         // Missed n times: the next one, as far on, is not looked for there.
         for i in n..2 * n {
-            messages.push(said("user", &text("output", i)));
             messages.push(said("assistant", &text("rewritten action", i)));
+            messages.push(said("user", &text("output", i)));
             prompt += &obs(i);
         }
         prompt += &format!("{filler}{}\n{}", text("found thought", 2), obs(2 * n));
@@ -1112,10 +1125,10 @@ mod tests {
 
     /// A header longer than the wide reach (tool documentation, an example, reference steps)
     /// puts the first contents out of reach; the search stays wide until a role has missed
-    /// [`MISSES_TO_NARROW`] times, so the later ones are found as the wide search finds them,
-    /// also when the system message was found before the header (found by two reviews: with
-    /// two misses, and with two after a first find, the user role was narrowed while the header
-    /// was still ahead and every later observation was lost).
+    /// [`MISSES_TO_NARROW`] times with the cursor moving, so the later ones are found as the
+    /// wide search finds them, also when the system message was found before the header (found
+    /// by three reviews: the user role was narrowed while the header was still ahead and every
+    /// later observation was lost).
     #[test]
     fn a_long_header_does_not_narrow_the_search_for_what_follows() {
         let obs =
@@ -1123,10 +1136,12 @@ mod tests {
         let header = "Tool documentation, example trajectory and reference steps.\n".repeat(280);
         let system =
             "You are a helpful assistant that can interact with a computer to solve tasks.";
-        let outputs: Vec<String> = [100, 3000, 2000, 1500, 1500, 1500]
-            .iter()
+        // Short ones first, each past the wide reach: a role's misses while the cursor stays
+        // put do not narrow its search.
+        let outputs: Vec<String> = std::iter::repeat_n(150, MISSES_TO_NARROW)
+            .chain([3000, 2000, 1500, 1500, 1500])
             .enumerate()
-            .map(|(i, n)| obs(i + 1, *n))
+            .map(|(i, n)| obs(i + 1, n))
             .collect();
         let mut prompt =
             format!("# Task\n\n> {system}\n\n> quoted task\n\n{header}# Trajectory\n\n");
@@ -1138,7 +1153,9 @@ mod tests {
             prompt += &format!("<bash>run</bash>\n<observation>\n{output}\n</observation>\n");
             messages.push(said("user", output));
         }
-        assert_eq!(referenced(&messages, &prompt), [0, 3, 4, 5, 6, 7]);
+        let n = MISSES_TO_NARROW;
+        let later: Vec<usize> = (n + 2..n + 7).collect();
+        assert_eq!(referenced(&messages, &prompt), [&[0][..], &later].concat());
     }
 
     /// A narrowed search reaches no further than a wide one would: a cursor that stays put
@@ -1151,19 +1168,20 @@ mod tests {
             format!("{what}: a text long enough to be stored as a reference into the prompt.")
         };
         let filler = "A line of the prompt that no message holds.\n".repeat(1400);
-        let prompt = format!(
-            "# Task\n\n{}\n{filler}{}\n",
-            text("output 0"),
-            text("late thought")
-        );
-        let mut messages = vec![said("user", &text("output 0"))];
+        let mut prompt = String::from("# Task\n\n");
+        let mut messages = Vec::new();
+        // The assistant role misses eight times, the cursor moving between (its outputs found).
         for i in 0..MISSES_TO_NARROW {
             messages.push(said("assistant", &text(&format!("rewritten action {i}"))));
+            messages.push(said("user", &text(&format!("output {i}"))));
+            prompt += &format!("{}\n", text(&format!("output {i}")));
         }
+        prompt += &format!("{filler}{}\n", text("late thought"));
         // 40 KB the prompt does not hold: the narrowed estimate passes the late thought.
         messages.push(said("tool", &"x".repeat(40_000)));
         messages.push(said("assistant", &text("late thought")));
-        assert_eq!(referenced(&messages, &prompt), [0]);
+        let outputs: Vec<usize> = (0..MISSES_TO_NARROW).map(|i| 2 * i + 1).collect();
+        assert_eq!(referenced(&messages, &prompt), outputs);
     }
 
     /// The bytes of a found message past its content (a tool call's arguments, which the
@@ -1175,23 +1193,29 @@ mod tests {
             format!("{what}: a text long enough to be stored as a reference into the prompt.")
         };
         let file_text = "print('a line of the new file')\n".repeat(300);
-        let prompt = format!(
-            "# Task\n\n{}\n{}\n<create>{file_text}</create>\n{}\n",
-            text("output 0"),
-            text("thought"),
-            text("output 3"),
-        );
-        let create = serde_json::json!({"role": "assistant", "content": text("thought"),
-            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "create",
-                "arguments": serde_json::json!({"file_text": file_text}).to_string()}}]});
-        let mut messages = vec![said("user", &text("output 0"))];
+        let mut prompt = String::from("# Task\n\n");
+        let mut messages = Vec::new();
+        // The tool role misses eight times, the cursor moving between (the user's found).
         for i in 0..MISSES_TO_NARROW {
             messages.push(said("tool", &text(&format!("not in the prompt {i}"))));
+            messages.push(said("user", &text(&format!("output {i}"))));
+            prompt += &format!("{}\n", text(&format!("output {i}")));
         }
-        messages.push(create);
-        messages.push(said("tool", &text("output 3")));
-        let n = MISSES_TO_NARROW;
-        assert_eq!(referenced(&messages, &prompt), [0, n + 1, n + 2]);
+        prompt += &format!(
+            "{}\n<create>{file_text}</create>\n{}\n",
+            text("thought"),
+            text("last output")
+        );
+        messages.push(
+            serde_json::json!({"role": "assistant", "content": text("thought"),
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "create",
+                "arguments": serde_json::json!({"file_text": file_text}).to_string()}}]}),
+        );
+        messages.push(said("tool", &text("last output")));
+        let n = 2 * MISSES_TO_NARROW;
+        let mut expected: Vec<usize> = (0..MISSES_TO_NARROW).map(|i| 2 * i + 1).collect();
+        expected.extend([n, n + 1]);
+        assert_eq!(referenced(&messages, &prompt), expected);
     }
 
     /// A task the prompt quotes line by line matches one line at most: stored whole, and
