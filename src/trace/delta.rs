@@ -434,7 +434,6 @@ impl DeltaState {
         let mut cursor = stored_from.min(prompt.len());
         // JSON bytes of the messages since the last content found, this one's included.
         let mut since = 0;
-        // Contents not found in a row, by role (its JSON text).
         // Per role (its JSON text): contents not found in a row, each after some other content
         // was found (a cursor that stays put may be behind a long header, where a narrowed
         // search would miss what a wide one finds), and the count of contents found at its
@@ -445,8 +444,8 @@ impl DeltaState {
         let mut content_refs = Vec::new();
         for (i, raw) in messages.iter().enumerate() {
             let decoded = decoded.map(|contents| &*contents[kept + i]);
-            since += raw.len();
             let raw_len = raw.len();
+            since += raw_len;
             new_messages.push(stored_message(raw, decoded, |content, role| {
                 if content.len() < MIN_REF_BYTES {
                     return false;
