@@ -696,6 +696,64 @@ async fn a_terminus_history_that_opens_a_session_is_stored_once_and_replays() {
 /// (records land in the order their deltas were taken). `replay --check` ties the next
 /// attempt to its own nudge, not to the record just before it (found by a break-it pass:
 /// "attempt 1 follows no nudge record").
+/// A SWE-agent history sent to a process that has not seen it opens a session. SWE-agent sends
+/// its tool results as lists of text parts (the last ones with `cache_control`); each part's
+/// text is stored as a reference into the prompt (schema version 3, docs/trace-format.md
+/// "Request delta"), so the record holds each output once, and `replay --check` rebuilds the
+/// request and renders the recorded prompt from it.
+#[tokio::test]
+async fn a_swe_agent_history_that_opens_a_session_stores_its_tool_results_once() {
+    let backend = FakeBackend::start(vec![Scripted::text("Look.\n\n<bash>ls -l</bash>\n")]).await;
+    let proxy = Proxy::start(&backend.url()).await;
+    let mut body = request("swe-agent-1");
+    let output: String = (0..30)
+        .map(|i| format!("    {i:>3}\tdef handler_{i}(request):  # \"quoted\" \\ path\n"))
+        .collect();
+    let turns = 6;
+    let messages = body["messages"].as_array_mut().unwrap();
+    for i in 0..turns {
+        let id = format!("call_{i}f3a9c2e1b7d4");
+        messages.push(
+            json!({"role": "assistant", "content": format!("Read part {i} of the module."),
+            "tool_calls": [{"id": id, "type": "function", "function": {"name": "bash",
+            "arguments": json!({"command": format!("cat -n app_{i}.py")}).to_string()}}]}),
+        );
+        let mut part = json!({"type": "text", "text": format!("{output}# file {i}\n")});
+        if i + 2 >= turns {
+            part["cache_control"] = json!({"type": "ephemeral"});
+        }
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": [part]}));
+    }
+    let (status, r) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{r}");
+    let files = proxy.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let step_line = text.lines().nth(1).unwrap();
+    let step: Value = serde_json::from_str(step_line).unwrap();
+    assert_eq!(step["v"], 3, "{step_line}");
+    let refs = step["data"]["request"]["content_refs"].as_array().unwrap();
+    let parts = refs.iter().filter(|r| r["part"] == 0).count();
+    assert_eq!(parts, turns, "{refs:?}");
+    // Each output stored once: the record holds less than the body and the prompt together
+    // less the outputs the prompt already has.
+    let prompt = step["data"]["prompt"]["delta"].as_str().unwrap();
+    let sent = body.to_string().len();
+    assert!(
+        step_line.len() < sent + prompt.len() - (turns - 1) * output.len(),
+        "{} bytes against {sent} + {}",
+        step_line.len(),
+        prompt.len()
+    );
+    let logs = path_str(proxy.log_dir.path());
+    let (code, out, err) = replay(&["--check", logs]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.ends_with("steps 1  prompt differences 0  parse differences 0  unreadable 0\n"),
+        "{out}"
+    );
+}
+
 #[tokio::test]
 async fn replay_check_pairs_attempts_with_their_nudge_across_concurrent_requests() {
     let backend = FakeBackend::start(vec![

@@ -228,6 +228,33 @@ pub fn object_members(text: &str) -> Option<Vec<(Range<usize>, Range<usize>)>> {
     (scan.at == text.len()).then_some(members)
 }
 
+/// The elements of JSON array text `text`, in order: each one's byte range. `None` when
+/// `text` is not one array; checked as [`object_members`] checks.
+pub fn array_elements(text: &str) -> Option<Vec<Range<usize>>> {
+    let mut scan = Scan {
+        bytes: text.as_bytes(),
+        at: 0,
+        depth: 1,
+    };
+    let mut elements = Vec::new();
+    if !scan.eat(b'[') {
+        return None;
+    }
+    if !scan.eat(b']') {
+        loop {
+            elements.push(scan.value(1)?);
+            if scan.eat(b']') {
+                break;
+            }
+            if !scan.eat(b',') {
+                return None;
+            }
+        }
+    }
+    scan.skip_space();
+    (scan.at == text.len()).then_some(elements)
+}
+
 /// A body has a lone surrogate escape where it was searched for
 /// ([`BodySplit::of_extending_unsearched`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

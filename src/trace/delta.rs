@@ -47,6 +47,10 @@ pub const MIN_REF_BYTES: usize = 64;
 pub struct ContentRef {
     /// Index into the record's new `messages`.
     pub message: usize,
+    /// When the content is a list of parts: the index of the part whose `text` this is
+    /// (schema version 3); absent: the content is a string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<usize>,
     /// Byte offset into the full prompt.
     pub start: usize,
     /// Length, bytes.
@@ -70,6 +74,44 @@ impl ContentRef {
     /// Whether the content is more than the range (schema version 2).
     pub fn is_partial(&self) -> bool {
         !self.before.is_empty() || !self.after.is_empty()
+    }
+
+    /// Writes the content ([`ContentRef::text`] of `prompt`) into `message`, a message of the
+    /// record's new `messages`: as its `content`, or as the `text` of its content's part
+    /// `part`.
+    ///
+    /// Errors: the range is not within `prompt`, or `message` has no such place (not an
+    /// object; a part that is not an object of a list content).
+    pub fn put(&self, message: &mut Value, prompt: &str) -> Result<(), String> {
+        let text = self.text(prompt).ok_or_else(|| {
+            format!(
+                "content ref {}..+{} outside the prompt",
+                self.start, self.len
+            )
+        })?;
+        let message = message
+            .as_object_mut()
+            .ok_or_else(|| format!("content ref to message {}, not an object", self.message))?;
+        match self.part {
+            None => {
+                message.insert("content".into(), Value::String(text));
+            }
+            Some(part) => {
+                let part = message
+                    .get_mut("content")
+                    .and_then(Value::as_array_mut)
+                    .and_then(|parts| parts.get_mut(part))
+                    .and_then(Value::as_object_mut)
+                    .ok_or_else(|| {
+                        format!(
+                            "content ref to part {part} of message {}, which has none",
+                            self.message
+                        )
+                    })?;
+                part.insert("text".into(), Value::String(text));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -95,10 +137,14 @@ pub struct RequestDelta {
 }
 
 impl RequestDelta {
-    /// The lowest schema version whose readers rebuild this request right: 2 when a content
-    /// reference has text around its range (a version 1 reader would drop that text), else 1.
+    /// The lowest schema version whose readers rebuild this request right: 3 when a content
+    /// reference names a part of a list content (an older reader would write the text over
+    /// the whole list), else 2 when one has text around its range (a version 1 reader would
+    /// drop that text), else 1.
     pub fn schema_version(&self) -> u32 {
-        if self.content_refs.iter().any(ContentRef::is_partial) {
+        if self.content_refs.iter().any(|r| r.part.is_some()) {
+            3
+        } else if self.content_refs.iter().any(ContentRef::is_partial) {
             2
         } else {
             1
@@ -446,7 +492,7 @@ impl DeltaState {
             let decoded = decoded.map(|contents| &*contents[kept + i]);
             let raw_len = raw.len();
             since += raw_len;
-            new_messages.push(stored_message(raw, decoded, |content, role| {
+            new_messages.push(stored_message(raw, decoded, |content, role, part| {
                 if content.len() < MIN_REF_BYTES {
                     return false;
                 }
@@ -488,6 +534,7 @@ impl DeltaState {
                 since = raw_len.saturating_sub(content.len());
                 content_refs.push(ContentRef {
                     message: i,
+                    part,
                     start: cursor + at,
                     len,
                     before: content[..from].to_string(),
@@ -564,99 +611,187 @@ impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
     }
 }
 
-/// A new message of a request delta: its JSON text `raw` compacted, with its `content`
-/// written as `null` when `refer` stores that content (a string) as a reference into the
-/// prompt. `decoded` is the content as the decoder read it, when it did (the string, not
-/// decoded again here: a tenth of a 100-turn opening record's instructions). Built from the text's members, not from a JSON value, so a long history costs its
-/// compacted text and no tree; a message that is not an object (or repeats a key) goes
-/// through a JSON value, as records always stored it.
+/// A new message of a request delta: its JSON text `raw` compacted, with each text of its
+/// `content` that `refer` stores as a reference into the prompt written as `null`. `refer`
+/// is asked, in order, for a string `content` (part `None`) or for the `text` of each part of
+/// a list `content` that is an object with a string `text` (part `Some(index in the list)`:
+/// SWE-agent's tool results, OpenHands' messages); it is given the message's `role` as JSON
+/// text. `decoded` is the content as the decoder read it, when it did (a string content, or
+/// the text of a list's only part: not decoded again here, a tenth of a 100-turn opening
+/// record's instructions). Built from the text's members, not from a JSON value, so a long
+/// history costs its compacted text and no tree; a message that is not an object (or repeats
+/// a key) goes through a JSON value, as records always stored it.
 fn stored_message<'r>(
     raw: &'r str,
     decoded: Option<&str>,
-    refer: impl FnOnce(&str, &'r str) -> bool,
+    mut refer: impl FnMut(&str, &'r str, Option<usize>) -> bool,
 ) -> Box<RawValue> {
     let null = || RawValue::NULL.to_owned();
     // The usual message: an object whose keys have no escapes, split by the structural
     // scanner (strings skipped at memory speed); the one validating pass is the stored
     // text's own ([`RawValue::from_string`]).
-    if let Some(members) = crate::openai::split::object_members(raw).filter(|members| {
-        members.iter().enumerate().all(|(i, (key, _))| {
-            let key = &raw[key.clone()];
-            !key.contains('\\') && members[..i].iter().all(|(k, _)| &raw[k.clone()] != key)
-        })
-    }) {
-        let content = members
-            .iter()
-            .find(|(key, _)| &raw[key.clone()] == "\"content\"")
-            .map(|(_, value)| &raw[value.clone()])
-            .filter(|value| value.starts_with('"'));
+    if let Some(members) = plain_members(raw) {
         let role = members
             .iter()
             .find(|(key, _)| &raw[key.clone()] == "\"role\"")
             .map_or("", |(_, value)| &raw[value.clone()]);
-        let referenced = match (content, decoded) {
-            (Some(text), _) if !text.contains('\\') => refer(&text[1..text.len() - 1], role),
-            (Some(_), Some(decoded)) => refer(decoded, role),
-            (Some(text), None) => {
-                serde_json::from_str::<String>(text).is_ok_and(|c| refer(&c, role))
-            }
-            (None, _) => false,
-        };
-        let mut text = Vec::with_capacity(raw.len() + 2);
-        text.push(b'{');
-        for (i, (key, value)) in members.iter().enumerate() {
-            if i > 0 {
-                text.push(b',');
-            }
-            let key = &raw[key.clone()];
-            text.extend_from_slice(key.as_bytes());
-            text.push(b':');
-            if referenced && key == "\"content\"" {
-                text.extend_from_slice(b"null");
+        let mut text = String::with_capacity(raw.len() + 2);
+        push_object(&mut text, raw, &members, |key, value| {
+            if key == "\"content\"" {
+                stored_content(value, decoded, role, &mut refer)
             } else {
-                text.extend_from_slice(compact_json(&raw[value.clone()]).as_bytes());
+                compact_json(value)
             }
-        }
-        text.push(b'}');
-        return String::from_utf8(text)
-            .ok()
-            .and_then(|text| RawValue::from_string(text).ok())
-            .unwrap_or_else(null);
+        });
+        return RawValue::from_string(text).unwrap_or_else(|_| null());
     }
     let Ok(Members(Some(members))) = serde_json::from_str::<Members<'_>>(raw) else {
         let mut message: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
         // Not a message the decoder read: searched for as a role of its own.
-        if message
-            .get("content")
-            .and_then(Value::as_str)
-            .is_some_and(|content| refer(content, ""))
-        {
-            message["content"] = Value::Null;
+        match message.get_mut("content") {
+            Some(content) if content.as_str().is_some_and(|c| refer(c, "", None)) => {
+                *content = Value::Null;
+            }
+            Some(Value::Array(parts)) => {
+                for (p, part) in parts.iter_mut().enumerate() {
+                    if let Some(text) = part.get_mut("text") {
+                        if text.as_str().is_some_and(|t| refer(t, "", Some(p))) {
+                            *text = Value::Null;
+                        }
+                    }
+                }
+            }
+            _ => {}
         }
         return serde_json::value::to_raw_value(&message).unwrap_or_else(|_| null());
     };
-    let content = members
-        .iter()
-        .find(|(key, _)| key == "content")
-        .filter(|(_, value)| value.get().starts_with('"'))
-        .and_then(|(_, value)| serde_json::from_str::<String>(value.get()).ok());
     let role = members
         .iter()
         .find(|(key, _)| key == "role")
         .map_or("", |(_, value)| value.get());
-    let referenced = content.as_deref().is_some_and(|c| refer(c, role));
-    let members = members.iter().map(|(key, value)| {
-        let value = if referenced && key == "content" {
-            "null"
-        } else {
-            value.get()
-        };
-        (key.as_str(), value)
-    });
+    let stored: Vec<(&str, std::borrow::Cow<'_, str>)> = members
+        .iter()
+        .map(|(key, value)| {
+            let value = if key == "content" {
+                stored_content(value.get(), None, role, &mut refer)
+            } else {
+                std::borrow::Cow::Borrowed(value.get())
+            };
+            (key.as_str(), value)
+        })
+        .collect();
+    let members = stored.iter().map(|(key, value)| (*key, value.as_ref()));
     String::from_utf8(compact_object(members, raw.len() + 2))
         .ok()
         .and_then(|text| RawValue::from_string(text).ok())
         .unwrap_or_else(null)
+}
+
+/// The members of JSON object text `text` when its keys have no escapes and none repeats
+/// (then each is its name in quotes), else `None`.
+fn plain_members(text: &str) -> Option<Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>> {
+    crate::openai::split::object_members(text).filter(|members| {
+        members.iter().enumerate().all(|(i, (key, _))| {
+            let key = &text[key.clone()];
+            !key.contains('\\') && members[..i].iter().all(|(k, _)| &text[k.clone()] != key)
+        })
+    })
+}
+
+/// Appends the object of `members` of `text` ([`plain_members`]), each value as
+/// `value(key in quotes, value's JSON text)` gives it.
+fn push_object<'t>(
+    out: &mut String,
+    text: &'t str,
+    members: &[(std::ops::Range<usize>, std::ops::Range<usize>)],
+    mut value: impl FnMut(&'t str, &'t str) -> std::borrow::Cow<'t, str>,
+) {
+    out.push('{');
+    for (i, (key, at)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let key = &text[key.clone()];
+        out.push_str(key);
+        out.push(':');
+        out.push_str(&value(key, &text[at.clone()]));
+    }
+    out.push('}');
+}
+
+/// A message's `content` (JSON text `value`) as stored: `null` for a string `refer` stores, a
+/// list with each part's `text` that `refer` stores written as `null`, else compacted
+/// ([`stored_message`]).
+fn stored_content<'v, 'r>(
+    value: &'v str,
+    decoded: Option<&str>,
+    role: &'r str,
+    refer: &mut impl FnMut(&str, &'r str, Option<usize>) -> bool,
+) -> std::borrow::Cow<'v, str> {
+    let mut refer_text = |text: &str, decoded: Option<&str>, part: Option<usize>| {
+        if !text.contains('\\') {
+            refer(&text[1..text.len() - 1], role, part)
+        } else if let Some(decoded) = decoded {
+            refer(decoded, role, part)
+        } else {
+            serde_json::from_str::<String>(text).is_ok_and(|c| refer(&c, role, part))
+        }
+    };
+    if value.starts_with('"') {
+        return if refer_text(value, decoded, None) {
+            "null".into()
+        } else {
+            value.into()
+        };
+    }
+    let Some(elements) = value
+        .starts_with('[')
+        .then(|| crate::openai::split::array_elements(value))
+        .flatten()
+    else {
+        return compact_json(value);
+    };
+    // The decoder's text of a list is its parts' texts joined: the only part's own.
+    let decoded = decoded.filter(|_| elements.len() == 1);
+    let mut out = String::with_capacity(value.len());
+    let mut referenced = false;
+    out.push('[');
+    for (p, element) in elements.iter().enumerate() {
+        if p > 0 {
+            out.push(',');
+        }
+        let element = &value[element.clone()];
+        let part = plain_members(element).filter(|members| {
+            members.iter().any(|(key, value)| {
+                &element[key.clone()] == "\"text\"" && element[value.clone()].starts_with('"')
+            })
+        });
+        if let Some(members) = part {
+            let (_, text) = members
+                .iter()
+                .find(|(key, _)| &element[key.clone()] == "\"text\"")
+                .cloned()
+                .unwrap_or_default();
+            if refer_text(&element[text], decoded, Some(p)) {
+                referenced = true;
+                push_object(&mut out, element, &members, |key, value| {
+                    if key == "\"text\"" {
+                        "null".into()
+                    } else {
+                        compact_json(value)
+                    }
+                });
+                continue;
+            }
+        }
+        out.push_str(&compact_json(element));
+    }
+    out.push(']');
+    if referenced {
+        out.into()
+    } else {
+        compact_json(value)
+    }
 }
 
 /// The JSON object of `members` (keys, and values' JSON text) as serde_json writes a map of
@@ -913,6 +1048,11 @@ mod tests {
                 0..5,
             ),
             content in proptest::option::of("(\\\\|\"|é|\\PC){0,80}"),
+            // A list content after the string one (which a reader takes: the last).
+            parts in proptest::option::of(proptest::collection::vec(
+                proptest::option::of("(\\\\|\"|é|\\PC){0,80}"),
+                0..4,
+            )),
             other in crate::openai::split::tests::json_value(),
             pretty in proptest::bool::ANY,
             refer_even in proptest::bool::ANY,
@@ -937,6 +1077,25 @@ mod tests {
                 }
                 raw.push_str(&format!("\"content\":{}", serde_json::to_string(content).unwrap()));
             }
+            // A list content: text parts (one spaced, one with another member after its
+            // text), an image part where a text is `None`.
+            if let Some(parts) = &parts {
+                if !members.is_empty() || content.is_some() {
+                    raw.push(',');
+                }
+                let parts: Vec<String> = parts.iter().enumerate().map(|(i, text)| match text {
+                    Some(text) if i % 2 == 0 => format!(
+                        "{{ \"type\" : \"text\", \"text\" : {} }}",
+                        serde_json::to_string(text).unwrap()
+                    ),
+                    Some(text) => format!(
+                        "{{\"type\":\"text\",\"text\":{},\"cache_control\":{{\"type\":\"ephemeral\"}}}}",
+                        serde_json::to_string(text).unwrap()
+                    ),
+                    None => r#"{"type":"image_url","image_url":{"url":"data:,"}}"#.to_string(),
+                }).collect();
+                raw.push_str(&format!("\"content\": [ {} ]", parts.join(" , ")));
+            }
             raw.push('}');
             for raw in [raw, other.to_string()] {
                 let refer = |c: &str| (c.len() % 2 == 0) == refer_even;
@@ -944,7 +1103,14 @@ mod tests {
                 if expected.get("content").and_then(Value::as_str).is_some_and(refer) {
                     expected["content"] = Value::Null;
                 }
-                let stored = stored_message(&raw, None, |c, _| refer(c));
+                if let Some(parts) = expected.get_mut("content").and_then(Value::as_array_mut) {
+                    for part in parts {
+                        if part.get("text").and_then(Value::as_str).is_some_and(refer) {
+                            part["text"] = Value::Null;
+                        }
+                    }
+                }
+                let stored = stored_message(&raw, None, |c, _, _| refer(c));
                 let read: Value = serde_json::from_str(stored.get()).unwrap();
                 proptest::prop_assert_eq!(&read, &expected, "{}", raw);
                 proptest::prop_assert!(!stored.get().contains('\n'));
@@ -1285,6 +1451,88 @@ mod tests {
         }
     }
 
+    /// Contents sent as lists of text parts (SWE-agent's tool results with `cache_control`,
+    /// OpenHands' messages): each part's `text` the prompt holds is stored as a reference to
+    /// that part (the record version 3), the rest of the list as sent; the same from the
+    /// decoder's split and contents as from the body alone, and read back exactly.
+    #[test]
+    fn a_list_contents_text_parts_are_stored_as_references() {
+        let listing = "total 8\n-rw-r--r-- 1 root root 120 inventory.py\n".repeat(3);
+        let source = "class Inventory:\n    def total(self):\n        return 0\n".repeat(2);
+        let body = serde_json::json!({"model": "m", "messages": [
+            {"role": "system", "content": "You are a careful assistant."},
+            {"role": "user", "content": [{"type": "text", "text": "short task"}]},
+            {"role": "assistant", "content": "List the files.", "tool_calls": [{"id": "c1",
+                "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"ls -l\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": [
+                {"type": "text", "text": listing, "cache_control": {"type": "ephemeral"}}]},
+            {"role": "assistant", "content": "Read it.", "tool_calls": [{"id": "c2",
+                "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"cat inventory.py\"}"}}]},
+            {"role": "tool", "tool_call_id": "c2", "content": [
+                {"type": "text", "text": source},
+                {"type": "image_url", "image_url": {"url": "data:,"}},
+                {"type": "text", "text": "a note that the prompt does not hold, long enough to be searched for"}]},
+        ]})
+        .to_string();
+        let prompt = format!(
+            "# Task\n\nshort task\n\n## Thinking\nList the files.\n\n<bash>ls -l</bash>\n\n<observation>\n{listing}</observation>\n\n## Thinking\nRead it.\n\n<bash>cat inventory.py</bash>\n\n<observation>\n{source}[image_url content omitted]\n</observation>\n"
+        );
+        let request = crate::openai::chat::ChatCompletionRequest::from_bytes(bytes::Bytes::from(
+            body.clone(),
+        ))
+        .unwrap();
+        let from_decoder = RequestInput::from_request(&request, &Default::default());
+        assert!(from_decoder.split.is_some() && !from_decoder.contents.is_empty());
+        let delta = first_delta(&body, &prompt);
+        assert_eq!(
+            DeltaState::default().request_delta(&from_decoder, &prompt, 0),
+            Some(delta.clone())
+        );
+        let places: Vec<(usize, Option<usize>)> = delta
+            .content_refs
+            .iter()
+            .map(|r| (r.message, r.part))
+            .collect();
+        assert_eq!(places, [(3, Some(0)), (5, Some(0))]);
+        assert_eq!(delta.schema_version(), 3);
+        let line = serde_json::to_string(&delta).unwrap();
+        let escaped = serde_json::to_string(&listing).unwrap();
+        assert!(!line.contains(escaped.trim_matches('"')), "{line}");
+        assert!(
+            line.contains(r#"{"type":"text","text":null,"cache_control":{"type":"ephemeral"}}"#),
+            "{line}"
+        );
+        let mut state = RequestState::default();
+        state
+            .apply(&serde_json::from_str(&line).unwrap(), &prompt)
+            .unwrap();
+        assert_eq!(state.body(), serde_json::from_str::<Value>(&body).unwrap());
+        // Taken again by a writer that lost the session (a restart): every message is the
+        // file's, its part references read back to compare.
+        let chain = FileChain {
+            prompt: prompt.clone(),
+            request: state,
+        };
+        let mut again = Some(delta.clone());
+        rebase(
+            &mut PromptRecord::default(),
+            &mut again,
+            &prompt,
+            &chain,
+            false,
+        );
+        let again = again.unwrap();
+        assert_eq!((again.messages_from, again.messages.len()), (6, 0));
+        assert!(again.content_refs.is_empty());
+        // A reference to a part the stored list does not have is an error, not a panic.
+        let mut wrong = delta.clone();
+        wrong.content_refs[0].part = Some(7);
+        let error = RequestState::default()
+            .apply_delta(&wrong, &prompt)
+            .unwrap_err();
+        assert!(error.contains("part 7 of message 3"), "{error}");
+    }
+
     #[test]
     fn incremental_sha256_equals_the_hash_of_the_whole_prompt() {
         let mut state = PromptState::default();
@@ -1414,9 +1662,8 @@ pub fn rebase(
     let resolved = |i: usize, message: &RawValue| -> Value {
         let mut message: Value = serde_json::from_str(message.get()).unwrap_or(Value::Null);
         for r in delta.content_refs.iter().filter(|r| r.message == i) {
-            if let Some(text) = r.text(full_prompt) {
-                message["content"] = Value::String(text);
-            }
+            // A reference that does not apply leaves the message unequal to the chain's.
+            let _ = r.put(&mut message, full_prompt);
         }
         message
     };
@@ -1491,13 +1738,10 @@ impl RequestState {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("request delta: {e}"))?;
         for r in &delta.content_refs {
-            let text = r
-                .text(prompt)
-                .ok_or_else(|| format!("content ref {}..+{} outside the prompt", r.start, r.len))?;
             let message = messages
                 .get_mut(r.message)
                 .ok_or_else(|| format!("content ref to message {} of a delta", r.message))?;
-            message["content"] = Value::String(text);
+            r.put(message, prompt)?;
         }
         self.messages.truncate(delta.messages_from);
         self.messages.extend(messages);

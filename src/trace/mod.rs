@@ -43,10 +43,10 @@ use crate::util::{sha256_hex, unix_ms};
 
 /// The newest version of the record layout this build writes and reads; bumped on any
 /// incompatible change. Each record is written with the lowest version whose readers read it
-/// right (docs/trace-format.md "Version policy"): 2 only for a `step` or `side_call` record
-/// whose request has a content reference with text around its range
-/// ([`delta::RequestDelta::schema_version`]), else 1.
-pub const SCHEMA_VERSION: u32 = 2;
+/// right (docs/trace-format.md "Version policy"): for a `step` or `side_call` record, 3 when
+/// its request has a content reference to a part of a list content, else 2 when it has one
+/// with text around its range ([`delta::RequestDelta::schema_version`]); else 1.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Sessions whose delta state the writer keeps by default, the least recently written one
 /// evicted first. A state is a few KiB (the prompt's tail after its last full block and

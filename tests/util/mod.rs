@@ -48,14 +48,24 @@ pub fn read_records(path: &std::path::Path) -> Vec<Value> {
 pub fn read_trace(path: &std::path::Path) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     for record in read_records(path) {
-        // Version 2 exactly when a content reference keeps text around its range.
-        let partial = record["data"]["request"]["content_refs"]
+        // Version 3 exactly when a content reference names a part of a list content, else
+        // 2 exactly when one keeps text around its range.
+        let refs = record["data"]["request"]["content_refs"]
             .as_array()
-            .is_some_and(|refs| {
-                refs.iter()
-                    .any(|r| r.get("before").is_some() || r.get("after").is_some())
-            });
-        assert_eq!(record["v"], if partial { 2 } else { 1 }, "schema version");
+            .cloned()
+            .unwrap_or_default();
+        let parts = refs.iter().any(|r| r.get("part").is_some());
+        let partial = refs
+            .iter()
+            .any(|r| r.get("before").is_some() || r.get("after").is_some());
+        let v = if parts {
+            3
+        } else if partial {
+            2
+        } else {
+            1
+        };
+        assert_eq!(record["v"], v, "schema version");
         match record["type"].as_str().unwrap() {
             "nudge" => out.last_mut().unwrap()["data"]["nudge"] = record["data"].clone(),
             "terminate" => out.last_mut().unwrap()["data"]["termination"] = record["data"].clone(),

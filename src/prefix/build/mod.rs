@@ -997,7 +997,11 @@ mod tests {
         );
         let got = read(trace("{}")).unwrap();
         assert_eq!(got.instance_id, "stem");
-        let newer = trace("{}").replacen("\"v\":1", "\"v\":3", 1);
+        let newer = trace("{}").replacen(
+            "\"v\":1",
+            &format!("\"v\":{}", crate::trace::SCHEMA_VERSION + 1),
+            1,
+        );
         assert!(read(newer).is_err());
     }
 
