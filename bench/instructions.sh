@@ -9,7 +9,7 @@
 #
 # Paths as in bench/load.sh: `ids` the next turns of running sessions (examples/bench_turns.rs:
 # 4 rollouts, each sending its next turns in order after a warm-up turn),
-# `foreign`, `mini`, `terminus` a request that opens a session (256 rollouts, cycled),
+# `foreign`, `parts`, `mini`, `terminus` a request that opens a session (256 rollouts, cycled),
 # `mini-run`, `terminus-run` the next turns of running sessions of those id-less dialects
 # (bench_turns --dialect: each history holds the proxy's own last reply; a second mock numbers
 # its answers so that no two are equal).
@@ -127,6 +127,8 @@ CONFIGS=(
     "ids 1000 turns:ids 1000 8"
     "foreign 20 -Z $B/foreign-20.jsonl $N_LONG"
     "foreign 100 -Z $B/foreign-100.jsonl $N_LONG"
+    "parts 20 -Z $B/parts-20.jsonl $N_LONG"
+    "parts 100 -Z $B/parts-100.jsonl $N_LONG"
     "mini 20 -Z $B/mini-20.jsonl $N_LONG"
     "mini 100 -Z $B/mini-100.jsonl $N_LONG"
     "terminus 20 -Z $B/terminus-20.jsonl $N_LONG"

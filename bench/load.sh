@@ -192,8 +192,9 @@ if [[ $QUICK == 1 ]]; then N1=200; N32=640; else N1=3000; N32=6400; fi
 # One configuration: direct and proxy, same concurrency, same mock.
 # measure TURNS STREAM C N [PATH]
 # PATH (default `ids`, the next turn of a running session): `foreign` (tool-call ids that are
-# not the proxy's), `mini` (mini-swe-agent's text mode, no ids) or `terminus` (Terminus-2's
-# JSON keystrokes, no ids): every request opens a session; the bodies cycle through 256
+# not the proxy's), `parts` (the same with each tool result a list of one text part, as
+# SWE-agent and OpenHands send them), `mini` (mini-swe-agent's text mode, no ids) or
+# `terminus` (Terminus-2's JSON keystrokes, no ids): every request opens a session; the bodies cycle through 256
 # rollouts at any concurrency. `mini-run` and `terminus-run`: the next turns of running
 # sessions of those dialects, sent in order by bench_turns with the proxy's own last reply
 # in each history (the mock must number its answers: `start_mock DELAY --numbered`).
@@ -360,6 +361,12 @@ for route in mini-run terminus-run; do
     done
 done
 
+echo "== tool results as lists of text parts (SWE-agent, OpenHands), c=1, mock delay 0 ms" >&2
+start_mock 0
+for turns in 20 100; do
+    measure "$turns" no 1 "$N1" parts
+done
+
 echo "== compressed traces (--trace-compression zstd)" >&2
 start_mock 0
 for route in ids+zstd foreign+zstd mini+zstd terminus+zstd; do
@@ -447,7 +454,8 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "(16 at c=1, 8 at c=32; the body column is the first's size) after a warm-up at TURNS-1; \`foreign\` the same"
     echo "conversation with ids that are not the proxy's, \`mini\` mini-swe-agent's text mode (no"
     echo "ids) and \`terminus\` Terminus-2's JSON keystrokes (no ids): every such request opens a"
-    echo "session. \`mini-run\` and \`terminus-run\`: the next turns of running sessions of those two"
+    echo "session. \`parts\`: the \`foreign\` bodies with each tool result a list of one text part"
+    echo "(SWE-agent's and OpenHands' shape). \`mini-run\` and \`terminus-run\`: the next turns of running sessions of those two"
     echo "dialects, sent in order as \`ids\` is, each history holding the proxy's own last reply (the"
     echo "proxy finds the session by it; the mock numbers its answers so that no two are equal)."
     echo "\`relay\`: the direct body through examples/bench_relay.rs in the proxy's place (the proxy's"

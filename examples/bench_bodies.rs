@@ -9,6 +9,8 @@
 //!   (with `--sessions K`): K bodies of the paths that open a session on every request: the
 //!   same conversation with tool-call ids that are not the proxy's, mini-swe-agent's text
 //!   mode and Terminus-2's JSON keystrokes (content dialects, no ids at all);
+//! - `parts-<N>[-stream].jsonl` (with `--sessions K`): the `foreign` bodies with each tool
+//!   result a list of one text part (SWE-agent's and OpenHands' shape);
 //! - `growth-100.jsonl` (with `--sessions K`): the 101 requests of one growing 100-turn
 //!   session, in order (the trace's bytes per turn against each turn's new content);
 //! - `completions-<N>.json` / `completions-<N>-stream.json`: the `/v1/completions` body the
@@ -130,10 +132,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let suffix = if stream { "-stream" } else { "" };
             let (mut foreign, mut mini, mut terminus) = (Vec::new(), Vec::new(), Vec::new());
+            let mut parts = Vec::new();
             for k in 0..args.sessions {
                 let tag = format!("{k:04}");
                 foreign.extend(swe_agent::foreign_id_bytes(turns, &tag, stream));
                 foreign.push(b'\n');
+                parts.extend(swe_agent::parts_bytes(turns, &tag, stream));
+                parts.push(b'\n');
                 mini.extend(swe_agent::mini_text_bytes(turns, &tag, stream));
                 mini.push(b'\n');
                 terminus.extend(swe_agent::terminus_text_bytes(turns, &tag, stream));
@@ -141,6 +146,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let out = |name: &str| args.out.join(format!("{name}-{turns}{suffix}.jsonl"));
             std::fs::write(out("foreign"), foreign)?;
+            std::fs::write(out("parts"), parts)?;
             std::fs::write(out("mini"), mini)?;
             std::fs::write(out("terminus"), terminus)?;
         }

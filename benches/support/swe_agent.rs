@@ -493,6 +493,29 @@ pub fn foreign_id_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
         .into_bytes()
 }
 
+/// [`foreign_id_bytes`] with each tool result sent as a list of one text part, the last two
+/// marked `cache_control` (how SWE-agent's cache-control history processor and OpenHands send
+/// them): the same path, contents of the other JSON shape.
+pub fn parts_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
+    let mut body = chat_body(turns, SESSION, stream);
+    if let Some(messages) = body["messages"].as_array_mut() {
+        let n = messages.len();
+        for (i, message) in messages.iter_mut().enumerate() {
+            if message["role"] != "tool" {
+                continue;
+            }
+            let mut part = json!({"type": "text", "text": message["content"].take()});
+            if i + 4 >= n {
+                part["cache_control"] = json!({"type": "ephemeral"});
+            }
+            message["content"] = json!([part]);
+        }
+    }
+    body.to_string()
+        .replace(&format!("call_asap_{SESSION}_"), &format!("call_{tag}x"))
+        .into_bytes()
+}
+
 /// A mini-swe-agent 2.x text-mode request (no tools: the command in a ```mswea_bash_command
 /// block of the reply, the result as `<returncode>`/`<output>`) of `turns` turns, the same
 /// commands and outputs as [`chat_body`] (an editor view becomes `cat -n`): a content dialect
