@@ -45,8 +45,10 @@ enum Mode {
         /// Text of every completion [default: a thought and a `<bash>` action].
         #[arg(long)]
         text: Option<String>,
-        /// Number the answers: `{n}` in the text becomes the answer's number, from 1, so no
-        /// two are equal (the default text gets a `# run {n}` comment after its command).
+        // The place is named, not written: clap's help reads `{n}` as a line break.
+        /// Number the answers: the first `n` in braces in the text becomes the answer's
+        /// number, from 1, so no two are equal (the default text gets a `# run` comment with
+        /// the number after its command).
         #[arg(long)]
         numbered: bool,
     },

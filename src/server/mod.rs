@@ -132,8 +132,9 @@ impl AppState {
                 prefix_dirs = ?config.prompt.prefixes,
                 k = config.prompt.prefix_k,
                 "no same-task prefixes loaded (no --prefixes directory, or no task prefix files in it): \
-                 every request will be rendered with the built-in demonstration instead of a \
-                 prefix of its own task (session records say prefix_source \"demonstration\"); \
+                 every request will be rendered with its profile's built-in demonstration (or \
+                 none, for a profile without one) instead of a prefix of its own task (session \
+                 records say prefix_source \"demonstration\" or \"none\"); \
                  pass --prefixes DIR with reference prefixes for the paper's setting"
             );
         }
