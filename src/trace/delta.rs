@@ -51,15 +51,6 @@ pub struct ContentRef {
     /// (schema version 3); absent: the content is a string.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part: Option<usize>,
-    /// With `argument`: the index in the message's `tool_calls` of the call whose
-    /// `function.arguments` holds the text (schema version 3).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call: Option<usize>,
-    /// With `tool_call`: the member of the call's arguments (a JSON object's text, stored
-    /// with that member's value `null`) whose string value is the text, JSON-escaped as
-    /// [`crate::util::push_json_string`] escapes (schema version 3).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub argument: Option<String>,
     /// Byte offset into the full prompt.
     pub start: usize,
     /// Length, bytes.
@@ -86,12 +77,11 @@ impl ContentRef {
     }
 
     /// Writes the content ([`ContentRef::text`] of `prompt`) into `message`, a message of the
-    /// record's new `messages`: as its `content`, as the `text` of its content's part `part`,
-    /// or as the value of member `argument` of its tool call `tool_call`'s arguments.
+    /// record's new `messages`: as its `content`, or as the `text` of its content's part
+    /// `part`.
     ///
     /// Errors: the range is not within `prompt`, or `message` has no such place (not an
-    /// object; a part that is not an object of a list content; arguments without that member
-    /// as `null`).
+    /// object; a part that is not an object of a list content).
     pub fn put(&self, message: &mut Value, prompt: &str) -> Result<(), String> {
         let text = self.text(prompt).ok_or_else(|| {
             format!(
@@ -102,29 +92,6 @@ impl ContentRef {
         let message = message
             .as_object_mut()
             .ok_or_else(|| format!("content ref to message {}, not an object", self.message))?;
-        if let Some(call) = self.tool_call {
-            let name = self.argument.as_deref().unwrap_or_default();
-            let arguments = message
-                .get_mut("tool_calls")
-                .and_then(Value::as_array_mut)
-                .and_then(|calls| calls.get_mut(call))
-                .and_then(|call| call.get_mut("function"))
-                .and_then(|function| function.get_mut("arguments"));
-            let filled = arguments
-                .as_deref()
-                .and_then(Value::as_str)
-                .and_then(|arguments| with_argument(arguments, name, &text));
-            return match (arguments, filled) {
-                (Some(arguments), Some(filled)) => {
-                    *arguments = Value::String(filled);
-                    Ok(())
-                }
-                _ => Err(format!(
-                    "content ref to argument {name:?} of tool call {call} of message {}, which has none",
-                    self.message
-                )),
-            };
-        }
         match self.part {
             None => {
                 message.insert("content".into(), Value::String(text));
@@ -146,23 +113,6 @@ impl ContentRef {
         }
         Ok(())
     }
-}
-
-/// `arguments` (a JSON object's text) with the value of its member `name`, `null` there,
-/// replaced by `text` as a JSON string; every other byte as it is. `None` when no member of
-/// that name is `null`.
-fn with_argument(arguments: &str, name: &str, text: &str) -> Option<String> {
-    let mut key = Vec::with_capacity(name.len() + 2);
-    crate::util::push_json_string(&mut key, name);
-    let members = crate::openai::split::object_members(arguments)?;
-    let (_, value) = members
-        .iter()
-        .find(|(k, v)| arguments[k.clone()].as_bytes() == key && &arguments[v.clone()] == "null")?;
-    let mut filled = Vec::with_capacity(arguments.len() + text.len() + text.len() / 8 + 2);
-    filled.extend_from_slice(&arguments.as_bytes()[..value.start]);
-    crate::util::push_json_string(&mut filled, text);
-    filled.extend_from_slice(&arguments.as_bytes()[value.end..]);
-    String::from_utf8(filled).ok()
 }
 
 /// The request of a record, as a delta against the previous record's. Read back (from JSON
@@ -192,11 +142,7 @@ impl RequestDelta {
     /// the whole list), else 2 when one has text around its range (a version 1 reader would
     /// drop that text), else 1.
     pub fn schema_version(&self) -> u32 {
-        if self
-            .content_refs
-            .iter()
-            .any(|r| r.part.is_some() || r.tool_call.is_some())
-        {
+        if self.content_refs.iter().any(|r| r.part.is_some()) {
             3
         } else if self.content_refs.iter().any(ContentRef::is_partial) {
             2
@@ -546,7 +492,7 @@ impl DeltaState {
             let decoded = decoded.map(|contents| &*contents[kept + i]);
             let raw_len = raw.len();
             since += raw_len;
-            new_messages.push(stored_message(raw, decoded, |content, role, place| {
+            new_messages.push(stored_message(raw, decoded, |content, role, part| {
                 if content.len() < MIN_REF_BYTES {
                     return false;
                 }
@@ -573,11 +519,8 @@ impl DeltaState {
                 while !prompt.is_char_boundary(end) {
                     end -= 1;
                 }
-                // An argument is rebuilt by escaping its text: only a whole one is referenced.
-                let run = find_run(&prompt.as_bytes()[cursor..end], content).filter(|r| {
-                    !matches!(place, Place::Argument { .. }) || (r.0 == 0 && r.2 == content.len())
-                });
-                let Some((from, at, len)) = run else {
+                let Some((from, at, len)) = find_run(&prompt.as_bytes()[cursor..end], content)
+                else {
                     if moved || *misses == 0 {
                         *misses += 1;
                     }
@@ -589,16 +532,9 @@ impl DeltaState {
                 // What of this message the prompt holds after its content (a tool call's
                 // arguments after the thought) counts toward the next one's place.
                 since = raw_len.saturating_sub(content.len());
-                let (part, tool_call, argument) = match place {
-                    Place::Content => (None, None, None),
-                    Place::Part(p) => (Some(p), None, None),
-                    Place::Argument { call, name } => (None, Some(call), Some(name.to_string())),
-                };
                 content_refs.push(ContentRef {
                     message: i,
                     part,
-                    tool_call,
-                    argument,
                     start: cursor + at,
                     len,
                     before: content[..from].to_string(),
@@ -688,7 +624,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
 fn stored_message<'r>(
     raw: &'r str,
     decoded: Option<&str>,
-    mut refer: impl FnMut(&str, &'r str, Place<'_>) -> bool,
+    mut refer: impl FnMut(&str, &'r str, Option<usize>) -> bool,
 ) -> Box<RawValue> {
     let null = || RawValue::NULL.to_owned();
     // The usual message: an object whose keys have no escapes, split by the structural
@@ -700,10 +636,12 @@ fn stored_message<'r>(
             .find(|(key, _)| &raw[key.clone()] == "\"role\"")
             .map_or("", |(_, value)| &raw[value.clone()]);
         let mut text = String::with_capacity(raw.len() + 2);
-        push_object(&mut text, raw, &members, |key, value| match key {
-            "\"content\"" => stored_content(value, decoded, role, &mut refer),
-            "\"tool_calls\"" => stored_tool_calls(value, &mut refer),
-            _ => compact_json(value),
+        push_object(&mut text, raw, &members, |key, value| {
+            if key == "\"content\"" {
+                stored_content(value, decoded, role, &mut refer)
+            } else {
+                compact_json(value)
+            }
         });
         return RawValue::from_string(text).unwrap_or_else(|_| null());
     }
@@ -711,17 +649,13 @@ fn stored_message<'r>(
         let mut message: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
         // Not a message the decoder read: searched for as a role of its own.
         match message.get_mut("content") {
-            Some(content)
-                if content
-                    .as_str()
-                    .is_some_and(|c| refer(c, "", Place::Content)) =>
-            {
+            Some(content) if content.as_str().is_some_and(|c| refer(c, "", None)) => {
                 *content = Value::Null;
             }
             Some(Value::Array(parts)) => {
                 for (p, part) in parts.iter_mut().enumerate() {
                     if let Some(text) = part.get_mut("text") {
-                        if text.as_str().is_some_and(|t| refer(t, "", Place::Part(p))) {
+                        if text.as_str().is_some_and(|t| refer(t, "", Some(p))) {
                             *text = Value::Null;
                         }
                     }
@@ -751,137 +685,6 @@ fn stored_message<'r>(
         .ok()
         .and_then(|text| RawValue::from_string(text).ok())
         .unwrap_or_else(null)
-}
-
-/// Where in a message a text [`stored_message`] asks about is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Place<'a> {
-    /// The message's `content`, a string.
-    Content,
-    /// The `text` of part `n` of its list `content`.
-    Part(usize),
-    /// The string value of member `name` of the arguments of its tool call `call`.
-    Argument { call: usize, name: &'a str },
-}
-
-/// The role under which [`stored_message`] asks about tool-call arguments (not a JSON text, so
-/// no message's role): their misses are counted apart from the thoughts beside them.
-const ARGUMENTS_ROLE: &str = "arguments";
-
-/// A message's `tool_calls` (JSON text `value`) as stored: each call's `function.arguments`
-/// with the string members that `refer` stores as references written as `null`
-/// ([`stored_call`]), else compacted.
-fn stored_tool_calls<'v, 'r>(
-    value: &'v str,
-    refer: &mut impl FnMut(&str, &'r str, Place<'_>) -> bool,
-) -> std::borrow::Cow<'v, str> {
-    let Some(calls) = value
-        .starts_with('[')
-        .then(|| crate::openai::split::array_elements(value))
-        .flatten()
-    else {
-        return compact_json(value);
-    };
-    let mut out = String::with_capacity(value.len());
-    let mut referenced = false;
-    out.push('[');
-    for (j, call) in calls.iter().enumerate() {
-        if j > 0 {
-            out.push(',');
-        }
-        let call = &value[call.clone()];
-        match stored_call(call, j, refer) {
-            Some(stored) => {
-                referenced = true;
-                out.push_str(&stored);
-            }
-            None => out.push_str(&compact_json(call)),
-        }
-    }
-    out.push(']');
-    if referenced {
-        out.into()
-    } else {
-        compact_json(value)
-    }
-}
-
-/// Tool call `call` (JSON text, index `j` in its message) with the string members of its
-/// `function.arguments` (an object's text with plain keys) that `refer` stores written as
-/// `null` in the arguments text, every other byte of the arguments kept; `None` when none is
-/// (or the call is not of that shape). A member is asked about only when its text (at least
-/// [`MIN_REF_BYTES`]) escaped as [`crate::util::push_json_string`] escapes is byte for byte
-/// the value the client wrote, which is how a reader writes it back.
-fn stored_call<'r>(
-    call: &str,
-    j: usize,
-    refer: &mut impl FnMut(&str, &'r str, Place<'_>) -> bool,
-) -> Option<String> {
-    let members = plain_members(call)?;
-    let function = members
-        .iter()
-        .find(|(key, _)| &call[key.clone()] == "\"function\"")
-        .map(|(_, value)| &call[value.clone()])?;
-    let function_members = plain_members(function)?;
-    let arguments = function_members
-        .iter()
-        .find(|(key, _)| &function[key.clone()] == "\"arguments\"")
-        .map(|(_, value)| &function[value.clone()])
-        .filter(|value| value.starts_with('"'))?;
-    let arguments: String = serde_json::from_str(arguments).ok()?;
-    let mut replaced = Vec::new();
-    for (key, value) in plain_members(&arguments)? {
-        let text = &arguments[value.clone()];
-        if text.len() < MIN_REF_BYTES + 2 || !text.starts_with('"') {
-            continue;
-        }
-        let Ok(decoded) = serde_json::from_str::<String>(text) else {
-            continue;
-        };
-        let mut escaped = Vec::with_capacity(text.len());
-        crate::util::push_json_string(&mut escaped, &decoded);
-        if escaped != text.as_bytes() {
-            continue;
-        }
-        let name = &arguments[key.start + 1..key.end - 1];
-        if refer(&decoded, ARGUMENTS_ROLE, Place::Argument { call: j, name }) {
-            replaced.push(value);
-        }
-    }
-    if replaced.is_empty() {
-        return None;
-    }
-    let mut stored_arguments = String::with_capacity(arguments.len());
-    let mut at = 0;
-    for value in replaced {
-        stored_arguments.push_str(&arguments[at..value.start]);
-        stored_arguments.push_str("null");
-        at = value.end;
-    }
-    stored_arguments.push_str(&arguments[at..]);
-    let mut stored = String::with_capacity(call.len());
-    push_object(&mut stored, call, &members, |key, value| {
-        if key != "\"function\"" {
-            return compact_json(value);
-        }
-        let mut function_text = String::with_capacity(value.len());
-        push_object(
-            &mut function_text,
-            value,
-            &function_members,
-            |key, value| {
-                if key == "\"arguments\"" {
-                    let mut text = Vec::with_capacity(stored_arguments.len() + 16);
-                    crate::util::push_json_string(&mut text, &stored_arguments);
-                    String::from_utf8(text).unwrap_or_default().into()
-                } else {
-                    compact_json(value)
-                }
-            },
-        );
-        function_text.into()
-    });
-    Some(stored)
 }
 
 /// The members of JSON object text `text` when its keys have no escapes and none repeats
@@ -923,9 +726,9 @@ fn stored_content<'v, 'r>(
     value: &'v str,
     decoded: Option<&str>,
     role: &'r str,
-    refer: &mut impl FnMut(&str, &'r str, Place<'_>) -> bool,
+    refer: &mut impl FnMut(&str, &'r str, Option<usize>) -> bool,
 ) -> std::borrow::Cow<'v, str> {
-    let mut refer_text = |text: &str, decoded: Option<&str>, part: Place<'_>| {
+    let mut refer_text = |text: &str, decoded: Option<&str>, part: Option<usize>| {
         if !text.contains('\\') {
             refer(&text[1..text.len() - 1], role, part)
         } else if let Some(decoded) = decoded {
@@ -935,7 +738,7 @@ fn stored_content<'v, 'r>(
         }
     };
     if value.starts_with('"') {
-        return if refer_text(value, decoded, Place::Content) {
+        return if refer_text(value, decoded, None) {
             "null".into()
         } else {
             value.into()
@@ -969,7 +772,7 @@ fn stored_content<'v, 'r>(
                 .find(|(key, _)| &element[key.clone()] == "\"text\"")
                 .cloned()
                 .unwrap_or_default();
-            if refer_text(&element[text], decoded, Place::Part(p)) {
+            if refer_text(&element[text], decoded, Some(p)) {
                 referenced = true;
                 push_object(&mut out, element, &members, |key, value| {
                     if key == "\"text\"" {
@@ -1549,15 +1352,12 @@ mod tests {
     /// The bytes of a found message past its content (a tool call's arguments, which the
     /// prompt renders after the thought) count toward where the next content is (found by a
     /// review: a result after a large `create` was lost once the tool role was narrowed).
-    /// Here the prompt renders the file's text otherwise (a tab in each line where the
-    /// arguments have four spaces), so the arguments are not found and only their bytes
-    /// move the estimate.
     #[test]
     fn a_found_messages_tool_call_counts_toward_the_next_contents_place() {
         let text = |what: &str| {
             format!("{what}: a text long enough to be stored as a reference into the prompt.")
         };
-        let file_text = "print('a line of the new file')\n    x = 1\n".repeat(200);
+        let file_text = "print('a line of the new file')\n".repeat(300);
         let mut prompt = String::from("# Task\n\n");
         let mut messages = Vec::new();
         // The tool role misses eight times, the cursor moving between (the user's found).
@@ -1567,9 +1367,8 @@ mod tests {
             prompt += &format!("{}\n", text(&format!("output {i}")));
         }
         prompt += &format!(
-            "{}\n<create>{}</create>\n{}\n",
+            "{}\n<create>{file_text}</create>\n{}\n",
             text("thought"),
-            file_text.replace("    ", "\t"),
             text("last output")
         );
         messages.push(
@@ -1732,155 +1531,6 @@ mod tests {
             .apply_delta(&wrong, &prompt)
             .unwrap_err();
         assert!(error.contains("part 7 of message 3"), "{error}");
-    }
-
-    /// A tool call's long string arguments that the prompt holds whole (a `create`'s file
-    /// text, an edit's old and new strings) are stored as references (the record version 3),
-    /// the other bytes of the arguments as the client wrote them (Python's spacing); an
-    /// argument the client escaped otherwise than a reader would (`\u00e9`) is stored as sent.
-    /// The same from the decoder's split as from the body alone, and read back exactly.
-    #[test]
-    fn a_tool_calls_long_arguments_are_stored_as_references() {
-        let file_text = "import os\n\nprint(\"hello from the new file\", os.getcwd())\n".repeat(3);
-        let old_str =
-            "    return sum(l.quantity for l in self.lines)  # the total of the inventory";
-        let new_str = "    return sum(l.quantity * l.unit_price for l in self.lines)  # the total";
-        let quoted = |text: &str| serde_json::to_string(text).unwrap();
-        let create = format!(
-            r#"{{"command": "create", "path": "/testbed/new.py", "file_text": {}}}"#,
-            quoted(&file_text)
-        );
-        let edit = format!(
-            r#"{{"command": "str_replace", "path": "/testbed/inventory.py", "old_str": {}, "new_str": {}}}"#,
-            quoted(old_str),
-            quoted(new_str)
-        );
-        let accented = r#"{"command": "echo caf\u00e9 && a command line that is long enough to be searched for in the prompt"}"#;
-        let call = |id: &str, name: &str, arguments: &str| {
-            serde_json::json!({"id": id, "type": "function",
-                "function": {"name": name, "arguments": arguments}})
-        };
-        let body = serde_json::json!({"model": "m", "messages": [
-            {"role": "system", "content": "You are a careful assistant."},
-            {"role": "user", "content": "Fix the total."},
-            {"role": "assistant", "content": "Create the script.",
-                "tool_calls": [call("c1", "str_replace_editor", &create)]},
-            {"role": "tool", "tool_call_id": "c1", "content": "File created successfully at: /testbed/new.py"},
-            {"role": "assistant", "content": "Fix the line, then say hello.",
-                "tool_calls": [call("c2", "str_replace_editor", &edit), call("c3", "bash", accented)]},
-        ]})
-        .to_string();
-        let prompt = format!(
-            "# Task\n\nFix the total.\n\n## Thinking\nCreate the script.\n\n<str_replace_editor>\n<command>create</command>\n<path>/testbed/new.py</path>\n<file_text>{file_text}</file_text>\n</str_replace_editor>\n\n<observation>\nFile created successfully at: /testbed/new.py\n</observation>\n\n## Thinking\nFix the line, then say hello.\n\n<str_replace_editor>\n<command>str_replace</command>\n<path>/testbed/inventory.py</path>\n<old_str>{old_str}</old_str>\n<new_str>{new_str}</new_str>\n</str_replace_editor>\n<bash>echo café && a command line that is long enough to be searched for in the prompt</bash>\n"
-        );
-        let delta = first_delta(&body, &prompt);
-        let request = crate::openai::chat::ChatCompletionRequest::from_bytes(bytes::Bytes::from(
-            body.clone(),
-        ))
-        .unwrap();
-        let from_decoder = RequestInput::from_request(&request, &Default::default());
-        assert_eq!(
-            DeltaState::default().request_delta(&from_decoder, &prompt, 0),
-            Some(delta.clone())
-        );
-        let places: Vec<(usize, Option<usize>, Option<&str>)> = delta
-            .content_refs
-            .iter()
-            .map(|r| (r.message, r.tool_call, r.argument.as_deref()))
-            .collect();
-        assert_eq!(
-            places,
-            [
-                (2, Some(0), Some("file_text")),
-                (4, Some(0), Some("old_str")),
-                (4, Some(0), Some("new_str"))
-            ]
-        );
-        assert_eq!(delta.schema_version(), 3);
-        let line = serde_json::to_string(&delta).unwrap();
-        assert!(!line.contains("hello from the new file"), "{line}");
-        assert!(
-            line.contains(
-                r#"{\"command\": \"create\", \"path\": \"/testbed/new.py\", \"file_text\": null}"#
-            ),
-            "{line}"
-        );
-        assert!(line.contains(r#"caf\\u00e9"#), "{line}");
-        let mut state = RequestState::default();
-        state
-            .apply(&serde_json::from_str(&line).unwrap(), &prompt)
-            .unwrap();
-        assert_eq!(state.body(), serde_json::from_str::<Value>(&body).unwrap());
-        // A reference to an argument the stored call does not have as `null` is an error.
-        let mut wrong = delta.clone();
-        wrong.content_refs[0].argument = Some("path".into());
-        let error = RequestState::default()
-            .apply_delta(&wrong, &prompt)
-            .unwrap_err();
-        assert!(
-            error.contains(r#"argument "path" of tool call 0 of message 2"#),
-            "{error}"
-        );
-    }
-
-    proptest::proptest! {
-        /// A request whose tool-call arguments are written in any way a client writes them
-        /// (Python's spacing and `\u` escapes of non-ASCII text, or compact and raw; repeated
-        /// keys) reads back exactly from its first record, whichever arguments the prompt holds.
-        #[test]
-        fn tool_call_arguments_read_back_however_they_are_written(
-            members in proptest::collection::vec(
-                ("[a-c_]{1,3}", "(\\\\|\"|é|😀|\\PC|\n|\t){0,90}", proptest::bool::ANY),
-                0..5,
-            ),
-            python in proptest::bool::ANY,
-        ) {
-            // Python's json.dumps: ", " and ": ", every non-ASCII character as \u escapes.
-            let dumps = |text: &str| {
-                let compact = serde_json::to_string(text).unwrap();
-                if !python {
-                    return compact;
-                }
-                compact.chars().fold(String::new(), |mut out, c| {
-                    if c.is_ascii() {
-                        out.push(c);
-                    } else {
-                        for unit in c.encode_utf16(&mut [0; 2]) {
-                            out.push_str(&format!("\\u{unit:04x}"));
-                        }
-                    }
-                    out
-                })
-            };
-            let (comma, colon) = if python { (", ", ": ") } else { (",", ":") };
-            let arguments = format!(
-                "{{{}}}",
-                members
-                    .iter()
-                    .map(|(key, value, _)| format!("\"{key}\"{colon}{}", dumps(value)))
-                    .collect::<Vec<_>>()
-                    .join(comma)
-            );
-            let mut prompt = String::from("# Task\n\nThe task.\n\n## Thinking\nA thought.\n\n<call>\n");
-            for (_, value, shown) in &members {
-                if *shown {
-                    prompt += &format!("{value}\n");
-                }
-            }
-            let body = serde_json::json!({"model": "m", "messages": [
-                {"role": "user", "content": "The task."},
-                {"role": "assistant", "content": "A thought.", "tool_calls": [{"id": "c1",
-                    "type": "function", "function": {"name": "call", "arguments": arguments}}]},
-            ]})
-            .to_string();
-            let delta = first_delta(&body, &prompt);
-            let line = serde_json::to_string(&delta).unwrap();
-            let mut state = RequestState::default();
-            state
-                .apply(&serde_json::from_str(&line).unwrap(), &prompt)
-                .unwrap();
-            proptest::prop_assert_eq!(state.body(), serde_json::from_str::<Value>(&body).unwrap());
-        }
     }
 
     #[test]
