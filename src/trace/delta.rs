@@ -375,6 +375,11 @@ const ANCHOR_HITS: usize = 8;
 #[derive(Debug, Default)]
 pub struct DeltaState {
     messages: Vec<Digest16>,
+    /// Per message of the last request: where the search stood in that record's full prompt
+    /// after it (just past the last content found up to it), so that a message the client
+    /// sends again changed (SWE-agent moving `cache_control` to its latest messages) is looked
+    /// for where it was, not only in the new part of the prompt.
+    ends: Vec<usize>,
     rest: Option<Digest16>,
     headers: BTreeMap<String, String>,
     known: bool,
@@ -389,6 +394,13 @@ impl DeltaState {
     /// Marks the state as describing the file's last record.
     pub fn mark_known(&mut self) {
         self.known = true;
+    }
+
+    /// Forgets where the last request's messages were found: they were found in a prompt
+    /// outside the chain (a side call's), so the next record searches from where its own
+    /// stored prompt begins.
+    pub fn forget_places(&mut self) {
+        self.ends.clear();
     }
 
     /// The delta of `input` against the last request, and the state moved to `input`.
@@ -464,11 +476,20 @@ impl DeltaState {
             && self.headers == headers;
         let headers_changed = !self.known || self.headers != headers;
         let rest_changed = !self.known || self.rest != Some(rest_digest);
+        // Where the last kept message's search ended, when that part of the prompt is the
+        // last one's (`stored_from` is where the prompts part).
+        let resume = match kept {
+            0 => 0,
+            _ => self.ends.get(kept - 1).copied().unwrap_or(stored_from),
+        };
+        let mut ends = std::mem::take(&mut self.ends);
+        ends.truncate(kept);
         self.messages = digests;
         self.rest = Some(rest_digest);
         self.headers = headers.clone();
         self.known = true;
         if unchanged {
+            self.ends = ends;
             return None;
         }
         // Messages appear in the prompt in order: each is searched for after the previous
@@ -477,7 +498,8 @@ impl DeltaState {
         // found (a content dialect's assistant text, which the prompt holds as a thought and an
         // action) is searched for near where its message would be only: a content the prompt
         // does not hold costs a search of the whole window.
-        let mut cursor = stored_from.min(prompt.len());
+        // A message sent again changed is searched for from where its predecessor was found.
+        let mut cursor = stored_from.min(resume).min(prompt.len());
         // JSON bytes of the messages since the last content found, this one's included.
         let mut since = 0;
         // Per role (its JSON text): contents not found in a row, each after some other content
@@ -543,7 +565,9 @@ impl DeltaState {
                 cursor += at + len;
                 true
             }));
+            ends.push(cursor);
         }
+        self.ends = ends;
         Some(RequestDelta {
             messages_from: kept,
             messages: new_messages,
@@ -1531,6 +1555,119 @@ mod tests {
             .apply_delta(&wrong, &prompt)
             .unwrap_err();
         assert!(error.contains("part 7 of message 3"), "{error}");
+    }
+
+    /// A message the client sends again changed (SWE-agent's cache-control processor moves
+    /// `cache_control` to its two latest tool results, so each turn re-sends the one it
+    /// leaves) is searched for where it was in the prompt, before the part this record
+    /// stores: its text stays a reference, not a second copy (found by a new-user review).
+    #[test]
+    fn a_message_sent_again_changed_is_found_where_it_was() {
+        let output = |i: usize| {
+            format!(
+                "OBSERVATION:\n{}",
+                format!("line {i} of a listing long enough to be referenced\n").repeat(3)
+            )
+        };
+        let history = |turns: usize| {
+            let mut messages = vec![
+                serde_json::json!({"role": "system", "content": "You are a careful assistant."}),
+                serde_json::json!({"role": "user", "content": "Fix the total."}),
+            ];
+            let mut prompt = String::from("# Task\n\nFix the total.\n\n");
+            for i in 0..turns {
+                messages.push(serde_json::json!({"role": "assistant",
+                    "content": format!("Step {i}: look at the next file."),
+                    "tool_calls": [{"id": format!("c{i}"), "type": "function", "function":
+                        {"name": "bash", "arguments": format!("{{\"command\":\"cat f{i}\"}}")}}]}));
+                let mut part = serde_json::json!({"type": "text", "text": output(i)});
+                if i + 2 >= turns {
+                    part["cache_control"] = serde_json::json!({"type": "ephemeral"});
+                }
+                messages.push(serde_json::json!({"role": "tool",
+                    "tool_call_id": format!("c{i}"), "content": [part]}));
+                prompt += &format!(
+                    "## Thinking\nStep {i}: look at the next file.\n\n<bash>cat f{i}</bash>\n\n<observation>\n{}\n</observation>\n\n",
+                    output(i)
+                );
+            }
+            let body = serde_json::json!({"model": "m", "messages": messages}).to_string();
+            let input = RequestInput {
+                body: bytes::Bytes::from(body.clone()),
+                ..RequestInput::default()
+            };
+            (body, input, prompt)
+        };
+        let mut state = DeltaState::default();
+        let mut reader = RequestState::default();
+        let (_, input, prompt) = history(5);
+        let first = state.request_delta(&input, &prompt, 0).unwrap();
+        assert_eq!(first.content_refs.len(), 5);
+        reader.apply_delta(&first, &prompt).unwrap();
+        let (body, input, next_prompt) = history(6);
+        assert!(next_prompt.starts_with(&prompt));
+        let second = state
+            .request_delta(&input, &next_prompt, prompt.len())
+            .unwrap();
+        // The tool result of step 3 lost its cache_control: sent again from there.
+        assert_eq!(second.messages_from, 9);
+        let places: Vec<(usize, Option<usize>)> = second
+            .content_refs
+            .iter()
+            .map(|r| (r.message, r.part))
+            .collect();
+        assert_eq!(places, [(0, Some(0)), (2, Some(0)), (4, Some(0))]);
+        assert!(second.content_refs[0].start < prompt.len());
+        reader.apply_delta(&second, &next_prompt).unwrap();
+        assert_eq!(reader.body(), serde_json::from_str::<Value>(&body).unwrap());
+    }
+
+    /// After a side call (its prompt outside the chain, where its messages were found near
+    /// the start), the next step's new messages are searched for from where its stored prompt
+    /// begins, not from those places in another document.
+    #[test]
+    fn places_found_in_a_side_calls_prompt_are_not_searched_from() {
+        let output = |i: usize| {
+            format!("output {i}: a tool result that is long enough to be stored as a reference.\n")
+        };
+        let said =
+            |role: &str, content: String| serde_json::json!({"role": role, "content": content});
+        let input = |messages: &[Value]| RequestInput {
+            body: bytes::Bytes::from(
+                serde_json::json!({"model": "m", "messages": messages}).to_string(),
+            ),
+            ..RequestInput::default()
+        };
+        let mut messages = vec![said("user", "Fix it.".into())];
+        let mut prompt = format!(
+            "# Task\n\nFix it.\n\n{}",
+            "A line of the header.\n".repeat(2000)
+        );
+        for i in 0..3 {
+            messages.push(said("tool", output(i)));
+            prompt += &output(i);
+        }
+        let mut state = DeltaState::default();
+        state.request_delta(&input(&messages), &prompt, 0).unwrap();
+        // A side call: the history and a question, in a short prompt of its own.
+        let mut asked = messages.clone();
+        asked.push(said(
+            "user",
+            "Summarise what you did so far, in a few sentences.".repeat(2),
+        ));
+        let side: String = messages[1..]
+            .iter()
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        state.request_delta(&input(&asked), &side, 0).unwrap();
+        state.forget_places();
+        messages.push(said("tool", output(3)));
+        let next = format!("{prompt}{}", output(3));
+        let delta = state
+            .request_delta(&input(&messages), &next, prompt.len())
+            .unwrap();
+        let places: Vec<usize> = delta.content_refs.iter().map(|r| r.message).collect();
+        assert_eq!((delta.messages_from, places), (4, vec![0]));
     }
 
     #[test]

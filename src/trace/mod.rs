@@ -1040,6 +1040,9 @@ impl TraceWriter {
                     .delta
                     .request_delta(input, prompt, stored.prefix_bytes)
             });
+            if side_call {
+                state.delta.forget_places();
+            }
             state.delta.mark_known();
             record.prompt = Some(stored);
             state.begun += 1;
