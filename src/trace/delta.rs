@@ -9,10 +9,13 @@
 //! **Request.** The body the client sent is rebuilt as `rest` (every top-level field except
 //! `messages`, stored when it changes) plus `messages`: the previous record's messages
 //! truncated to `messages_from`, then the new `messages` of this record. A new message whose
-//! string `content` (≥ [`MIN_REF_BYTES`] bytes) appears verbatim in the part of this record's
-//! prompt that the prompt delta stores has its content replaced by `null` and a
-//! `content_refs` entry `{message, start, len}` (index into the new messages; byte range of
-//! the full prompt): observations are stored once, not twice. A content of which only a
+//! string `content` (≥ [`MIN_REF_BYTES`] bytes) appears verbatim in this record's prompt,
+//! searched for from where the message before it was found (in the part the prompt delta
+//! stores, or where the last kept message was found when the client sent later ones again),
+//! has its content replaced by `null` and a `content_refs` entry `{message, start, len}`
+//! (index into the new messages; byte range of the full prompt): observations are stored once,
+//! not twice. The `text` of each part of a list content likewise, its entry naming the `part`
+//! (schema version 3). A content of which only a
 //! run of at least [`MIN_REF_BYTES`] bytes appears there (the prompt keeps a terminal's
 //! output but not its last prompt line, a tool result without its wrapper) gets an entry
 //! with the bytes around that run as `before` and `after` ([`ContentRef::text`]; such a
