@@ -662,21 +662,26 @@ async fn a_terminus_history_that_opens_a_session_is_stored_once_and_replays() {
     }
     let (status, r) = proxy.post(&body).await;
     assert_eq!(status, 200, "{r}");
+    let refs = opening_stored_once(&proxy, &body, 2, (turns - 1) * output.len());
+    let around = refs.iter().filter(|r| r["after"] == " ").count();
+    assert_eq!(around, turns, "{refs:?}");
+}
+
+/// The content references of the one record a single opening request to `proxy` wrote, after
+/// checking that it is schema version `v`, that it is smaller than the body and its prompt
+/// less `held_twice` bytes (the outputs the prompt already holds), and that `replay --check`
+/// rebuilds it.
+fn opening_stored_once(proxy: &Proxy, body: &Value, v: u64, held_twice: usize) -> Vec<Value> {
     let files = proxy.trace_files();
     assert_eq!(files.len(), 1, "{files:?}");
     let text = std::fs::read_to_string(&files[0]).unwrap();
     let step_line = text.lines().nth(1).unwrap();
     let step: Value = serde_json::from_str(step_line).unwrap();
-    assert_eq!(step["v"], 2, "{step_line}");
-    let refs = step["data"]["request"]["content_refs"].as_array().unwrap();
-    let around = refs.iter().filter(|r| r["after"] == " ").count();
-    assert_eq!(around, turns, "{refs:?}");
-    // Each output stored once: the record holds less than the body and the prompt together
-    // less the outputs the prompt already has.
+    assert_eq!(step["v"], v, "{step_line}");
     let prompt = step["data"]["prompt"]["delta"].as_str().unwrap();
     let sent = body.to_string().len();
     assert!(
-        step_line.len() < sent + prompt.len() - (turns - 1) * output.len(),
+        step_line.len() < sent + prompt.len() - held_twice,
         "{} bytes against {sent} + {}",
         step_line.len(),
         prompt.len()
@@ -688,14 +693,12 @@ async fn a_terminus_history_that_opens_a_session_is_stored_once_and_replays() {
         out.ends_with("steps 1  prompt differences 0  parse differences 0  unreadable 0\n"),
         "{out}"
     );
+    step["data"]["request"]["content_refs"]
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
-/// Two requests of one session in flight at once (a scaffold's retry with a different last
-/// observation while the first still runs): the first is nudged for a repeated action, and
-/// the second's record is written between the first's nudged attempt and its next one
-/// (records land in the order their deltas were taken). `replay --check` ties the next
-/// attempt to its own nudge, not to the record just before it (found by a break-it pass:
-/// "attempt 1 follows no nudge record").
 /// A SWE-agent history sent to a process that has not seen it opens a session. SWE-agent sends
 /// its tool results as lists of text parts (the last ones with `cache_control`); each part's
 /// text is stored as a reference into the prompt (schema version 3, docs/trace-format.md
@@ -726,34 +729,17 @@ async fn a_swe_agent_history_that_opens_a_session_stores_its_tool_results_once()
     }
     let (status, r) = proxy.post(&body).await;
     assert_eq!(status, 200, "{r}");
-    let files = proxy.trace_files();
-    assert_eq!(files.len(), 1, "{files:?}");
-    let text = std::fs::read_to_string(&files[0]).unwrap();
-    let step_line = text.lines().nth(1).unwrap();
-    let step: Value = serde_json::from_str(step_line).unwrap();
-    assert_eq!(step["v"], 3, "{step_line}");
-    let refs = step["data"]["request"]["content_refs"].as_array().unwrap();
+    let refs = opening_stored_once(&proxy, &body, 3, (turns - 1) * output.len());
     let parts = refs.iter().filter(|r| r["part"] == 0).count();
     assert_eq!(parts, turns, "{refs:?}");
-    // Each output stored once: the record holds less than the body and the prompt together
-    // less the outputs the prompt already has.
-    let prompt = step["data"]["prompt"]["delta"].as_str().unwrap();
-    let sent = body.to_string().len();
-    assert!(
-        step_line.len() < sent + prompt.len() - (turns - 1) * output.len(),
-        "{} bytes against {sent} + {}",
-        step_line.len(),
-        prompt.len()
-    );
-    let logs = path_str(proxy.log_dir.path());
-    let (code, out, err) = replay(&["--check", logs]);
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(
-        out.ends_with("steps 1  prompt differences 0  parse differences 0  unreadable 0\n"),
-        "{out}"
-    );
 }
 
+/// Two requests of one session in flight at once (a scaffold's retry with a different last
+/// observation while the first still runs): the first is nudged for a repeated action, and
+/// the second's record is written between the first's nudged attempt and its next one
+/// (records land in the order their deltas were taken). `replay --check` ties the next
+/// attempt to its own nudge, not to the record just before it (found by a break-it pass:
+/// "attempt 1 follows no nudge record").
 #[tokio::test]
 async fn replay_check_pairs_attempts_with_their_nudge_across_concurrent_requests() {
     let backend = FakeBackend::start(vec![
