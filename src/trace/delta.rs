@@ -383,6 +383,9 @@ pub struct DeltaState {
     /// sends again changed (SWE-agent moving `cache_control` to its latest messages) is looked
     /// for where it was, not only in the new part of the prompt.
     ends: Vec<usize>,
+    /// The first of the last request's messages that were new (`messages_from`): `ends` from
+    /// there were found in that request's prompt.
+    fresh_from: usize,
     rest: Option<Digest16>,
     headers: BTreeMap<String, String>,
     known: bool,
@@ -399,11 +402,14 @@ impl DeltaState {
         self.known = true;
     }
 
-    /// Forgets where the last request's messages were found: they were found in a prompt
-    /// outside the chain (a side call's), so the next record searches from where its own
-    /// stored prompt begins.
+    /// Forgets where the last request's new messages were found: they were found in a prompt
+    /// outside the chain (a side call's), so a next record that sends one of them again
+    /// searches from where its own stored prompt begins. The places of the messages the
+    /// request kept (found in the chain's prompts) stay.
     pub fn forget_places(&mut self) {
-        self.ends.clear();
+        for end in &mut self.ends[self.fresh_from.min(self.messages.len())..] {
+            *end = usize::MAX;
+        }
     }
 
     /// The delta of `input` against the last request, and the state moved to `input`.
@@ -479,14 +485,19 @@ impl DeltaState {
             && self.headers == headers;
         let headers_changed = !self.known || self.headers != headers;
         let rest_changed = !self.known || self.rest != Some(rest_digest);
-        // Where the last kept message's search ended, when that part of the prompt is the
-        // last one's (`stored_from` is where the prompts part).
+        // Messages the last request had and this one sends again changed (from `kept` up to
+        // `sent_again`) are searched for from where the last kept one's search ended, when
+        // that part of the prompt is the last one's (`stored_from` is where the prompts
+        // part); the messages after them, new, from `stored_from` at least.
+        let sent_again = if self.known { self.messages.len() } else { 0 };
         let resume = match kept {
             0 => 0,
+            _ if kept >= sent_again => stored_from,
             _ => self.ends.get(kept - 1).copied().unwrap_or(stored_from),
         };
         let mut ends = std::mem::take(&mut self.ends);
         ends.truncate(kept);
+        self.fresh_from = kept;
         self.messages = digests;
         self.rest = Some(rest_digest);
         self.headers = headers.clone();
@@ -514,6 +525,9 @@ impl DeltaState {
         let mut new_messages = Vec::with_capacity(messages.len());
         let mut content_refs = Vec::new();
         for (i, raw) in messages.iter().enumerate() {
+            if kept + i == sent_again {
+                cursor = cursor.max(stored_from.min(prompt.len()));
+            }
             let decoded = decoded.map(|contents| &*contents[kept + i]);
             let raw_len = raw.len();
             since += raw_len;
@@ -1625,13 +1639,19 @@ mod tests {
         assert_eq!(reader.body(), serde_json::from_str::<Value>(&body).unwrap());
     }
 
-    /// After a side call (its prompt outside the chain, where its messages were found near
-    /// the start), the next step's new messages are searched for from where its stored prompt
-    /// begins, not from those places in another document.
+    /// A side call's prompt is outside the chain: where its new messages (Terminus-2's
+    /// hand-off question, which the next step's history keeps) were found in it is forgotten,
+    /// and the next step's new messages are searched for from where its stored prompt begins;
+    /// later steps still find a message sent again changed where it was in the chain's
+    /// prompt (a review found that forgetting every place left the places out of step with
+    /// the messages for the rest of the session).
     #[test]
     fn places_found_in_a_side_calls_prompt_are_not_searched_from() {
         let output = |i: usize| {
-            format!("output {i}: a tool result that is long enough to be stored as a reference.\n")
+            format!(
+                "output {i}: {}\n",
+                "a line of a long tool result. ".repeat(100)
+            )
         };
         let said =
             |role: &str, content: String| serde_json::json!({"role": role, "content": content});
@@ -1644,33 +1664,45 @@ mod tests {
         let mut messages = vec![said("user", "Fix it.".into())];
         let mut prompt = format!(
             "# Task\n\nFix it.\n\n{}",
-            "A line of the header.\n".repeat(2000)
+            "A line of the header.\n".repeat(900)
         );
-        for i in 0..3 {
+        for i in 0..6 {
             messages.push(said("tool", output(i)));
             prompt += &output(i);
         }
         let mut state = DeltaState::default();
-        state.request_delta(&input(&messages), &prompt, 0).unwrap();
-        // A side call: the history and a question, in a short prompt of its own.
-        let mut asked = messages.clone();
-        asked.push(said(
-            "user",
-            "Summarise what you did so far, in a few sentences.".repeat(2),
-        ));
-        let side: String = messages[1..]
-            .iter()
-            .map(|m| m["content"].as_str().unwrap())
-            .collect();
-        state.request_delta(&input(&asked), &side, 0).unwrap();
+        let first = state.request_delta(&input(&messages), &prompt, 0).unwrap();
+        assert_eq!(first.content_refs.len(), 6);
+        // A side call: the history and a question, in a prompt of its own.
+        let question = "Summarise what you did so far, in a few sentences, for the next agent.";
+        messages.push(said("user", question.into()));
+        let side = format!(
+            "{}{question}\n",
+            messages[1..7]
+                .iter()
+                .map(|m| m["content"].as_str().unwrap())
+                .collect::<String>()
+        );
+        state.request_delta(&input(&messages), &side, 0).unwrap();
         state.forget_places();
-        messages.push(said("tool", output(3)));
-        let next = format!("{prompt}{}", output(3));
+        // The next step keeps the exchange and adds a short result.
+        let short = "output 6: a short tool result, long enough to be stored as a reference.";
+        messages.push(said("assistant", "I fixed it.".into()));
+        messages.push(said("tool", short.into()));
+        let next = format!("{prompt}{short}\n");
         let delta = state
             .request_delta(&input(&messages), &next, prompt.len())
             .unwrap();
         let places: Vec<usize> = delta.content_refs.iter().map(|r| r.message).collect();
-        assert_eq!((delta.messages_from, places), (4, vec![0]));
+        assert_eq!((delta.messages_from, places), (8, vec![1]));
+        // A later step re-sends the second result changed: found where it was.
+        messages[2]["name"] = serde_json::json!("cat");
+        let delta = state
+            .request_delta(&input(&messages), &next, next.len())
+            .unwrap();
+        let places: Vec<usize> = delta.content_refs.iter().map(|r| r.message).collect();
+        assert_eq!((delta.messages_from, places), (2, vec![0, 1, 2, 3, 4, 7]));
+        assert!(delta.content_refs[0].start < prompt.len());
     }
 
     #[test]
