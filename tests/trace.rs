@@ -865,3 +865,56 @@ async fn a_restarted_writer_extends_the_files_records_instead_of_storing_whole()
     assert_eq!(n, 4);
     assert_eq!(reader.request().header("x-asap-task"), Some("t-1"));
 }
+
+/// A session's file deleted under a running proxy: the next record starts a new file with the
+/// session record and its prompt and request stored whole (the writer appends to a file it
+/// wrote without checking the directory, the file's existence and its form again, so this
+/// checks that it still notices the file gone), also when the file goes while a record is in
+/// flight.
+#[tokio::test]
+async fn a_session_file_deleted_between_or_during_records_starts_a_new_file() {
+    use asap_proxy::session::SessionId;
+    use asap_proxy::trace::{TraceSettings, TraceWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let writer = TraceWriter::new(TraceSettings {
+        dir: dir.path().to_path_buf(),
+        ..TraceSettings::default()
+    });
+    let id = SessionId::from_recorded("cccccccccccc").unwrap();
+    let mut expected = Vec::new();
+    let begin = |turn: usize, expected: &mut Vec<(String, Value)>| {
+        let (mut record, prompt, body) = made_up_step(turn);
+        let full = std::mem::take(&mut record.full_prompt);
+        expected.push((prompt, body));
+        writer.begin(&id, record, &full)
+    };
+    for turn in 0..3 {
+        let pending = begin(turn, &mut expected);
+        writer.commit(pending).await;
+    }
+    let path = writer.path(&id);
+    let kinds = |path: &Path| -> Vec<String> {
+        read_records(path)
+            .iter()
+            .map(|r| r["type"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(kinds(&path), ["session", "step", "step", "step"]);
+    // Between records: the next one is stored whole in a new file, and the one after it is
+    // a delta again.
+    std::fs::remove_file(&path).unwrap();
+    for turn in 3..5 {
+        let pending = begin(turn, &mut expected);
+        writer.commit(pending).await;
+    }
+    assert_eq!(kinds(&path), ["session", "step", "step"]);
+    let steps = read_records(&path);
+    assert_eq!(steps[1]["data"]["prompt"]["prefix_bytes"], 0);
+    assert!(steps[2]["data"]["prompt"]["prefix_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(rebuilt_steps(&path, &expected[3..]).1, 2);
+    // While a record is in flight: its file is begun again with the session record.
+    let pending = begin(5, &mut expected);
+    std::fs::remove_file(&path).unwrap();
+    writer.commit(pending).await;
+    assert_eq!(kinds(&path), ["session", "step"]);
+}
