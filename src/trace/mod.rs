@@ -1092,8 +1092,8 @@ impl TraceWriter {
     /// A record of at most [`INLINE_RECORD_BYTES`] of deltas, next in its session's order, to
     /// a file this process has written before, is appended on the calling task: one append
     /// of a few KiB to the page cache, where handing it to a blocking thread and back cost a
-    /// 20-turn running turn 4-10 % of its CPU and 0.03 ms of latency (two thread wake-ups;
-    /// BENCHMARKS.md, nineteenth session). Any other record (a session's first in this
+    /// 20-turn running turn a tenth of its CPU and 0.05 ms of latency (two thread wake-ups,
+    /// four context switches; BENCHMARKS.md, nineteenth session). Any other record (a session's first in this
     /// process, which may read the file back, or a prompt stored whole) is written on a
     /// blocking task, as are all records when the session's state is busy.
     pub async fn commit(&self, mut pending: Pending) {
