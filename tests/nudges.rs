@@ -184,6 +184,7 @@ async fn step_cap_and_unparsable_streak_end_the_run() {
         vec![
             Scripted::text("One.\n<bash>echo 1</bash>\n"),
             Scripted::text("Two.\n<bash>echo 2</bash>\n"),
+            Scripted::text("Three.\n<bash>echo 3</bash>\n"),
         ],
         |a| a.max_steps = Some(1),
     )
@@ -198,6 +199,26 @@ async fn step_cap_and_unparsable_streak_end_the_run() {
     assert_eq!(termination["max_steps"], 1);
     assert_eq!(termination["step"], 1);
     assert_eq!(termination["on_terminate"], "submit");
+    // A scaffold that goes on after the finish action (README, "Termination"): the session
+    // keeps no ended mark, so the next request is judged as before (the cap again), its
+    // record follows in the same file, and the report's trajectory holds both steps.
+    push_result(&mut body, &r2, "submitted");
+    let (status, r3) = proxy.post(&body).await;
+    assert_eq!(status, 200, "{r3}");
+    assert_eq!(call(&r3)["function"]["name"], "submit");
+    let steps = proxy.steps();
+    assert_eq!(steps[2]["termination"]["reason"], "step_cap");
+    assert_eq!(steps[2]["termination"]["step"], 2);
+    let trajectory = asap_proxy::report::load::trajectory(&proxy.trace_files()[0])
+        .unwrap()
+        .unwrap();
+    assert_eq!(trajectory.termination.as_deref(), Some("step_cap"));
+    let terminated: Vec<(usize, bool)> = trajectory
+        .attempts
+        .iter()
+        .map(|a| (a.step, a.terminated))
+        .collect();
+    assert_eq!(terminated, [(0, false), (1, true), (2, true)]);
 
     let (_backend, proxy) = serve_with(
         (0..3)
