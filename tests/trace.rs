@@ -866,6 +866,45 @@ async fn a_restarted_writer_extends_the_files_records_instead_of_storing_whole()
     assert_eq!(reader.request().header("x-asap-task"), Some("t-1"));
 }
 
+/// After a restart, the first record a process writes for a session may be a side call (an
+/// OpenHands condenser, a Terminus-2 summary): side calls store their prompt whole and are
+/// outside the prompt chain, so the step after it must still extend the file's last step
+/// prompt rather than store its own whole.
+#[tokio::test]
+async fn a_restarted_writers_first_side_call_leaves_the_next_step_a_delta() {
+    use asap_proxy::session::SessionId;
+    use asap_proxy::side_call::SideCallKind;
+    use asap_proxy::trace::{TraceSettings, TraceWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let settings = || TraceSettings {
+        dir: dir.path().to_path_buf(),
+        ..TraceSettings::default()
+    };
+    let id = SessionId::from_recorded("bcdbcdbcdbcd").unwrap();
+    let mut expected = Vec::new();
+    write_steps(&TraceWriter::new(settings()), &id, 0..3, &mut expected).await;
+    let restarted = TraceWriter::new(settings());
+    let (mut side, _, _) = made_up_step(2);
+    side.kind = Some(SideCallKind::OpenhandsCondenser);
+    side.full_prompt = std::sync::Arc::new("Summarise the events so far.\n".repeat(40));
+    restarted.write_record(&id, side).await;
+    let (record, prompt, body) = made_up_step(3);
+    restarted.write_record(&id, record).await;
+    expected.push((prompt, body));
+    let records = read_records(&restarted.path(&id));
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["session", "step", "step", "step", "side_call", "step"]
+    );
+    let last = &records.last().unwrap()["data"];
+    assert_eq!(last["prompt"]["prefix_bytes"], expected[2].0.len());
+    assert_eq!(rebuilt_steps(&restarted.path(&id), &expected).1, 4);
+}
+
 /// A session's file deleted under a running proxy: the next record starts a new file with the
 /// session record and its prompt and request stored whole (the writer appends to a file it
 /// wrote without checking the directory, the file's existence and its form again, so this

@@ -878,6 +878,11 @@ pub struct PromptState {
 }
 
 impl PromptState {
+    /// Whether a step's prompt was stored since this state began (side calls never are).
+    pub fn is_known(&self) -> bool {
+        self.known
+    }
+
     /// Bytes at the start of `prompt` equal to the last stored prompt (0 when none is known),
     /// at a character boundary; then remembers `prompt` as the last stored one.
     pub fn shared_prefix(&mut self, prompt: &str) -> usize {

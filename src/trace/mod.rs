@@ -617,8 +617,9 @@ pub struct StepRecord {
     #[serde(skip)]
     pub termination: Option<TerminateRecord>,
     /// The writer knew nothing of the session when it took this record's deltas (the first
-    /// record of a process, or after its memory of the session was evicted): an existing
-    /// file's records are read to store it as a delta against them ([`delta::rebase`]).
+    /// record of a process, or after its memory of the session was evicted; for a step, also
+    /// when only side calls were written since): an existing file's records are read to store
+    /// it as a delta against them ([`delta::rebase`]).
     #[serde(skip)]
     pub chain_unknown: bool,
 }
@@ -1057,7 +1058,11 @@ impl TraceWriter {
                 (state.begun, state.written) = keep;
             }
             let side_call = record.kind.is_some();
-            record.chain_unknown = !state.delta.is_known();
+            // A step is also read against the file when no step prompt is known yet: after
+            // a restart whose first record was a side call (outside the prompt chain), its
+            // prompt would else be stored whole.
+            record.chain_unknown =
+                !state.delta.is_known() || (!side_call && !state.prompt.is_known());
             let stored =
                 delta::prompt_record(prompt, (!side_call).then_some(&mut state.prompt), lineage);
             record.request = record.input.as_deref().and_then(|input| {
@@ -1098,7 +1103,7 @@ impl TraceWriter {
     /// blocking task, as are all records when the session's state is busy.
     pub async fn commit(&self, mut pending: Pending) {
         let cache = Arc::clone(&pending.cache);
-        if pending.record.delta_bytes() <= INLINE_RECORD_BYTES {
+        if !pending.record.chain_unknown && pending.record.delta_bytes() <= INLINE_RECORD_BYTES {
             if let Ok(mut state) = cache.try_lock() {
                 if state.wrote && state.file.is_some() && state.written == pending.seq {
                     pending.committed = true;
