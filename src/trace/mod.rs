@@ -1094,18 +1094,23 @@ impl TraceWriter {
     /// Writes a begun record (and any later records of its session that waited for it).
     /// Failures are logged, never returned.
     ///
-    /// A record of at most [`INLINE_RECORD_BYTES`] of deltas, next in its session's order, to
-    /// a file this process has written before, is appended on the calling task: one append
-    /// of a few KiB to the page cache, where handing it to a blocking thread and back cost a
-    /// 20-turn running turn a tenth of its CPU and 0.05 ms of latency (two thread wake-ups,
-    /// four context switches; BENCHMARKS.md, nineteenth session). Any other record (a session's first in this
-    /// process, which may read the file back, or a prompt stored whole) is written on a
-    /// blocking task, as are all records when the session's state is busy.
+    /// A record of at most [`INLINE_RECORD_BYTES`] of deltas, next in its session's order
+    /// with none waiting behind it, to a file this process has written before, is appended on
+    /// the calling task: one append of a few KiB to the page cache, where handing it to a
+    /// blocking thread and back cost a 20-turn running turn a tenth of its CPU and 0.05 ms of
+    /// latency (two thread wake-ups, four context switches; BENCHMARKS.md, nineteenth
+    /// session). Any other record (a session's first in this process, which may read the file
+    /// back, or a prompt stored whole) is written on a blocking task, as are all records when
+    /// the session's state is busy.
     pub async fn commit(&self, mut pending: Pending) {
         let cache = Arc::clone(&pending.cache);
         if !pending.record.chain_unknown && pending.record.delta_bytes() <= INLINE_RECORD_BYTES {
             if let Ok(mut state) = cache.try_lock() {
-                if state.wrote && state.file.is_some() && state.written == pending.seq {
+                if state.wrote
+                    && state.file.is_some()
+                    && state.written == pending.seq
+                    && state.parked.is_empty()
+                {
                     pending.committed = true;
                     let record = std::mem::take(&mut pending.record);
                     self.write_parked(&pending.session, &mut state, pending.seq, record);
