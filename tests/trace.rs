@@ -951,9 +951,73 @@ async fn a_session_file_deleted_between_or_during_records_starts_a_new_file() {
     assert_eq!(steps[1]["data"]["prompt"]["prefix_bytes"], 0);
     assert!(steps[2]["data"]["prompt"]["prefix_bytes"].as_u64().unwrap() > 0);
     assert_eq!(rebuilt_steps(&path, &expected[3..]).1, 2);
-    // While a record is in flight: its file is begun again with the session record.
+    // While a record is in flight: its file is begun again with the session record. That
+    // record's deltas rest on the deleted file, so it does not rebuild; the next one is read
+    // against the new file and does.
     let pending = begin(5, &mut expected);
     std::fs::remove_file(&path).unwrap();
     writer.commit(pending).await;
     assert_eq!(kinds(&path), ["session", "step"]);
+    let pending = begin(6, &mut expected);
+    writer.commit(pending).await;
+    assert_eq!(kinds(&path), ["session", "step", "step"]);
+    let mut reader = TraceReader::open(&path).unwrap();
+    let mut rebuilt = Vec::new();
+    while let Some(record) = reader.next_record() {
+        if let Ok(record) = record {
+            if record.kind() == "step" {
+                rebuilt.push(reader.prompt().to_string());
+            }
+        } else {
+            rebuilt.push("unreadable".into());
+        }
+    }
+    assert_eq!(rebuilt, ["unreadable", expected[6].0.as_str()]);
+}
+
+/// A record whose write fails (the file replaced by a directory for one turn, as a full disk
+/// or a file made unwritable would fail it) is lost alone: the next record is read against
+/// what the file holds, not taken as a delta against the lost one.
+#[tokio::test]
+async fn a_failed_trace_write_loses_only_its_own_record() {
+    use asap_proxy::session::SessionId;
+    use asap_proxy::trace::{TraceSettings, TraceWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let writer = TraceWriter::new(TraceSettings {
+        dir: dir.path().to_path_buf(),
+        ..TraceSettings::default()
+    });
+    let id = SessionId::from_recorded("efaefaefaefa").unwrap();
+    let mut expected = Vec::new();
+    let begin = |turn: usize, expected: &mut Vec<(String, Value)>| {
+        let (mut record, prompt, body) = made_up_step(turn);
+        let full = std::mem::take(&mut record.full_prompt);
+        expected.push((prompt, body));
+        writer.begin(&id, record, &full)
+    };
+    for turn in 0..3 {
+        let pending = begin(turn, &mut expected);
+        writer.commit(pending).await;
+    }
+    let path = writer.path(&id);
+    let kept = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let pending = begin(3, &mut expected);
+    writer.commit(pending).await;
+    std::fs::remove_dir(&path).unwrap();
+    std::fs::write(&path, &kept).unwrap();
+    let pending = begin(4, &mut expected);
+    writer.commit(pending).await;
+    let records = read_records(&path);
+    let steps: Vec<u64> = records
+        .iter()
+        .filter(|r| r["type"] == "step")
+        .map(|r| r["data"]["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [0, 1, 2, 4]);
+    let last = &records.last().unwrap()["data"];
+    assert_eq!(last["prompt"]["prefix_bytes"], expected[2].0.len());
+    expected.remove(3);
+    assert_eq!(rebuilt_steps(&path, &expected).1, 4);
 }

@@ -820,6 +820,20 @@ struct SessionCache {
     file: Option<PathBuf>,
 }
 
+impl SessionCache {
+    /// Forgets what the session's file holds, after a write that failed (the file may hold
+    /// none or part of the record) or a record whose deltas rest on records of a file deleted
+    /// while it was in flight (written into a new file, where it cannot be rebuilt): the next
+    /// record begun is read against the file, as a restart's first is, so one record is lost
+    /// rather than every later one.
+    fn forget_file(&mut self) {
+        self.delta = delta::DeltaState::default();
+        self.prompt = delta::PromptState::default();
+        self.wrote = false;
+        self.file = None;
+    }
+}
+
 /// The writer's per-session states, bounded: least recently written evicted first.
 #[derive(Debug, Default)]
 struct SessionCaches {
@@ -1164,6 +1178,7 @@ impl TraceWriter {
             }
             if let Err(e) = self.write_blocking(session, state, &mut record) {
                 tracing::error!(error = %e, dir = %self.settings.dir.display(), "writing trace record failed");
+                state.forget_file();
             }
             state.written += 1;
         }
@@ -1260,6 +1275,12 @@ impl TraceWriter {
         }
         if let Some(termination) = &record.termination {
             out.write("terminate", 1, termination)?;
+        }
+        if fresh && !record.chain_unknown {
+            // The file went while this record was in flight: its deltas rest on records the
+            // new file does not hold.
+            tracing::warn!(%session, "trace file deleted while a record was in flight; that record will not rebuild");
+            state.forget_file();
         }
         Ok(())
     }
