@@ -823,9 +823,9 @@ struct SessionCache {
 impl SessionCache {
     /// Forgets what the session's file holds, after a write that failed (the file may hold
     /// none or part of the record) or a record whose deltas rest on records of a file deleted
-    /// while it was in flight (written into a new file, where it cannot be rebuilt): the next
-    /// record begun is read against the file, as a restart's first is, so one record is lost
-    /// rather than every later one.
+    /// while it was in flight (written into a new file without its prompt and request): the
+    /// next record begun is read against the file, as a restart's first is, so later records
+    /// rebuild.
     fn forget_file(&mut self) {
         self.delta = delta::DeltaState::default();
         self.prompt = delta::PromptState::default();
@@ -1177,7 +1177,7 @@ impl TraceWriter {
                 metrics.record_step(&record.counts());
             }
             if let Err(e) = self.write_blocking(session, state, &mut record) {
-                tracing::error!(error = %e, dir = %self.settings.dir.display(), "writing trace record failed");
+                tracing::error!(error = %e, %session, step = record.step, attempt = record.attempt, dir = %self.settings.dir.display(), "writing trace record failed");
                 state.forget_file();
             }
             state.written += 1;
@@ -1258,6 +1258,15 @@ impl TraceWriter {
                 out.file.write_all(b"\n")?;
             }
         }
+        if fresh && !record.chain_unknown {
+            // The file went while this record was in flight: its prompt and request deltas
+            // rest on records the new file does not hold, so they are left out (a reader
+            // could not rebuild them, and would refuse the file); the rest of the record is
+            // kept, and the next record is read against the new file.
+            tracing::warn!(%session, step = record.step, "trace file deleted while a record was in flight; its prompt and request are not recorded");
+            record.prompt = None;
+            record.request = None;
+        }
         state.wrote = true;
         state.file = Some(path);
         let kind = if record.kind.is_some() {
@@ -1277,9 +1286,6 @@ impl TraceWriter {
             out.write("terminate", 1, termination)?;
         }
         if fresh && !record.chain_unknown {
-            // The file went while this record was in flight: its deltas rest on records the
-            // new file does not hold.
-            tracing::warn!(%session, "trace file deleted while a record was in flight; that record will not rebuild");
             state.forget_file();
         }
         Ok(())
