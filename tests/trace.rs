@@ -532,6 +532,20 @@ fn made_up_step(turn: usize) -> (asap_proxy::trace::StepRecord, String, Value) {
     (record, prompt, body)
 }
 
+/// Begins [`made_up_step`] `turn` of session `id` ([`asap_proxy::trace::TraceWriter::begin`]),
+/// its prompt and body pushed to `expected`.
+fn begin_step(
+    writer: &asap_proxy::trace::TraceWriter,
+    id: &asap_proxy::session::SessionId,
+    turn: usize,
+    expected: &mut Vec<(String, Value)>,
+) -> asap_proxy::trace::Pending {
+    let (mut record, prompt, body) = made_up_step(turn);
+    let full = std::mem::take(&mut record.full_prompt);
+    expected.push((prompt, body));
+    writer.begin(id, record, &full)
+}
+
 /// Writes [`made_up_step`]s `turns` of session `id`, their prompts and bodies pushed to
 /// `expected`.
 async fn write_steps(
@@ -921,12 +935,8 @@ async fn a_session_file_deleted_between_or_during_records_starts_a_new_file() {
     });
     let id = SessionId::from_recorded("cccccccccccc").unwrap();
     let mut expected = Vec::new();
-    let begin = |turn: usize, expected: &mut Vec<(String, Value)>| {
-        let (mut record, prompt, body) = made_up_step(turn);
-        let full = std::mem::take(&mut record.full_prompt);
-        expected.push((prompt, body));
-        writer.begin(&id, record, &full)
-    };
+    let begin =
+        |turn: usize, expected: &mut Vec<(String, Value)>| begin_step(&writer, &id, turn, expected);
     for turn in 0..3 {
         let pending = begin(turn, &mut expected);
         writer.commit(pending).await;
@@ -991,12 +1001,8 @@ async fn a_failed_trace_write_loses_only_its_own_record() {
     });
     let id = SessionId::from_recorded("efaefaefaefa").unwrap();
     let mut expected = Vec::new();
-    let begin = |turn: usize, expected: &mut Vec<(String, Value)>| {
-        let (mut record, prompt, body) = made_up_step(turn);
-        let full = std::mem::take(&mut record.full_prompt);
-        expected.push((prompt, body));
-        writer.begin(&id, record, &full)
-    };
+    let begin =
+        |turn: usize, expected: &mut Vec<(String, Value)>| begin_step(&writer, &id, turn, expected);
     for turn in 0..3 {
         let pending = begin(turn, &mut expected);
         writer.commit(pending).await;
