@@ -546,6 +546,31 @@ fn begin_step(
     writer.begin(id, record, &full)
 }
 
+/// A writer into a new temporary directory (the first value keeps it) that has begun and
+/// committed [`made_up_step`]s 0 to 2 of session `id`, and their prompts and bodies.
+async fn three_steps_written(
+    id: &str,
+) -> (
+    tempfile::TempDir,
+    asap_proxy::trace::TraceWriter,
+    asap_proxy::session::SessionId,
+    Vec<(String, Value)>,
+) {
+    use asap_proxy::trace::{TraceSettings, TraceWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let writer = TraceWriter::new(TraceSettings {
+        dir: dir.path().to_path_buf(),
+        ..TraceSettings::default()
+    });
+    let id = asap_proxy::session::SessionId::from_recorded(id).unwrap();
+    let mut expected = Vec::new();
+    for turn in 0..3 {
+        let pending = begin_step(&writer, &id, turn, &mut expected);
+        writer.commit(pending).await;
+    }
+    (dir, writer, id, expected)
+}
+
 /// Writes [`made_up_step`]s `turns` of session `id`, their prompts and bodies pushed to
 /// `expected`.
 async fn write_steps(
@@ -926,21 +951,9 @@ async fn a_restarted_writers_first_side_call_leaves_the_next_step_a_delta() {
 /// flight.
 #[tokio::test]
 async fn a_session_file_deleted_between_or_during_records_starts_a_new_file() {
-    use asap_proxy::session::SessionId;
-    use asap_proxy::trace::{TraceSettings, TraceWriter};
-    let dir = tempfile::tempdir().unwrap();
-    let writer = TraceWriter::new(TraceSettings {
-        dir: dir.path().to_path_buf(),
-        ..TraceSettings::default()
-    });
-    let id = SessionId::from_recorded("cccccccccccc").unwrap();
-    let mut expected = Vec::new();
+    let (_dir, writer, id, mut expected) = three_steps_written("cccccccccccc").await;
     let begin =
         |turn: usize, expected: &mut Vec<(String, Value)>| begin_step(&writer, &id, turn, expected);
-    for turn in 0..3 {
-        let pending = begin(turn, &mut expected);
-        writer.commit(pending).await;
-    }
     let path = writer.path(&id);
     let kinds = |path: &Path| -> Vec<String> {
         read_records(path)
@@ -992,21 +1005,9 @@ async fn a_session_file_deleted_between_or_during_records_starts_a_new_file() {
 /// what the file holds, not taken as a delta against the lost one.
 #[tokio::test]
 async fn a_failed_trace_write_loses_only_its_own_record() {
-    use asap_proxy::session::SessionId;
-    use asap_proxy::trace::{TraceSettings, TraceWriter};
-    let dir = tempfile::tempdir().unwrap();
-    let writer = TraceWriter::new(TraceSettings {
-        dir: dir.path().to_path_buf(),
-        ..TraceSettings::default()
-    });
-    let id = SessionId::from_recorded("efaefaefaefa").unwrap();
-    let mut expected = Vec::new();
+    let (_dir, writer, id, mut expected) = three_steps_written("efaefaefaefa").await;
     let begin =
         |turn: usize, expected: &mut Vec<(String, Value)>| begin_step(&writer, &id, turn, expected);
-    for turn in 0..3 {
-        let pending = begin(turn, &mut expected);
-        writer.commit(pending).await;
-    }
     let path = writer.path(&id);
     let kept = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
