@@ -154,6 +154,19 @@ impl Conversation {
         tools: &ResolvedProfile,
     ) -> Self {
         let mut conv = Conversation::default();
+        // Room for every step at once (at most one per tool call or reply, and per other
+        // message that is not a tool result): a long history's steps are kept while its
+        // completion call waits, and a vector grown by doubling holds up to twice their room.
+        conv.steps.reserve_exact(
+            messages
+                .iter()
+                .map(|m| match m.role {
+                    Role::Assistant => m.tool_calls.len().max(1),
+                    Role::Tool | Role::Function => 0,
+                    _ => 1,
+                })
+                .sum(),
+        );
         let mut system = Vec::new();
         let mut task = Vec::new();
         let mut task_users = 0;

@@ -689,7 +689,18 @@ fn id_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error
 pub const RAW_ARGUMENTS: &str = "_raw";
 
 fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Map<String, Value>>, D::Error> {
-    d.deserialize_any(ArgumentsObject).map(Arc::new)
+    d.deserialize_any(ArgumentsObject)
+        .map(|m| Arc::new(fitted(m)))
+}
+
+/// `map` in a map of its own length. A map read entry by entry keeps room for as many entries
+/// as its hash table has slots (3 for one to three, 7 for four to seven): 224 of the ~760
+/// bytes a one-argument call's arguments take, and a long history's tool calls are kept while
+/// its completion call waits (heaptrack, BENCHMARKS.md "Issue 23, twentieth session").
+fn fitted(map: Map<String, Value>) -> Map<String, Value> {
+    let mut fitted = Map::with_capacity(map.len());
+    fitted.extend(map);
+    fitted
 }
 
 /// [`arguments_object`]'s reading: an object as it is; `null`, an absent or blank string as no
@@ -1198,6 +1209,23 @@ mod tests {
             json!(false),
         ] {
             assert_eq!(arguments(raw.clone()), json!({ "_raw": raw }));
+        }
+        // The order sent is kept (it is the order the action's arguments are rendered in),
+        // also in the map refitted to its length.
+        let order = ["path", "command", "old_str", "new_str", "insert_line"];
+        let object: Map<String, Value> = order.iter().map(|k| (k.to_string(), json!(k))).collect();
+        for sent in [
+            Value::Object(object.clone()),
+            json!(Value::Object(object).to_string()),
+        ] {
+            let read = arguments(sent);
+            let keys: Vec<&str> = read
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(keys, order);
         }
     }
 
