@@ -57,9 +57,11 @@ tokio::task_local! {
 }
 
 impl CallBudget {
-    /// Runs `f` with this budget applying to every backend call inside it.
-    pub async fn scope<F: Future>(self, f: F) -> F::Output {
-        BUDGET.scope(self, f).await
+    /// Runs `f` with this budget applying to every backend call inside it. Not an `async fn`:
+    /// one would hold `f` beside the scoped future made of it, twice its size for a turn's
+    /// whole life (a spawned turn was 28 KB; BENCHMARKS.md, issue 23, twenty-first session).
+    pub fn scope<F: Future>(self, f: F) -> impl Future<Output = F::Output> {
+        BUDGET.scope(self, f)
     }
 
     /// The budget of the current task (none outside a scope).
@@ -1000,6 +1002,23 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every turn in flight holds its scoped future: it must not hold the turn twice.
+    #[test]
+    fn a_budget_scope_holds_its_future_once() {
+        let big = [7u8; 4096];
+        let turn = async move {
+            tokio::task::yield_now().await;
+            big.len()
+        };
+        let turn_bytes = std::mem::size_of_val(&turn);
+        let scoped = CallBudget::default().scope(turn);
+        let scoped_bytes = std::mem::size_of_val(&scoped);
+        assert!(
+            scoped_bytes < turn_bytes + 256,
+            "{scoped_bytes} bytes for a {turn_bytes}-byte future"
+        );
+    }
 
     fn completions_request(prompt: &str) -> CompletionRequest<'_> {
         CompletionRequest {

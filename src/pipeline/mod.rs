@@ -222,13 +222,22 @@ pub async fn run_turn(
     if input.instance_id.is_none() && prepared.task.is_some() {
         Arc::make_mut(&mut input).instance_id = prepared.task.clone();
     }
+    // The other drivers and `finish` are boxed: a future is as large as its largest await, and
+    // every turn in flight holds this one while it waits on the backend (BENCHMARKS.md, issue
+    // 23, twenty-first session).
     if scope.mode == Mode::Passthrough {
-        return passthrough::run(scope, &request, meta, &input, prepared, started).await;
+        return Box::pin(passthrough::run(
+            scope, &request, meta, &input, prepared, started,
+        ))
+        .await;
     }
     let asked = Asked::of(scope, &request);
     if let Some(kind) = side_call::detect(&request) {
         let prompt = side_call::prompt(&request);
-        return run_side_call(scope, &asked, meta, &input, prepared, prompt, kind, started).await;
+        return Box::pin(run_side_call(
+            scope, &asked, meta, &input, prepared, prompt, kind, started,
+        ))
+        .await;
     }
     drop(request);
     let mut turn = Attempts::new(prepared);
@@ -242,14 +251,14 @@ pub async fn run_turn(
         };
         let mut record = TurnRecord::Whole(record);
         record.set_response(&reply);
-        return finish(
+        return Box::pin(finish(
             scope,
             ending,
             record,
             Timings::default(),
             started,
             Ok(reply),
-        )
+        ))
         .await;
     }
     let settings = scope.attempt_settings();
@@ -273,7 +282,7 @@ pub async fn run_turn(
                     render_ms,
                     ..Timings::default()
                 };
-                return finish(scope, ending, record, timings, started, Err(e)).await;
+                return Box::pin(finish(scope, ending, record, timings, started, Err(e))).await;
             }
         };
         meta.backend_call_starts();
@@ -339,7 +348,7 @@ pub async fn run_turn(
                     remember: None,
                 };
                 let record = TurnRecord::Begun(record);
-                return finish(scope, ending, record, timings, started, Err(e)).await;
+                return Box::pin(finish(scope, ending, record, timings, started, Err(e))).await;
             }
         };
 
@@ -393,7 +402,7 @@ pub async fn run_turn(
                     remember: Some((&turn.prepared, &turn.nudges)),
                 };
                 let record = TurnRecord::Begun(record);
-                return finish(scope, ending, record, timings, started, Ok(reply)).await;
+                return Box::pin(finish(scope, ending, record, timings, started, Ok(reply))).await;
             }
             Verdict::Terminate(termination, reply) => {
                 record.decision = StepDecision::Terminate;
@@ -418,7 +427,7 @@ pub async fn run_turn(
                     remember: Some((&turn.prepared, &turn.nudges)),
                 };
                 let record = TurnRecord::Begun(record);
-                return finish(scope, ending, record, timings, started, reply).await;
+                return Box::pin(finish(scope, ending, record, timings, started, reply)).await;
             }
         }
     }
