@@ -336,10 +336,13 @@ async fn turn(
     let (_client, client_gone) = tokio::sync::watch::channel(());
     budget.client = Some(client_gone);
     let backstop = admission.deadline;
-    let task = tokio::spawn(budget.scope(async move {
+    // Boxed here: tokio boxes only futures over 16 KiB and moves smaller ones by value through
+    // its spawn path, a copy of the turn's ~10 KB each (BENCHMARKS.md, issue 23, twenty-first
+    // session).
+    let task = tokio::spawn(Box::pin(budget.scope(async move {
         let _held = (admission, in_flight);
         run_turn(&scope_of(&state), request, &meta).await
-    }));
+    })));
     let joined = match backstop {
         None => task.await,
         Some((at, seconds)) => tokio::time::timeout_at(at + limits::BACKSTOP_GRACE, task)
