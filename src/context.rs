@@ -365,7 +365,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, n)| Step {
-                    thought: format!("step {i}"),
+                    thought: format!("step {i}").into(),
                     observation: Some(
                         (0..*n / 16)
                             .map(|l| format!("line {l:03} of {i:03}\n"))

@@ -33,7 +33,9 @@ use crate::session::NudgeKind;
 /// One step of a trajectory.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Step {
-    pub thought: String,
+    /// Shared with the decoded message it was read from when that message's content needed
+    /// no trimming (most do not): a turn in flight holds its history's thoughts once.
+    pub thought: Arc<str>,
     pub action: Option<Action>,
     pub observation: Option<Observation>,
     /// Tool-call id of the action in the scaffold's history, if any.
@@ -258,7 +260,12 @@ impl Conversation {
             });
             return;
         }
-        let mut thought = message.content.trim().to_string();
+        let trimmed = message.content.trim();
+        let mut thought: Arc<str> = if trimmed.len() == message.content.len() {
+            message.content.clone()
+        } else {
+            trimmed.into()
+        };
         if message.tool_calls.is_empty() {
             self.steps.push(Step {
                 thought,
@@ -273,7 +280,7 @@ impl Conversation {
                 thought: if i == 0 {
                     std::mem::take(&mut thought)
                 } else {
-                    String::new()
+                    Arc::default()
                 },
                 action: Some(tools.from_scaffold(&call.function.name, &call.function.arguments)),
                 observation: None,
@@ -374,17 +381,20 @@ fn read_reply(
     dialect: Dialect,
     message: &ChatMessage,
     tools: &ResolvedProfile,
-) -> (String, Option<Action>) {
+) -> (Arc<str>, Option<Action>) {
     struct Read {
         dialect: Dialect,
         mini: Option<MiniFormat>,
-        thought: String,
+        thought: Arc<str>,
         action: Option<Action>,
     }
     let mini = match dialect {
         Dialect::MiniText => Some(&tools.mini),
         Dialect::TerminusJson | Dialect::TerminusXml => None,
-        Dialect::OpenhandsFunction => return dialect.read(&message.content, tools),
+        Dialect::OpenhandsFunction => {
+            let (thought, action) = dialect.read(&message.content, tools);
+            return (thought.into(), action);
+        }
     };
     let read = message.read.get_or(
         |r: &Read| r.dialect == dialect && r.mini.as_ref() == mini,
@@ -393,7 +403,7 @@ fn read_reply(
             Read {
                 dialect,
                 mini: mini.cloned(),
-                thought,
+                thought: thought.into(),
                 action,
             }
         },
@@ -427,6 +437,39 @@ mod tests {
         ])
     }
 
+    /// A turn in flight holds its conversation while the backend generates: a thought that
+    /// needs no trimming is its message's text, not a copy of it.
+    #[test]
+    fn a_thought_shares_its_messages_text_unless_trimmed() {
+        let req = ChatCompletionRequest::from_slice(
+            json!({"tools": tools(), "messages": [
+                {"role": "user", "content": "fix it"},
+                {"role": "assistant", "content": "Look first.", "tool_calls": [
+                    {"id": "a", "function": {"name": "terminal", "arguments": "{\"command\": \"ls\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "a", "content": "x y"},
+                {"role": "assistant", "content": "  Then read it.\n", "tool_calls": [
+                    {"id": "b", "function": {"name": "terminal", "arguments": "{\"command\": \"cat x\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "b", "content": "z"}
+            ]})
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+        let tools = ResolvedProfile::build(
+            Profiles::builtin()
+                .unwrap()
+                .detect(&req.tools, &req.detection_text()),
+            &req.tools,
+        );
+        let c = Conversation::from_messages(&req.messages, &tools);
+        assert_eq!(&*c.steps[0].thought, "Look first.");
+        assert!(Arc::ptr_eq(&c.steps[0].thought, &req.messages[1].content));
+        assert_eq!(&*c.steps[1].thought, "Then read it.");
+        assert!(!Arc::ptr_eq(&c.steps[1].thought, &req.messages[3].content));
+    }
+
     #[test]
     fn tool_results_match_by_id_and_parallel_calls_become_steps() {
         let c = conv(json!({"tools": tools(), "messages": [
@@ -446,7 +489,7 @@ mod tests {
         assert_eq!(c.system, "sys");
         assert_eq!(c.task, "fix it\n\nruntime info");
         assert_eq!(c.steps.len(), 4);
-        assert_eq!(c.steps[0].thought, "look");
+        assert_eq!(&*c.steps[0].thought, "look");
         assert_eq!(
             c.steps[0].action,
             Some(Action::Call {
@@ -455,7 +498,7 @@ mod tests {
             })
         );
         assert_eq!(c.steps[0].observation.as_deref(), Some("x y"));
-        assert_eq!(c.steps[1].thought, "");
+        assert_eq!(&*c.steps[1].thought, "");
         assert_eq!(c.steps[1].observation.as_deref(), Some("file x"));
         assert_eq!(c.steps[2].action, None);
         assert_eq!(
@@ -562,7 +605,7 @@ mod tests {
             ..MiniFormat::default()
         };
         let zsh = Conversation::from_messages(&req.messages, &tools);
-        assert_eq!(zsh.steps[0].thought, "Look first.");
+        assert_eq!(&*zsh.steps[0].thought, "Look first.");
         assert!(
             matches!(&zsh.steps[0].action, Some(Action::Call { tag, .. }) if tag == "bash"),
             "{:?}",

@@ -233,7 +233,7 @@ fn shell_conversation(steps: usize) -> asap_proxy::conversation::Conversation {
         task: "Fix the failing test.".into(),
         steps: (0..steps)
             .map(|i| Step {
-                thought: format!("Step {i}: look at the <bash> output."),
+                thought: format!("Step {i}: look at the <bash> output.").into(),
                 action: Some(Action::Call {
                     tag: "bash".into(),
                     arguments: std::sync::Arc::new(args(&[(

@@ -40,6 +40,8 @@ pub use observe::{
     FILE_ERRORS, WRITER_ERRORS,
 };
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::Value;
 
@@ -448,7 +450,7 @@ pub fn nudged_step(before: &[Step], kind: NudgeKind, tools: &ResolvedProfile) ->
         NudgeKind::RepeatedAction => tools.hints.repeated_action.clone(),
     };
     Step {
-        thought: String::new(),
+        thought: Arc::default(),
         action: Some(action),
         observation: Some(hint.into()),
         call_id: None,

@@ -120,7 +120,7 @@ impl PrefixStep {
             }
         };
         Step {
-            thought: self.thought.clone(),
+            thought: self.thought.as_str().into(),
             action: Some(action),
             observation: Some(self.observation.as_str().into()),
             ..Step::default()
@@ -140,7 +140,7 @@ impl PrefixStep {
             },
         };
         Some(Self {
-            thought: step.thought.clone(),
+            thought: step.thought.to_string(),
             action,
             observation: step.observation.as_deref().unwrap_or_default().to_string(),
         })

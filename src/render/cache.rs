@@ -662,7 +662,7 @@ mod tests {
                             })
                             .collect();
                         c.steps.push(Step {
-                            thought: format!("t{round}"),
+                            thought: format!("t{round}").into(),
                             observation: Some(obs.into()),
                             ..Step::default()
                         });

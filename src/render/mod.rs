@@ -586,7 +586,7 @@ impl Renderer {
             steps
                 .map(|s| StepDoc {
                     thought: if raw {
-                        s.thought.clone()
+                        s.thought.to_string()
                     } else {
                         escape::thought(&s.thought, &tags, format)
                     },
