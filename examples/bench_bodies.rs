@@ -3,8 +3,8 @@
 //! - `chat-<N>.json` / `chat-<N>-stream.json`: the SWE-agent-shaped chat request of
 //!   `benches/support/swe_agent.rs` with N turns, non-streaming / streaming;
 //! - `chat-<N>.jsonl` / `chat-<N>-stream.jsonl` (with `--sessions K`): K such bodies, one
-//!   per line, each in its own session (for load tools that cycle through bodies: concurrent
-//!   requests then come from distinct sessions, as concurrent rollouts do);
+//!   per line, each in its own session with its own contents (for load tools that cycle through
+//!   bodies: concurrent requests then come from distinct rollouts, as they do in a run);
 //! - `foreign-<N>[-stream].jsonl` / `mini-<N>[-stream].jsonl` / `terminus-<N>[-stream].jsonl`
 //!   (with `--sessions K`): K bodies of the paths that open a session on every request: the
 //!   same conversation with tool-call ids that are not the proxy's, mini-swe-agent's text

@@ -9,9 +9,13 @@
 //! (grep hits, `cat -n` views, pytest failures, directory listings, edit confirmations), and
 //! the three tools of `tests/fixtures/requests/swe-agent-1.json`.
 //!
-//! Sizes: about 13 KiB for 2 turns, 59 KiB for 20, 303 KiB for 100 and 3.1 MiB for 1,000.
+//! Sizes: about 14 KiB for 2 turns, 60 KiB for 20, 300–315 KiB for 100 and 3.1 MiB for 1,000.
 //! Everything is deterministic (a fixed-seed generator): the same `turns` and session give the
-//! same bytes. Tool-call ids are minted the way the proxy mints them
+//! same bytes, and bodies of different sessions (rollouts) differ in every turn, as real
+//! rollouts do: the proxy's caches must not answer one rollout's turns from another's (until
+//! the twenty-second session of issue 23 the `ids` and `foreign` rollouts shared their
+//! contents and differed only in their ids, so a sibling rollout's rendered prompt answered
+//! most running turns whole; BENCHMARKS.md). Tool-call ids are minted the way the proxy mints them
 //! (`call_asap_<session>_<step>_0_<nonce>`), so the proxy treats the body as the next turn of
 //! an existing session (the steady state of a run), not as a new trajectory.
 
@@ -381,9 +385,14 @@ pub fn first_request(rng: &mut Rng, stream: bool) -> Value {
 }
 
 /// The chat request of turn `turns + 1` of a SWE-agent trajectory in session `session`
-/// (12 hex digits), streaming or not.
+/// (12 hex digits), streaming or not; its task and turns are seeded by `session`.
 pub fn chat_body(turns: usize, session: &str, stream: bool) -> Value {
-    let mut rng = Rng::new(0x5eed_0000 + turns as u64);
+    rollout_body(turns, session, session, stream)
+}
+
+/// [`chat_body`] with its task and turns seeded by `tag` instead of the session.
+fn rollout_body(turns: usize, session: &str, tag: &str, stream: bool) -> Value {
+    let mut rng = rollout_rng(0x5eed_0000, turns, tag);
     let mut body = first_request(&mut rng, stream);
     let mut messages = Vec::with_capacity(2 * turns);
     for i in 0..turns {
@@ -486,9 +495,9 @@ pub fn chat_bytes(turns: usize, session: &str, stream: bool) -> Vec<u8> {
 
 /// [`chat_body`] with tool-call ids that are not the proxy's (`call_<tag><step>…`, as after a
 /// restart, on another replica, or from a client that rewrites ids): every such body opens a
-/// session. `tag` keeps bodies of different rollouts apart.
+/// session. `tag` seeds the task and turns and names the ids, so rollouts differ in every turn.
 pub fn foreign_id_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
-    let body = chat_body(turns, SESSION, stream).to_string();
+    let body = rollout_body(turns, SESSION, tag, stream).to_string();
     body.replace(&format!("call_asap_{SESSION}_"), &format!("call_{tag}x"))
         .into_bytes()
 }
@@ -497,7 +506,7 @@ pub fn foreign_id_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
 /// marked `cache_control` (how SWE-agent's cache-control history processor and OpenHands send
 /// them): the same path, contents of the other JSON shape.
 pub fn parts_bytes(turns: usize, tag: &str, stream: bool) -> Vec<u8> {
-    let mut body = chat_body(turns, SESSION, stream);
+    let mut body = rollout_body(turns, SESSION, tag, stream);
     if let Some(messages) = body["messages"].as_array_mut() {
         let n = messages.len();
         for (i, message) in messages.iter_mut().enumerate() {
