@@ -276,9 +276,9 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # Two peaks, each from a fresh process: 256 requests at once that each open a session (a
 # restart under load: every record stores its history whole), and 1,024 requests of 256
-# running sessions (the `ids` path), the sessions opened first one at a time on a
-# zero-delay mock (so the opening does not set the peak; the process's RSS after it is the
-# "warm RSS").
+# running sessions (the `ids` path: four next turns of each, 256 in flight), the sessions
+# opened first one at a time on a zero-delay mock (so the opening does not set the peak; the
+# process's RSS after it is the "warm RSS"). Every rollout has its own contents.
 rss_step() {
     echo "== RSS: 256 concurrent 100-turn requests (mock delay 2000 ms)" >&2
     # shellcheck disable=SC2086 # RSS_FLAGS is a list of words
@@ -291,10 +291,16 @@ rss_step() {
     start_mock 0
     # shellcheck disable=SC2086
     start_proxy ${RSS_FLAGS:-}
-    oha_json "$WORK/warm.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 1 256 -Z "$B/chat-100.jsonl"
+    # The running sessions' next turns, in order (bench_turns): the warm-up sends each
+    # rollout's turn 100 one at a time, then 4 rounds send turns 101-104 of all 256 at once.
+    # (Until the twenty-second session this step sent each warm-up body again, a retry of the
+    # same turn, which the render cache answered whole.)
+    local turns=(taskset -c "$CLIENT_CPU" target/release/examples/bench_turns
+        --url "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" --turns 100 --sessions 256)
+    "${turns[@]}" --rounds 4 --concurrency 1 --warm-only
     warm_rss=$(awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$PROXY_PID/status")
     start_mock 2000
-    oha_json "$WORK/proxy.json" "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" 256 1024 -Z "$B/chat-100.jsonl"
+    "${turns[@]}" --rounds 4 --concurrency 256 --skip-warm >"$WORK/proxy.json"
     read -r r_p50 _ r_rps r_ok r_total < <(oha_fields "$WORK/proxy.json")
     r_hwm=$(( $(hwm_kib "$PROXY_PID") / 1024 ))
     echo "   idle RSS $idle_rss MiB; 256 sessions opening: peak RSS $o_hwm MiB, p50 $o_p50 ms ($o_ok/$o_total ok);" \
@@ -479,7 +485,7 @@ EOF
     echo
     echo "1,000 turns ($(( $(stat -c %s "$B/chat-1000.json") / 1024 )) KiB body), c=1: direct p50 $k_d50 ms, proxy p50 $k_p50 ms (p99 $k_p99), added p50 $(python3 -c "print(f'{$k_p50 - $k_d50:.2f}')") ms, proxy CPU $k_cpu ms/request, peak RSS $k_hwm MiB ($k_ok/$k_total ok)."
     echo
-    echo "256 concurrent 100-turn requests (mock delay 2 s), fresh process: idle RSS $idle_rss MiB; 256 requests at once, each opening its session: peak RSS $o_hwm MiB, p50 $o_p50 ms ($o_ok/$o_total ok); another fresh process, its 256 sessions opened one at a time (warm RSS $warm_rss MiB), then 1,024 requests of those running sessions: peak RSS $r_hwm MiB, p50 $r_p50 ms, $r_rps rps ($r_ok/$r_total ok)."
+    echo "256 concurrent 100-turn requests (mock delay 2 s), fresh process: idle RSS $idle_rss MiB; 256 requests at once, each opening its session: peak RSS $o_hwm MiB, p50 $o_p50 ms ($o_ok/$o_total ok); another fresh process, its 256 sessions opened one at a time (warm RSS $warm_rss MiB), then 1,024 requests of those running sessions (four next turns of each, 256 at a time): peak RSS $r_hwm MiB, p50 $r_p50 ms, $r_rps rps ($r_ok/$r_total ok)."
     echo
     echo "$GROWTH_PLAIN"
     echo
