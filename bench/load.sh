@@ -382,10 +382,13 @@ for route in ids+zstd foreign+zstd mini+zstd terminus+zstd; do
 done
 
 # The `ids` c=32 rows send 128 rollouts (at 100 turns ~41 MB of history, within the default
-# message cache since the sixteenth session); the same row with a larger cache, to compare:
-echo "== c=32, 100 turns, --message-cache-mib 128" >&2
+# message cache since the sixteenth session); the same row with a larger cache, to compare;
+# and with a larger render cache: their prompts (37 MB) fit in the default 64 MiB, their
+# prompts and escaped frames (78 MB) do not (twenty-second session).
+echo "== c=32, 100 turns, --message-cache-mib 128, --render-cache-mib 128" >&2
 start_mock 20
 measure 100 no 32 "$N32" ids+mc128
+measure 100 no 32 "$N32" ids+rc128
 
 echo "== 1,000 turns, c=1, mock delay 0 ms" >&2
 start_mock 0
@@ -466,7 +469,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "proxy finds the session by it; the mock numbers its answers so that no two are equal)."
     echo "\`relay\`: the direct body through examples/bench_relay.rs in the proxy's place (the proxy's"
     echo "HTTP parts, no work): the transport floor under every proxy row (its proxy columns are the relay's)."
-    echo "\`+zstd\`: with \`--trace-compression zstd\`; \`+mc128\`: \`--message-cache-mib 128\`."
+    echo "\`+zstd\`: with \`--trace-compression zstd\`; \`+mc128\`: \`--message-cache-mib 128\`; \`+rc128\`: \`--render-cache-mib 128\`."
     echo "Trace = bytes written to the log directory per request."
     echo
     echo "| path | turns | body | stream | c | direct p50 | direct p99 | proxy p50 | proxy p99 | added p50 | added p99 | direct rps | proxy rps | proxy/direct | CPU ms/req | peak RSS MiB | trace KiB/req | ok (direct, proxy) |"
