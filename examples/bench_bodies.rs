@@ -6,9 +6,10 @@
 //!   per line, each in its own session with its own contents (for load tools that cycle through
 //!   bodies: concurrent requests then come from distinct rollouts, as they do in a run);
 //! - `foreign-<N>[-stream].jsonl` / `mini-<N>[-stream].jsonl` / `terminus-<N>[-stream].jsonl`
-//!   (with `--sessions K`): K bodies of the paths that open a session on every request: the
-//!   same conversation with tool-call ids that are not the proxy's, mini-swe-agent's text
-//!   mode and Terminus-2's JSON keystrokes (content dialects, no ids at all);
+//!   (with `--sessions K`): K bodies of the paths that open a session on every request, each
+//!   with its own contents: SWE-agent conversations with tool-call ids that are not the
+//!   proxy's, mini-swe-agent's text mode and Terminus-2's JSON keystrokes (content dialects,
+//!   no ids at all);
 //! - `parts-<N>[-stream].jsonl` (with `--sessions K`): the `foreign` bodies with each tool
 //!   result a list of one text part (SWE-agent's and OpenHands' shape);
 //! - `growth-100.jsonl` (with `--sessions K`): the 101 requests of one growing 100-turn
