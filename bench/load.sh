@@ -166,6 +166,17 @@ turns_json() {
         --sessions "$sessions" --rounds "$rounds" --concurrency "$c" "${extra[@]}" "${@:6}" >"$out"
 }
 
+# Openings no process has seen (bench_turns --openings): each request is a template of FILE
+# (256 rollouts) with a tag of its own in every message, so the proxy's caches answer none of
+# it; a load tool cycling through FILE would resend each body after 256 requests (until the
+# twenty-third session these rows did, and the caches answered part of each request).
+# openings_json OUT URL C N FILE [--warm-only|--skip-warm]: the warm-up is 512 requests.
+openings_json() {
+    local out=$1 url=$2 c=$3 n=$4 file=$5
+    taskset -c "$CLIENT_CPU" target/release/examples/bench_turns --url "$url" --openings "$file" \
+        --requests "$n" --warm-requests 512 --concurrency "$c" "${@:6}" >"$out"
+}
+
 # The fields of an oha JSON report (or bench_turns'): p50_ms p99_ms rps ok_count total
 oha_fields() {
     python3 - "$1" <<'EOF'
@@ -194,8 +205,9 @@ if [[ $QUICK == 1 ]]; then N1=200; N32=640; else N1=3000; N32=6400; fi
 # PATH (default `ids`, the next turn of a running session): `foreign` (tool-call ids that are
 # not the proxy's), `parts` (the same with each tool result a list of one text part, as
 # SWE-agent and OpenHands send them), `mini` (mini-swe-agent's text mode, no ids) or
-# `terminus` (Terminus-2's JSON keystrokes, no ids): every request opens a session; the bodies cycle through 256
-# rollouts at any concurrency. `mini-run` and `terminus-run`: the next turns of running
+# `terminus` (Terminus-2's JSON keystrokes, no ids): every request opens a session never seen
+# before (bench_turns --openings: 256 rollouts' bodies, each request with a tag of its own in
+# every message), at any concurrency. `mini-run` and `terminus-run`: the next turns of running
 # sessions of those dialects, sent in order by bench_turns with the proxy's own last reply
 # in each history (the mock must number its answers: `start_mock DELAY --numbered`).
 # `relay`: the direct baseline's body sent through examples/bench_relay.rs in the proxy's
@@ -228,7 +240,7 @@ measure() {
         flag=turns
     else
         proxy_body="$B/$path-$turns$sfx.jsonl"
-        flag=-Z
+        flag=openings
     fi
     # Direct: warm-up, then the measured run.
     oha_json "$WORK/warm.json" "http://127.0.0.1:$MOCK_PORT/v1/completions" "$c" $((c * 4)) -D "$direct_body"
@@ -242,6 +254,8 @@ measure() {
     fi
     if [[ $flag == turns ]]; then
         turns_json "$WORK/warm.json" "$url" "$c" "$turns" "$stream" --warm-only "${dialect[@]}"
+    elif [[ $flag == openings ]]; then
+        openings_json "$WORK/warm.json" "$url" "$c" "$n" "$proxy_body" --warm-only
     else
         oha_json "$WORK/warm.json" "$url" "$c" 512 "$flag" "$proxy_body"
     fi
@@ -250,6 +264,8 @@ measure() {
     bytes0=$(du -sb "$WORK/logs" | cut -f1)
     if [[ $flag == turns ]]; then
         turns_json "$WORK/proxy.json" "$url" "$c" "$turns" "$stream" --skip-warm "${dialect[@]}"
+    elif [[ $flag == openings ]]; then
+        openings_json "$WORK/proxy.json" "$url" "$c" "$n" "$proxy_body" --skip-warm
     else
         oha_json "$WORK/proxy.json" "$url" "$c" "$n" "$flag" "$proxy_body"
     fi
@@ -455,7 +471,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "Load average before/after: $LOAD_BEFORE / $LOAD_AFTER. Quick mode: $QUICK."
     echo "Commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$( [[ -n "$(git status --porcelain 2>/dev/null)" ]] && echo ' (working tree modified)'); proxy environment: ${PROXY_ENV:-none}; proxy binary: $PROXY_BIN ($("$PROXY_BIN" --version 2>/dev/null || echo "version unknown"))."
     echo
-    echo "Latency in ms (oha, request sent to response body read). Added = proxy - direct."
+    echo "Latency in ms (oha or bench_turns, request sent to response body read). Added = proxy - direct."
     echo "CPU = proxy utime+stime per request. RSS = proxy VmHWM after the run."
     echo
     echo "Path: \`ids\` the next turns of running sessions (proxy-minted ids), sent in order by"
@@ -463,7 +479,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "(16 at c=1, 8 at c=32; the body column is the first's size) after a warm-up at TURNS-1; \`foreign\` the same"
     echo "conversation with ids that are not the proxy's, \`mini\` mini-swe-agent's text mode (no"
     echo "ids) and \`terminus\` Terminus-2's JSON keystrokes (no ids): every such request opens a"
-    echo "session. \`parts\`: the \`foreign\` bodies with each tool result a list of one text part"
+    echo "session no process has seen (bench_turns --openings: 256 rollouts' bodies, a tag of the request's own in every message). \`parts\`: the \`foreign\` bodies with each tool result a list of one text part"
     echo "(SWE-agent's and OpenHands' shape). \`mini-run\` and \`terminus-run\`: the next turns of running sessions of those two"
     echo "dialects, sent in order as \`ids\` is, each history holding the proxy's own last reply (the"
     echo "proxy finds the session by it; the mock numbers its answers so that no two are equal)."

@@ -21,6 +21,17 @@
 //! `--warm-only` run to the `--skip-warm` run. The backend's answers must differ from each
 //! other (`fake-backend constant --numbered`), or every rollout would be one session.
 //!
+//! `--openings FILE` sends openings that no process has seen instead (a restart, another
+//! replica, a content-dialect scaffold's first turn in a process): FILE holds template bodies,
+//! one per line (`bench_bodies`' `foreign`, `parts`, `mini` or `terminus` files), and request
+//! `i` is template `i` modulo their number with a tag of its own written into every message
+//! ([`Template`]), so no message, history or prompt of one request is another's and the
+//! proxy's caches answer none of it. A load tool that cycles through the templates (oha's `-Z`)
+//! sends each again after one cycle, and from then on the caches answer part of every request:
+//! a lower bound on an opening's cost (BENCHMARKS.md, twenty-second session). `--requests`
+//! measured requests follow `--warm-requests` (tags of their own), `--concurrency` workers
+//! taking every C-th request.
+//!
 //! Prints one JSON object: `p50_ms`, `p99_ms` (latency of the measured requests), `rps`,
 //! `ok` (2xx answers), `total`, `body_bytes` (mean). With `--warm-only` it sends the warm-up
 //! and prints nothing; `--skip-warm` sends the measured rounds only (so that a caller can read
@@ -42,6 +53,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use clap::{Parser, ValueEnum};
 use serde_json::Value;
 
@@ -61,8 +73,9 @@ struct Args {
     /// The chat completions URL.
     #[arg(long)]
     url: String,
-    /// Turns of history of the first measured request of each rollout (at least 1).
-    #[arg(long)]
+    /// Turns of history of the first measured request of each rollout (at least 1; not with
+    /// `--openings`).
+    #[arg(long, required_unless_present = "openings", default_value_t = 0)]
     turns: usize,
     /// Rollouts (a multiple of `--concurrency`).
     #[arg(long, default_value_t = 32)]
@@ -93,6 +106,90 @@ struct Args {
     /// read from (`--skip-warm`).
     #[arg(long)]
     state: Option<PathBuf>,
+    /// Send never-seen openings made from these template bodies (JSONL) instead of rollouts.
+    #[arg(long)]
+    openings: Option<PathBuf>,
+    /// With `--openings`: measured requests.
+    #[arg(long, default_value_t = 3000)]
+    requests: usize,
+    /// With `--openings`: warm-up requests (unmeasured; tags apart from the measured ones').
+    #[arg(long, default_value_t = 512)]
+    warm_requests: usize,
+}
+
+/// Where a template body takes each request's tag.
+const TAG_SLOT: &str = "\u{1}TAG\u{1}";
+/// Bytes of a tag: one letter for the phase (`w` warm-up, `m` measured) and 12 hex digits.
+const TAG_LEN: usize = 13;
+
+/// An opening's body with a slot for its tag in every message, so that each request is new
+/// to the proxy: its system and user messages and tool results take `TAG\n` at the start of
+/// their last line (inside the output a tool result wraps, e.g. before mini-swe-agent's
+/// `</output>` or Terminus-2's shell prompt), its assistant messages take `TAG ` before the
+/// thought (inside Terminus-2's `analysis` string, whose content is JSON). A list of parts
+/// takes it in its first text part.
+struct Template {
+    /// The body's bytes between the slots (one more than the slots).
+    pieces: Vec<Vec<u8>>,
+}
+
+impl Template {
+    /// The template of one body (a chat request); panics on a message it cannot tag.
+    fn new(line: &[u8]) -> Self {
+        let mut body: Value = serde_json::from_slice(line).expect("--openings: a JSON body a line");
+        for message in body["messages"]
+            .as_array_mut()
+            .expect("a chat request")
+            .iter_mut()
+        {
+            let assistant = message["role"] == "assistant";
+            let text = match &mut message["content"] {
+                Value::String(text) => text,
+                Value::Array(parts) => parts
+                    .iter_mut()
+                    .find_map(|p| match &mut p["text"] {
+                        Value::String(text) => Some(text),
+                        _ => None,
+                    })
+                    .expect("a list of parts with a text part"),
+                other => panic!("a message whose content cannot take a tag: {other}"),
+            };
+            let at = if assistant {
+                ["\"analysis\": \"", "\"analysis\":\""]
+                    .iter()
+                    .find_map(|key| text.find(key).map(|i| i + key.len()))
+                    .unwrap_or(0)
+            } else {
+                text.trim_end_matches('\n').rfind('\n').map_or(0, |i| i + 1)
+            };
+            let slot = if assistant {
+                format!("{TAG_SLOT} ")
+            } else {
+                format!("{TAG_SLOT}\n")
+            };
+            text.insert_str(at, &slot);
+        }
+        let bytes = serde_json::to_string(&body).unwrap();
+        // The slot's control characters are escaped in the JSON text.
+        let slot = serde_json::to_string(TAG_SLOT).unwrap();
+        let slot = &slot[1..slot.len() - 1];
+        Self {
+            pieces: bytes.split(slot).map(|p| p.as_bytes().to_vec()).collect(),
+        }
+    }
+
+    /// The body with `tag` (ASCII, [`TAG_LEN`] bytes) in every slot.
+    fn body(&self, tag: &str) -> Vec<u8> {
+        let len = self.pieces.iter().map(Vec::len).sum::<usize>();
+        let mut out = Vec::with_capacity(len + (self.pieces.len() - 1) * tag.len());
+        for (i, piece) in self.pieces.iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(tag.as_bytes());
+            }
+            out.extend_from_slice(piece);
+        }
+        out
+    }
 }
 
 /// One rollout's requests as bytes: its fixed fields and its messages, each serialized once,
@@ -212,12 +309,111 @@ fn reply_content(body: &[u8]) -> Option<String> {
     Some(content)
 }
 
+/// POSTs `body` to `url`: the answer's body, or what went wrong (a non-2xx answer with its
+/// body).
+async fn send(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<Bytes, String> {
+    let response = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    match response.bytes().await {
+        Ok(bytes) if status.is_success() => Ok(bytes),
+        Ok(bytes) => Err(format!("{status}: {}", String::from_utf8_lossy(&bytes))),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The printed summary of measured requests (latency, ok, body bytes) sent in `elapsed`
+/// seconds.
+fn summary(results: &[(Duration, bool, usize)], elapsed: f64) -> Value {
+    let mut latencies: Vec<f64> = results
+        .iter()
+        .map(|(d, _, _)| d.as_secs_f64() * 1e3)
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let total = results.len();
+    serde_json::json!({
+        "p50_ms": at(0.5),
+        "p99_ms": at(0.99),
+        "rps": total as f64 / elapsed,
+        "ok": results.iter().filter(|r| r.1).count(),
+        "total": total,
+        "body_bytes": results.iter().map(|r| r.2).sum::<usize>() / total.max(1),
+    })
+}
+
+/// `--openings`: the warm-up's and the measured requests, each a template with a tag no other
+/// request of this run has ([`Template`]); prints the measured requests' summary.
+async fn openings(args: &Args, client: reqwest::Client) {
+    let path = args.openings.as_ref().unwrap();
+    let text = std::fs::read(path).expect("--openings: the template bodies");
+    let templates: Arc<Vec<Template>> = Arc::new(
+        text.split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(Template::new)
+            .collect(),
+    );
+    assert!(!templates.is_empty(), "--openings: no bodies");
+    let mut phases = Vec::new();
+    if !args.skip_warm {
+        phases.push(('w', args.warm_requests));
+    }
+    if !args.warm_only {
+        phases.push(('m', args.requests));
+    }
+    for (phase, n) in phases {
+        let started = Instant::now();
+        let workers: Vec<_> = (0..args.concurrency)
+            .map(|w| {
+                let (client, templates, url) =
+                    (client.clone(), templates.clone(), args.url.clone());
+                let (step, base) = (args.concurrency, args.session_base);
+                tokio::spawn(async move {
+                    let mut done = Vec::new();
+                    for i in (w..n).step_by(step) {
+                        let tag = format!("{phase}{:012x}", base + i as u64);
+                        assert_eq!(tag.len(), TAG_LEN);
+                        let body = templates[i % templates.len()].body(&tag);
+                        let len = body.len();
+                        let sent = Instant::now();
+                        let ok = send(&client, &url, body).await.is_ok();
+                        done.push((sent.elapsed(), ok, len));
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for worker in workers {
+            results.extend(worker.await.unwrap());
+        }
+        if phase == 'm' {
+            println!("{}", summary(&results, started.elapsed().as_secs_f64()));
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    assert!(args.concurrency >= 1, "--concurrency must be at least 1");
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    if args.openings.is_some() {
+        openings(&args, client).await;
+        return;
+    }
     assert!(args.turns >= 1, "--turns must be at least 1");
     assert!(
-        args.concurrency >= 1 && args.sessions % args.concurrency == 0,
+        args.sessions % args.concurrency == 0,
         "--sessions must be a multiple of --concurrency"
     );
     let content = args.dialect != Dialect::Ids;
@@ -249,11 +445,6 @@ async fn main() {
             live.answered(reply);
         }
     }
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.concurrency)
-        .timeout(Duration::from_secs(600))
-        .build()
-        .unwrap();
     // Each phase: the turn counts each rollout sends, in order.
     let mut phases = Vec::new();
     if !args.skip_warm {
@@ -284,26 +475,7 @@ async fn main() {
                             };
                             let len = body.len();
                             let sent = Instant::now();
-                            let answer = match client
-                                .post(&url)
-                                .header("content-type", "application/json")
-                                .body(body)
-                                .send()
-                                .await
-                            {
-                                Ok(response) => {
-                                    let status = response.status();
-                                    match response.bytes().await {
-                                        Ok(bytes) if status.is_success() => Ok(bytes),
-                                        Ok(bytes) => Err(format!(
-                                            "{status}: {}",
-                                            String::from_utf8_lossy(&bytes)
-                                        )),
-                                        Err(e) => Err(e.to_string()),
-                                    }
-                                }
-                                Err(e) => Err(e.to_string()),
-                            };
+                            let answer = send(&client, &url, body).await;
                             let elapsed = sent.elapsed();
                             let ok = answer.is_ok();
                             if content {
@@ -342,21 +514,6 @@ async fn main() {
             }
             continue;
         }
-        let mut latencies: Vec<f64> = results
-            .iter()
-            .map(|(d, _, _)| d.as_secs_f64() * 1e3)
-            .collect();
-        latencies.sort_by(f64::total_cmp);
-        let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
-        let total = results.len();
-        let summary = serde_json::json!({
-            "p50_ms": at(0.5),
-            "p99_ms": at(0.99),
-            "rps": total as f64 / elapsed,
-            "ok": results.iter().filter(|r| r.1).count(),
-            "total": total,
-            "body_bytes": results.iter().map(|r| r.2).sum::<usize>() / total.max(1),
-        });
-        println!("{summary}");
+        println!("{}", summary(&results, elapsed));
     }
 }
