@@ -348,14 +348,19 @@ impl BodySplit {
         };
         if let Some(first) = split.messages.first() {
             let head_len = first.range.start;
-            let probe = |range: &Range<usize>| -> Box<[u8]> {
-                bytes[range.end.saturating_sub(Known::PROBE).max(range.start)..range.end].into()
+            let probe = |range: &Range<usize>| {
+                Probe::of(
+                    bytes,
+                    range.end.saturating_sub(Known::PROBE).max(range.start)..range.end,
+                )
             };
-            let entry = Known {
-                head: bytes[..head_len.min(Known::PROBE)].into(),
-                head_digest: crate::util::digest(&bytes[..head_len]),
+            let probes = Probes {
+                head: Probe::of(bytes, 0..head_len.min(Known::PROBE)),
                 tail: probe(&split.messages[split.messages.len() - 1].range),
                 middle: probe(&split.messages[split.messages.len() / 2].range),
+            };
+            let entry = Known {
+                head_digest: crate::util::digest(&bytes[..head_len]),
                 messages: split.messages.clone(),
                 depths,
                 rest: split
@@ -378,7 +383,7 @@ impl BodySplit {
                 let whole = matches!(&best, Some((known, n)) if *n == known.messages.len());
                 cache.extended += u64::from(whole);
                 cache.resumed += u64::from(best.is_some() && !whole);
-                cache.insert(entry, replaces);
+                cache.insert(probes, entry, replaces);
             }
         }
         Ok(Some(split))
@@ -526,18 +531,9 @@ impl BodySplit {
 /// A body split before, with at least one message ([`BodySplit::of_extending`]).
 #[derive(Debug)]
 struct Known {
-    /// The first [`Known::PROBE`] bytes before the first message, and the digest
-    /// ([`crate::util::digest`]) of all of them (the object's opening, the fields before
-    /// `messages`, the array's `[`).
-    head: Box<[u8]>,
+    /// The digest ([`crate::util::digest`]) of the bytes before the first message (the
+    /// object's opening, the fields before `messages`, the array's `[`).
     head_digest: u128,
-    /// The last [`Known::PROBE`] bytes of the last message: a body that has them there is
-    /// tried first (it likely extends this one whole).
-    tail: Box<[u8]>,
-    /// The last [`Known::PROBE`] bytes of the middle message: a body that has them there is
-    /// tried next (it likely shares most of this one: the same rollout, its latest messages
-    /// edited, where another rollout of the task differs by then).
-    middle: Box<[u8]>,
     /// Every message, the nesting after each, and the fields before `messages`.
     messages: Vec<RawMessage>,
     depths: Vec<u32>,
@@ -545,14 +541,8 @@ struct Known {
 }
 
 impl Known {
+    /// Bytes a [`Probe`] covers at most.
     const PROBE: usize = 64;
-
-    /// Whether `body` has `probe`, the last bytes of this body's message `index`, at the same
-    /// place.
-    fn probed(&self, body: &[u8], index: usize, probe: &[u8]) -> bool {
-        let end = self.messages[index].range.end;
-        end <= body.len() && body[end - probe.len()..end] == *probe
-    }
 
     /// Messages [`Known::ends_shared`] compares.
     const ENDS: usize = 2;
@@ -611,14 +601,57 @@ impl Known {
     }
 }
 
+/// Where a held body's bytes are looked for in a new body to order the candidates
+/// ([`SplitCache::candidates`]), kept beside the body so that the search reads no held
+/// body's own allocation: every held body is probed for each new one (issue 23: with 1,024
+/// bodies held, a pointer chased and bytes compared per body were a tenth of an opening's
+/// CPU).
+#[derive(Debug, Clone, Copy)]
+struct Probes {
+    /// The first [`Known::PROBE`] bytes before the first message.
+    head: Probe,
+    /// The last [`Known::PROBE`] bytes of the last message: a body that has them there is
+    /// tried first (it likely extends this one whole).
+    tail: Probe,
+    /// The last [`Known::PROBE`] bytes of the middle message: a body that has them there is
+    /// tried next (it likely shares most of this one: the same rollout, its latest messages
+    /// edited, where another rollout of the task differs by then).
+    middle: Probe,
+}
+
+/// A range of a held body and the XXH3-64 of its bytes. Equal hashes only order the
+/// candidates; what a candidate shares is decided by the digests of its messages.
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    start: usize,
+    end: usize,
+    hash: u64,
+}
+
+impl Probe {
+    fn of(body: &[u8], range: Range<usize>) -> Self {
+        Self {
+            hash: xxhash_rust::xxh3::xxh3_64(&body[range.clone()]),
+            start: range.start,
+            end: range.end,
+        }
+    }
+
+    /// Whether `body` has the probed bytes at the same place (by their hash).
+    fn found_in(&self, body: &[u8]) -> bool {
+        body.get(self.start..self.end)
+            .is_some_and(|bytes| xxhash_rust::xxh3::xxh3_64(bytes) == self.hash)
+    }
+}
+
 /// The splits of recent bodies ([`BodySplit::of_extending`]): at most
 /// [`SplitCache::MAX_ENTRIES`] bodies and [`SplitCache::MAX_MESSAGES`] messages (36 bytes
 /// each: range, digest, nesting), the oldest dropped first; a body that extends one whole
 /// replaces it.
 #[derive(Debug, Default)]
 pub struct SplitCache {
-    /// Oldest first.
-    entries: std::collections::VecDeque<Arc<Known>>,
+    /// Oldest first, each with its probes.
+    entries: std::collections::VecDeque<(Probes, Arc<Known>)>,
     messages: usize,
     /// Bodies that extended a held one whole, bodies resumed after part of one, and the
     /// held messages trusted in all.
@@ -650,16 +683,16 @@ impl SplitCache {
     /// rollout's own previous body among them.
     fn candidates(&self, body: &[u8]) -> Vec<Arc<Known>> {
         let (mut tails, mut middles, mut others) = (Vec::new(), Vec::new(), Vec::new());
-        for known in self.entries.iter().rev() {
-            if !body.starts_with(&known.head) {
+        for (probes, known) in self.entries.iter().rev() {
+            if !probes.head.found_in(body) {
                 continue;
             }
-            if known.probed(body, known.messages.len() - 1, &known.tail) {
+            if probes.tail.found_in(body) {
                 tails.push(Arc::clone(known));
                 if tails.len() == Self::MAX_TRIED {
                     break;
                 }
-            } else if known.probed(body, known.messages.len() / 2, &known.middle) {
+            } else if probes.middle.found_in(body) {
                 if middles.len() < Self::MAX_TRIED {
                     middles.push(Arc::clone(known));
                 }
@@ -674,9 +707,9 @@ impl SplitCache {
     }
 
     /// Remembers `entry`, in place of `replaces` (the entry it extends) when given.
-    fn insert(&mut self, entry: Known, replaces: Option<&Arc<Known>>) {
+    fn insert(&mut self, probes: Probes, entry: Known, replaces: Option<&Arc<Known>>) {
         if let Some(old) = replaces {
-            if let Some(at) = self.entries.iter().position(|k| Arc::ptr_eq(k, old)) {
+            if let Some(at) = self.entries.iter().position(|(_, k)| Arc::ptr_eq(k, old)) {
                 self.messages -= old.messages.len();
                 self.entries.remove(at);
             }
@@ -685,9 +718,9 @@ impl SplitCache {
             return;
         }
         self.messages += entry.messages.len();
-        self.entries.push_back(Arc::new(entry));
+        self.entries.push_back((probes, Arc::new(entry)));
         while self.entries.len() > Self::MAX_ENTRIES || self.messages > Self::MAX_MESSAGES {
-            let Some(old) = self.entries.pop_front() else {
+            let Some((_, old)) = self.entries.pop_front() else {
                 break;
             };
             self.messages -= old.messages.len();
@@ -1479,11 +1512,18 @@ pub(crate) mod tests {
     #[test]
     fn the_split_cache_keeps_its_bounds() {
         let mut cache = SplitCache::default();
+        let probe = Probe {
+            start: 0,
+            end: 0,
+            hash: 0,
+        };
+        let probes = Probes {
+            head: probe,
+            tail: probe,
+            middle: probe,
+        };
         let entry = |messages: usize| Known {
-            head: Box::default(),
             head_digest: 0,
-            tail: Box::default(),
-            middle: Box::default(),
             messages: vec![
                 RawMessage {
                     range: 0..1,
@@ -1495,23 +1535,23 @@ pub(crate) mod tests {
             rest: Vec::new(),
         };
         for _ in 0..SplitCache::MAX_ENTRIES + 10 {
-            cache.insert(entry(1), None);
+            cache.insert(probes, entry(1), None);
         }
         assert_eq!(cache.entries.len(), SplitCache::MAX_ENTRIES);
         assert_eq!(cache.messages, SplitCache::MAX_ENTRIES);
-        cache.insert(entry(SplitCache::MAX_MESSAGES - 5), None);
+        cache.insert(probes, entry(SplitCache::MAX_MESSAGES - 5), None);
         assert!(cache.messages <= SplitCache::MAX_MESSAGES);
         assert_eq!(
             cache.messages,
             cache
                 .entries
                 .iter()
-                .map(|k| k.messages.len())
+                .map(|(_, k)| k.messages.len())
                 .sum::<usize>()
         );
         // An entry past the bound alone is not held.
         let before = cache.entries.len();
-        cache.insert(entry(SplitCache::MAX_MESSAGES + 1), None);
+        cache.insert(probes, entry(SplitCache::MAX_MESSAGES + 1), None);
         assert_eq!(cache.entries.len(), before);
     }
 
