@@ -9,7 +9,8 @@
 #
 # Paths as in bench/load.sh: `ids` the next turns of running sessions (examples/bench_turns.rs:
 # 4 rollouts, each sending its next turns in order after a warm-up turn),
-# `foreign`, `parts`, `mini`, `terminus` a request that opens a session (256 rollouts, cycled),
+# `foreign`, `parts`, `mini`, `terminus` a request that opens a session no process has seen
+# (bench_turns --openings: 256 rollouts' bodies, a tag of the request's own in every message),
 # `mini-run`, `terminus-run` the next turns of running sessions of those id-less dialects
 # (bench_turns --dialect: each history holds the proxy's own last reply; a second mock numbers
 # its answers so that no two are equal).
@@ -58,10 +59,14 @@ wait_http "http://127.0.0.1:$NUMBERED_PORT/health"
 
 # send FLAG BODY N [--warm-only|--skip-warm]: N requests of BODY with oha (FLAG -D or -Z),
 # or (FLAG `turns:DIALECT`) the next turns of 4 rollouts of BODY turns, N / 4 each, with
-# bench_turns.
+# bench_turns, or (FLAG `openings`) N openings never seen, made from BODY's templates
+# (bench_turns --openings; the warm-up sends 5).
 send() {
     local flag=$1 body=$2 n=$3 url="http://127.0.0.1:$PROXY_PORT/v1/chat/completions"
-    if [[ $flag == turns:* ]]; then
+    if [[ $flag == openings ]]; then
+        target/release/examples/bench_turns --url "$url" --openings "$body" --requests "$n" \
+            --warm-requests 5 "$4"
+    elif [[ $flag == turns:* ]]; then
         target/release/examples/bench_turns --url "$url" --turns "$body" --sessions 4 \
             --rounds $((n / 4)) --dialect "${flag#turns:}" --state "$WORK/replies.json" "$4"
     elif [[ $4 == --warm-only ]]; then
@@ -125,14 +130,14 @@ CONFIGS=(
     "ids 20 turns:ids 20 32"
     "ids 100 turns:ids 100 32"
     "ids 1000 turns:ids 1000 8"
-    "foreign 20 -Z $B/foreign-20.jsonl $N_LONG"
-    "foreign 100 -Z $B/foreign-100.jsonl $N_LONG"
-    "parts 20 -Z $B/parts-20.jsonl $N_LONG"
-    "parts 100 -Z $B/parts-100.jsonl $N_LONG"
-    "mini 20 -Z $B/mini-20.jsonl $N_LONG"
-    "mini 100 -Z $B/mini-100.jsonl $N_LONG"
-    "terminus 20 -Z $B/terminus-20.jsonl $N_LONG"
-    "terminus 100 -Z $B/terminus-100.jsonl $N_LONG"
+    "foreign 20 openings $B/foreign-20.jsonl $N_LONG"
+    "foreign 100 openings $B/foreign-100.jsonl $N_LONG"
+    "parts 20 openings $B/parts-20.jsonl $N_LONG"
+    "parts 100 openings $B/parts-100.jsonl $N_LONG"
+    "mini 20 openings $B/mini-20.jsonl $N_LONG"
+    "mini 100 openings $B/mini-100.jsonl $N_LONG"
+    "terminus 20 openings $B/terminus-20.jsonl $N_LONG"
+    "terminus 100 openings $B/terminus-100.jsonl $N_LONG"
     "mini-run 20 turns:mini 20 32"
     "mini-run 100 turns:mini 100 32"
     "terminus-run 20 turns:terminus 20 32"
