@@ -90,6 +90,8 @@ pub mod names {
     pub const RENDER_CACHE_ESCAPED_BYTES: &str = "asap_render_cache_escaped_bytes";
     /// Gauge, bytes: the render cache's bound (`--render-cache-mib`; 0: off).
     pub const RENDER_CACHE_CAPACITY: &str = "asap_render_cache_capacity_bytes";
+    /// Gauge: whole renders the render cache gives an entry, one in this many (1: all).
+    pub const RENDER_CACHE_ADMIT_ONE_IN: &str = "asap_render_cache_admit_one_in";
 }
 
 /// Buckets (seconds) of the proxy's own work: overhead, render, parse. Typical values are
@@ -238,6 +240,7 @@ impl Metrics {
             gauge!(names::RENDER_CACHE_BYTES).set(stats.bytes as f64);
             gauge!(names::RENDER_CACHE_ESCAPED_BYTES).set(stats.escaped_bytes as f64);
             gauge!(names::RENDER_CACHE_CAPACITY).set(stats.capacity as f64);
+            gauge!(names::RENDER_CACHE_ADMIT_ONE_IN).set(stats.admit_one_in as f64);
         });
     }
 
@@ -383,6 +386,10 @@ fn describe() {
         names::RENDER_CACHE_CAPACITY,
         Unit::Bytes,
         "The render cache's bound (--render-cache-mib; 0: off)"
+    );
+    describe_gauge!(
+        names::RENDER_CACHE_ADMIT_ONE_IN,
+        "Whole renders the render cache gives an entry: one in this many (1: all; more once the rollouts in flight pass its bound)"
     );
     describe_counter!(
         names::REQUESTS,

@@ -241,6 +241,8 @@ async fn the_render_cache_shows_its_hits_extensions_and_misses() {
         value(&text, "asap_render_cache_capacity_bytes"),
         Some((asap_proxy::render::RENDER_CACHE_MIB << 20) as f64)
     );
+    // A few short sessions are far from the bound: every whole render is admitted.
+    assert_eq!(value(&text, "asap_render_cache_admit_one_in"), Some(1.0));
     assert!(text.contains("# HELP asap_render_cache_lookups_total"));
 }
 

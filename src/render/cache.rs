@@ -22,6 +22,20 @@
 //! when the prompts alone pass it, so a cache too small for both keeps the prompts a cache
 //! without frames would: a prompt without frames is escaped whole when sent, as every prompt
 //! was.
+//!
+//! Admission adapts to the rollouts in flight, as the message cache's does
+//! (`openai::split::MessageCache`): rollouts come back in the order they left, so when their
+//! prompts together pass the bound, least-recently-used eviction always drops the entry asked
+//! for next and almost no turn finds its prompt (issue 23, twenty-second session: 70 of 1,280
+//! turns extended with 256 running 100-turn rollouts at the default bound; 792 with admission). Each *turnover* (entries of half
+//! the bound dropped since the last one) with at least [`MIN_WINDOW`] renders since judges
+//! them: when fewer were answered (whole or extended) than one in 8 (all admitted) or than
+//! half the admitted share, only the conversations whose family key is 0 modulo 2 (then 4, at
+//! most [`MAX_ADMIT_ONE_IN`]) get a new entry from a whole render, and that share stays and is
+//! extended every turn. An extension is kept whatever the share (its rollout holds an entry).
+//! Admitting one in `n`, each time `n` times the bound of prompts has been rendered without a
+//! turnover it admits twice as many again if the admitted prompts found (each once) and
+//! rendered whole since fill at most half the bound.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -62,6 +76,108 @@ struct Inner {
     /// Of `bytes`, those of escaped frames.
     escaped_bytes: usize,
     stats: RenderCacheStats,
+    admission: Admission,
+}
+
+/// The render cache's admission ([`RenderCache`]'s module doc: the rule and its source).
+#[derive(Debug)]
+struct Admission {
+    /// Whole renders get an entry when their family key is 0 modulo this (1: all).
+    one_in: u64,
+    /// Renders counted since the window began, and those answered (whole or extended).
+    renders: u64,
+    answered: u64,
+    /// Prompt bytes rendered (answered or not) since the window began.
+    rendered: usize,
+    /// Prompt bytes of the admitted share in use since the window began: entries of admitted
+    /// families found (each once: [`Entry::found_in`]) and their whole renders.
+    admitted: usize,
+    /// Entry bytes dropped since the last turnover.
+    dropped: usize,
+    /// The window's number.
+    window: u32,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Self {
+            one_in: 1,
+            renders: 0,
+            answered: 0,
+            rendered: 0,
+            admitted: 0,
+            dropped: 0,
+            window: 0,
+        }
+    }
+}
+
+/// The fewest whole renders given an entry past the bound: one in this many ([`RenderCache`]).
+pub const MAX_ADMIT_ONE_IN: u64 = 8;
+
+/// Renders between two turnovers below which admission is left as it is (too few to judge).
+const MIN_WINDOW: u64 = 64;
+
+impl Admission {
+    fn admits(&self, family: u128) -> bool {
+        family % u128::from(self.one_in) == 0
+    }
+
+    /// Starts a window: nothing counted, nothing dropped.
+    fn new_window(&mut self) {
+        self.renders = 0;
+        self.answered = 0;
+        self.dropped = 0;
+        self.new_share_window();
+    }
+
+    /// Starts measuring the admitted share in use anew (the renders since the last turnover
+    /// stay counted for the next one).
+    fn new_share_window(&mut self) {
+        self.rendered = 0;
+        self.admitted = 0;
+        self.window = self.window.wrapping_add(1);
+    }
+
+    /// Counts a render of `len` prompt bytes; widens once `one_in` times `capacity` bytes were
+    /// rendered in the window, if the admitted share in use fills at most half of it.
+    fn rendered(&mut self, len: usize, answered: bool, capacity: usize) {
+        self.renders += 1;
+        self.answered += u64::from(answered);
+        self.rendered += len;
+        let n = usize::try_from(self.one_in).unwrap_or(usize::MAX);
+        if n > 1 && self.rendered > n.saturating_mul(capacity) {
+            if 2 * self.admitted <= capacity {
+                self.one_in /= 2;
+                self.new_window();
+            } else {
+                self.new_share_window();
+            }
+        }
+    }
+
+    /// Counts `bytes` of entries dropped; each turnover (half of `capacity`) narrows when too
+    /// few renders were answered since the last one.
+    fn dropped(&mut self, bytes: usize, capacity: usize) {
+        self.dropped += bytes;
+        if 2 * self.dropped < capacity {
+            return;
+        }
+        self.dropped = 0;
+        // Too few renders to judge (prompts over a 128th of the bound): the window runs on.
+        if self.renders < MIN_WINDOW {
+            return;
+        }
+        let (renders, answered) = (self.renders, self.answered);
+        self.new_window();
+        let floor = match self.one_in {
+            1 => 8,
+            n => 2 * n,
+        };
+        if answered * floor < renders {
+            self.one_in = (self.one_in * 2).min(MAX_ADMIT_ONE_IN);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -75,6 +191,8 @@ struct Entry {
     /// Bytes of the escaped frames the entry holds ([`HeldPrompt::escaped`]); 0 once dropped.
     escaped_bytes: usize,
     used: u64,
+    /// The admission window it was last found in or made in ([`Admission::admitted`]).
+    found_in: u32,
 }
 
 impl Entry {
@@ -114,6 +232,8 @@ pub struct RenderCacheStats {
     pub escaped_bytes: usize,
     /// The bound on `bytes` (`--render-cache-mib`).
     pub capacity: usize,
+    /// Whole renders get an entry one in this many (1: all; [`RenderCache`]).
+    pub admit_one_in: u64,
 }
 
 /// Where a prompt the render cache holds comes from: an id of its own (never reused within
@@ -189,7 +309,12 @@ impl RenderCache {
         let mut inner = self.inner.lock().ok()?;
         inner.clock += 1;
         let clock = inner.clock;
-        let Inner { families, held, .. } = &mut *inner;
+        let Inner {
+            families,
+            held,
+            admission,
+            ..
+        } = &mut *inner;
         let best = families
             .get_mut(&lookup.family)?
             .iter_mut()
@@ -200,6 +325,10 @@ impl RenderCache {
             })
             .max_by_key(|e| e.steps.len())?;
         best.used = clock;
+        if best.found_in != admission.window && admission.admits(lookup.family) {
+            best.found_in = admission.window;
+            admission.admitted += best.prompt.len();
+        }
         let held = held.get(&address(&best.prompt))?;
         Some(Found {
             prompt: best.prompt.clone(),
@@ -209,14 +338,19 @@ impl RenderCache {
         })
     }
 
-    /// Counts a render: answered whole, extended, or rendered whole.
-    pub fn count(&self, outcome: Outcome) {
+    /// Counts a render of a `prompt_len`-byte prompt: answered whole, extended, or rendered
+    /// whole (and judges admission: [`RenderCache`]).
+    pub fn count(&self, outcome: Outcome, prompt_len: usize) {
         if let Ok(mut inner) = self.inner.lock() {
             match outcome {
                 Outcome::Hit => inner.stats.hits += 1,
                 Outcome::Extended => inner.stats.extended += 1,
                 Outcome::Miss => inner.stats.misses += 1,
             }
+            let answered = !matches!(outcome, Outcome::Miss);
+            inner
+                .admission
+                .rendered(prompt_len, answered, self.capacity);
         }
     }
 
@@ -227,10 +361,16 @@ impl RenderCache {
     }
 
     /// Whether [`RenderCache::insert`] keeps a prompt of `prompt_len` bytes and `steps` steps
-    /// (a prompt over a quarter of the bound is not kept), so that a caller escapes only what
-    /// is kept.
-    pub fn admits(&self, prompt_len: usize, steps: usize) -> bool {
+    /// for `lookup`'s conversation, so that a caller escapes only what is kept: not over a
+    /// quarter of the bound, and, rendered whole (`extends` false), only in the admitted share
+    /// ([`RenderCache`]).
+    pub fn admits(&self, lookup: &Lookup, prompt_len: usize, steps: usize, extends: bool) -> bool {
         entry_bytes(prompt_len, steps) <= self.capacity / 4
+            && (extends
+                || self
+                    .inner
+                    .lock()
+                    .is_ok_and(|inner| inner.admission.admits(lookup.family)))
     }
 
     /// Whether frames for a prompt of `prompt_len` bytes and `steps` steps would stay: the
@@ -259,13 +399,19 @@ impl RenderCache {
         parent: Option<(&Arc<String>, usize)>,
     ) {
         debug_assert!(escaped.as_ref().is_none_or(|e| e.len() == json_len));
+        if !self.admits(&lookup, prompt.len(), lookup.steps.len(), parent.is_some()) {
+            return;
+        }
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        if !self.admits(prompt.len(), lookup.steps.len()) {
-            return;
-        }
         inner.clock += 1;
+        // An extension takes the window its older prompt was counted in; a whole render is
+        // counted in the admitted share now.
+        let window = inner.admission.window;
+        if parent.is_none() {
+            inner.admission.admitted += prompt.len();
+        }
         let used = inner.clock;
         // One copy of each tool set, whatever the family (the tools are not counted in the
         // bound: a scaffold version has one set, a run a handful).
@@ -287,6 +433,7 @@ impl RenderCache {
             prompt,
             escaped_bytes: escaped.as_ref().map_or(0, JsonFrames::len),
             used,
+            found_in: window,
         };
         let added = entry.bytes();
         let added_escaped = entry.escaped_bytes;
@@ -340,6 +487,7 @@ impl RenderCache {
                 bytes: inner.bytes,
                 escaped_bytes: inner.escaped_bytes,
                 capacity: self.capacity,
+                admit_one_in: inner.admission.one_in,
                 ..inner.stats
             })
             .unwrap_or_default()
@@ -399,6 +547,7 @@ impl Inner {
                 self.bytes -= entry.bytes();
                 self.escaped_bytes -= entry.escaped_bytes;
                 self.held.remove(&address(&entry.prompt));
+                self.admission.dropped(entry.bytes(), capacity);
             }
             if entries.is_empty() {
                 self.families.remove(&family);
@@ -688,6 +837,68 @@ mod tests {
                 assert_consistent(renderer.cache.as_ref().unwrap());
             }
         }
+    }
+
+    /// Rollouts taking turns in order, `rounds` next turns each (one observation of
+    /// `observation` bytes a turn), through `render_shared` on `renderer`: the share of the
+    /// last four rounds' renders answered (extended or whole).
+    fn run_rollouts(
+        renderer: &super::super::Renderer,
+        sessions: &mut [Conversation],
+        rounds: usize,
+        observation: usize,
+    ) -> f64 {
+        let tools = ResolvedProfile::empty();
+        let mut last = (0, 0);
+        for round in 0..rounds {
+            if round + 4 == rounds {
+                last = (0, 0);
+            }
+            let before = renderer.render_cache_stats();
+            for (i, c) in sessions.iter_mut().enumerate() {
+                c.steps.push(Step {
+                    thought: format!("turn {round} of {i}").into(),
+                    observation: Some(format!("{i} {round} {}", "o".repeat(observation)).into()),
+                    ..Step::default()
+                });
+                renderer.render_shared(Format::Xml, c, &tools).unwrap();
+            }
+            let after = renderer.render_cache_stats();
+            let answered = after.hits + after.extended - before.hits - before.extended;
+            last = (last.0 + answered, last.1 + sessions.len() as u64);
+        }
+        last.0 as f64 / last.1 as f64
+    }
+
+    /// Past the bound, rollouts that come back in the order they left find their prompt only
+    /// through admission: least-recently-used eviction alone drops each entry just before its
+    /// rollout's next turn. Then, once the rollouts fit again, admission widens back to all.
+    #[test]
+    fn admission_keeps_a_share_past_the_bound_and_widens_once_rollouts_fit() {
+        let renderer = super::super::Renderer::new()
+            .unwrap()
+            .with_render_cache(256 * 1024);
+        // 64 rollouts growing to ~16 KB prompts (~1 MB together, four times the bound): one
+        // in 8 admitted, and about that share answered (none without admission).
+        let mut many: Vec<Conversation> = (0..64)
+            .map(|i| conversation(&format!("task {i}"), "start"))
+            .collect();
+        let answered = run_rollouts(&renderer, &mut many, 36, 400);
+        let stats = renderer.render_cache_stats();
+        assert!(stats.admit_one_in > 1, "{stats:?}");
+        assert!(answered >= 0.08, "{answered} {stats:?}");
+        assert_consistent(renderer.cache.as_ref().unwrap());
+        // Then 6 rollouts growing to ~20 KB prompts (under half the bound together):
+        // admission widens back (after 8, 4 and 2 times the bound rendered, about 90 rounds)
+        // and every turn is extended.
+        let mut few: Vec<Conversation> = (0..6)
+            .map(|i| conversation(&format!("other task {i}"), "start"))
+            .collect();
+        let answered = run_rollouts(&renderer, &mut few, 150, 100);
+        let stats = renderer.render_cache_stats();
+        assert_eq!(stats.admit_one_in, 1, "{stats:?}");
+        assert_eq!(answered, 1.0, "{stats:?}");
+        assert_consistent(renderer.cache.as_ref().unwrap());
     }
 
     /// Frames are made only where they would stay: not once the prompts held, the new one

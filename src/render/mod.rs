@@ -436,7 +436,7 @@ impl Renderer {
         let found = cache.find(&lookup, tools);
         if let Some(found) = &found {
             if found.steps == steps.len() {
-                cache.count(cache::Outcome::Hit);
+                cache.count(cache::Outcome::Hit, found.prompt.len());
                 return Ok(found.prompt.clone());
             }
             let tail = self.render_document(
@@ -448,9 +448,9 @@ impl Renderer {
             )?;
             if let Some(joined) = self.join(format, &found.prompt, &tail) {
                 let prompt = Arc::new(joined);
-                cache.count(cache::Outcome::Extended);
+                cache.count(cache::Outcome::Extended, prompt.len());
                 let shared = found.prompt.len() - format.cue().len();
-                if cache.admits(prompt.len(), lookup.steps.len()) {
+                if cache.admits(&lookup, prompt.len(), lookup.steps.len(), true) {
                     // Only the new blocks are escaped when the older prompt's frames are kept;
                     // without them, the whole prompt, if its frames would stay.
                     let cue = format.cue().as_bytes();
@@ -479,9 +479,9 @@ impl Renderer {
                 return Ok(prompt);
             }
         }
-        cache.count(cache::Outcome::Miss);
         let prompt = Arc::new(self.render_steps(format, conversation, &steps, tools)?);
-        if cache.admits(prompt.len(), lookup.steps.len()) {
+        cache.count(cache::Outcome::Miss, prompt.len());
+        if cache.admits(&lookup, prompt.len(), lookup.steps.len(), false) {
             // No frames yet: most conversations rendered whole are not continued in this
             // process (a request that opens a session after a restart or on another replica,
             // a history the client rewrote), and frames made for them would be dropped
