@@ -23,10 +23,11 @@
 //!
 //! `--openings FILE` sends openings that no process has seen instead (a restart, another
 //! replica, a content-dialect scaffold's first turn in a process): FILE holds template bodies,
-//! one per line (`bench_bodies`' `foreign`, `parts`, `mini` or `terminus` files), and request
-//! `i` is template `i` modulo their number with a tag of its own written into every message
-//! ([`Template`]), so no message, history or prompt of one request is another's and the
-//! proxy's caches answer none of it. A load tool that cycles through the templates (oha's `-Z`)
+//! one per line (`bench_bodies`' `chat`, `foreign`, `parts`, `mini` or `terminus` files), and
+//! request `i` is template `i` modulo their number with a tag of its own written into every
+//! message ([`Template`]; the tag holds the run, from the clock and the process id, so another
+//! run against the same proxy sends other tags), so no message, history or prompt of one
+//! request is another's and the proxy's caches answer none of it. A load tool that cycles through the templates (oha's `-Z`)
 //! sends each again after one cycle, and from then on the caches answer part of every request:
 //! a lower bound on an opening's cost (BENCHMARKS.md, twenty-second session). `--requests`
 //! measured requests follow `--warm-requests` (tags of their own), `--concurrency` workers
@@ -106,7 +107,10 @@ struct Args {
     /// read from (`--skip-warm`).
     #[arg(long)]
     state: Option<PathBuf>,
-    /// Send never-seen openings made from these template bodies (JSONL) instead of rollouts.
+    /// Send never-seen openings made from these template bodies (JSONL: chat completions
+    /// bodies, one a line) instead of rollouts; `--turns`, `--sessions`, `--rounds`,
+    /// `--dialect`, `--stream` and `--session-base` do not apply (a template's own `stream`
+    /// is sent).
     #[arg(long)]
     openings: Option<PathBuf>,
     /// With `--openings`: measured requests.
@@ -119,30 +123,38 @@ struct Args {
 
 /// Where a template body takes each request's tag.
 const TAG_SLOT: &str = "\u{1}TAG\u{1}";
-/// Bytes of a tag: one letter for the phase (`w` warm-up, `m` measured) and 12 hex digits.
+/// Bytes of a tag: one letter for the phase (`w` warm-up, `m` measured), 6 hex digits of the
+/// run (the clock and the process: runs against one proxy do not share tags) and 6 of the
+/// request.
 const TAG_LEN: usize = 13;
 
 /// An opening's body with a slot for its tag in every message, so that each request is new
 /// to the proxy: its system and user messages and tool results take `TAG\n` at the start of
 /// their last line (inside the output a tool result wraps, e.g. before mini-swe-agent's
 /// `</output>` or Terminus-2's shell prompt), its assistant messages take `TAG ` before the
-/// thought (inside Terminus-2's `analysis` string, whose content is JSON). A list of parts
-/// takes it in its first text part.
+/// thought (inside Terminus-2's `analysis` string, whose content is JSON); one whose content
+/// is null or absent (tool calls only) gets the tag as its content. A list of parts takes it
+/// in its first text part.
 struct Template {
     /// The body's bytes between the slots (one more than the slots).
     pieces: Vec<Vec<u8>>,
 }
 
 impl Template {
-    /// The template of one body (a chat request); panics on a message it cannot tag.
-    fn new(line: &[u8]) -> Self {
-        let mut body: Value = serde_json::from_slice(line).expect("--openings: a JSON body a line");
-        for message in body["messages"]
-            .as_array_mut()
-            .expect("a chat request")
-            .iter_mut()
-        {
+    /// The template of one body (a chat request; `line` is its line number in the file);
+    /// panics with that number on a body it cannot tag.
+    fn new(line: usize, bytes: &[u8]) -> Self {
+        let mut body: Value = serde_json::from_slice(bytes)
+            .unwrap_or_else(|e| panic!("--openings line {line}: not a JSON body: {e}"));
+        let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) else {
+            panic!("--openings line {line}: no `messages` array (a chat completions body)");
+        };
+        assert!(!messages.is_empty(), "--openings line {line}: no messages");
+        for message in messages.iter_mut() {
             let assistant = message["role"] == "assistant";
+            if assistant && message.get("content").is_none_or(Value::is_null) {
+                message["content"] = Value::String(String::new());
+            }
             let text = match &mut message["content"] {
                 Value::String(text) => text,
                 Value::Array(parts) => parts
@@ -151,8 +163,12 @@ impl Template {
                         Value::String(text) => Some(text),
                         _ => None,
                     })
-                    .expect("a list of parts with a text part"),
-                other => panic!("a message whose content cannot take a tag: {other}"),
+                    .unwrap_or_else(|| {
+                        panic!("--openings line {line}: a list of parts without a text part")
+                    }),
+                other => panic!(
+                    "--openings line {line}: a message whose content cannot take a tag: {other}"
+                ),
             };
             let at = if assistant {
                 ["\"analysis\": \"", "\"analysis\":\""]
@@ -335,7 +351,12 @@ fn summary(results: &[(Duration, bool, usize)], elapsed: f64) -> Value {
         .map(|(d, _, _)| d.as_secs_f64() * 1e3)
         .collect();
     latencies.sort_by(f64::total_cmp);
-    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len().max(1) - 1) as f64 * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
     let total = results.len();
     serde_json::json!({
         "p50_ms": at(0.5),
@@ -354,10 +375,16 @@ async fn openings(args: &Args, client: reqwest::Client) {
     let text = std::fs::read(path).expect("--openings: the template bodies");
     let templates: Arc<Vec<Template>> = Arc::new(
         text.split(|&b| b == b'\n')
-            .filter(|line| !line.is_empty())
-            .map(Template::new)
+            .enumerate()
+            .filter(|(_, line)| !line.trim_ascii().is_empty())
+            .map(|(i, line)| Template::new(i + 1, line))
             .collect(),
     );
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(40);
+    let run = (run ^ (run >> 24) ^ (run >> 48)) & 0xff_ffff;
     assert!(!templates.is_empty(), "--openings: no bodies");
     let mut phases = Vec::new();
     if !args.skip_warm {
@@ -372,17 +399,20 @@ async fn openings(args: &Args, client: reqwest::Client) {
             .map(|w| {
                 let (client, templates, url) =
                     (client.clone(), templates.clone(), args.url.clone());
-                let (step, base) = (args.concurrency, args.session_base);
+                let step = args.concurrency;
                 tokio::spawn(async move {
                     let mut done = Vec::new();
                     for i in (w..n).step_by(step) {
-                        let tag = format!("{phase}{:012x}", base + i as u64);
+                        let tag = format!("{phase}{run:06x}{:06x}", i & 0xff_ffff);
                         assert_eq!(tag.len(), TAG_LEN);
                         let body = templates[i % templates.len()].body(&tag);
                         let len = body.len();
                         let sent = Instant::now();
-                        let ok = send(&client, &url, body).await.is_ok();
-                        done.push((sent.elapsed(), ok, len));
+                        let answer = send(&client, &url, body).await;
+                        if let Err(e) = &answer {
+                            eprintln!("bench_turns: request {phase}{i} failed: {e}");
+                        }
+                        done.push((sent.elapsed(), answer.is_ok(), len));
                     }
                     done
                 })
