@@ -403,7 +403,11 @@ impl Renderer {
             let tail = self
                 .render_document(format, &conversation, &steps[split..], &tools, Header::Bare)
                 .map_err(|e| e.to_string())?;
-            let joined = self.join(format, &render(&steps[..split])?, &tail);
+            let head = render(&steps[..split])?;
+            let joined = head
+                .strip_suffix(format.cue())
+                .zip(self.blocks(format, &tail))
+                .map(|(head, blocks)| concat(head, blocks));
             if joined.as_deref() != Some(whole.as_str()) {
                 return Err(format!(
                     "{}: steps {split}.. rendered apart differ",
@@ -433,11 +437,10 @@ impl Renderer {
         };
         let lookup = cache::Lookup::of(format, conversation);
         let steps = all_steps(conversation);
-        let found = cache.find(&lookup, tools);
-        if let Some(found) = &found {
+        if let Some(found) = cache.find(&lookup, tools) {
             if found.steps == steps.len() {
                 cache.count(cache::Outcome::Hit, found.prompt.len());
-                return Ok(found.prompt.clone());
+                return Ok(found.prompt);
             }
             let tail = self.render_document(
                 format,
@@ -446,37 +449,58 @@ impl Renderer {
                 tools,
                 Header::Bare,
             )?;
-            if let Some(joined) = self.join(format, &found.prompt, &tail) {
-                let prompt = Arc::new(joined);
-                cache.count(cache::Outcome::Extended, prompt.len());
-                let shared = found.prompt.len() - format.cue().len();
-                if cache.admits(&lookup, prompt.len(), lookup.steps.len(), true) {
-                    // Only the new blocks are escaped when the older prompt's frames are kept;
-                    // without them, the whole prompt, if its frames would stay.
-                    let cue = format.cue().as_bytes();
-                    let body = &prompt.as_bytes()[..prompt.len() - cue.len()];
-                    let escaped = match &found.escaped {
-                        Some(older) => Some(older.extended(&body[shared..], cue)),
-                        None => cache
-                            .frames_fit(prompt.len(), lookup.steps.len())
-                            .then(|| JsonFrames::of(body, cue)),
-                    };
-                    // Escaping is byte by byte: without frames, the older prompt's escaped
-                    // length plus the new blocks' (both end with the cue).
-                    let json_len = match &escaped {
-                        Some(escaped) => escaped.len(),
-                        None => found.json_len + crate::util::json_escaped_len(&body[shared..]),
-                    };
-                    cache.insert(
-                        lookup,
-                        tools,
-                        prompt.clone(),
-                        json_len,
-                        escaped,
-                        Some((&found.prompt, shared)),
-                    );
+            let cue = format.cue();
+            if let Some(blocks) = self
+                .blocks(format, &tail)
+                .filter(|_| found.prompt.ends_with(cue))
+            {
+                let shared = found.prompt.len() - cue.len();
+                let len = shared + blocks.len();
+                cache.count(cache::Outcome::Extended, len);
+                if !cache.admits(&lookup, len, lookup.steps.len(), true) {
+                    return Ok(Arc::new(concat(&found.prompt[..shared], blocks)));
                 }
-                return Ok(prompt);
+                // Only the new blocks are escaped when the older prompt's frames are kept;
+                // without them, the whole prompt, if its frames would stay.
+                let new = &blocks.as_bytes()[..blocks.len() - cue.len()];
+                let escaped = match &found.escaped {
+                    Some(older) => Some(older.extended(new, cue.as_bytes())),
+                    None => cache.frames_fit(len, lookup.steps.len()).then(|| {
+                        JsonFrames::of(&found.prompt.as_bytes()[..shared], b"")
+                            .extended(new, cue.as_bytes())
+                    }),
+                };
+                // Escaping is byte by byte: without frames, the older prompt's escaped length
+                // plus the new blocks' (both end with the cue).
+                let json_len = match &escaped {
+                    Some(escaped) => escaped.len(),
+                    None => found.json_len + crate::util::json_escaped_len(new),
+                };
+                // The older prompt grows in place when only the cache and this render hold it
+                // (the next turn of a session: its last prompt was sent and released);
+                // otherwise it is copied, and the copy replaces its entry.
+                return match cache.extend_in_place(
+                    lookup,
+                    found.prompt,
+                    blocks,
+                    cue.len(),
+                    json_len,
+                    escaped,
+                ) {
+                    Ok(prompt) => Ok(prompt),
+                    Err((lookup, older, escaped)) => {
+                        let prompt = Arc::new(concat(&older[..shared], blocks));
+                        cache.insert(
+                            lookup,
+                            tools,
+                            prompt.clone(),
+                            json_len,
+                            escaped,
+                            Some((&older, shared)),
+                        );
+                        Ok(prompt)
+                    }
+                };
             }
         }
         let prompt = Arc::new(self.render_steps(format, conversation, &steps, tools)?);
@@ -500,19 +524,13 @@ impl Renderer {
         self.cache.as_ref()?.held(prompt)
     }
 
-    /// The prompt of a conversation whose first steps `prompt` holds, followed by the blocks
-    /// that `tail` (a [`Header::Bare`] render of the later steps) holds: `prompt` less its cue,
-    /// then `tail` from its first block on (its blocks and the cue). `None` when either lacks
-    /// the cue.
-    fn join(&self, format: Format, prompt: &str, tail: &str) -> Option<String> {
-        let cue = format.cue();
+    /// The blocks of `tail` (a [`Header::Bare`] render of a conversation's later steps): its
+    /// text from its first block on, which ends with the cue. `None` when it lacks the cue.
+    /// The prompt of the whole conversation is the prompt of its first steps less its cue,
+    /// then these.
+    fn blocks<'t>(&self, format: Format, tail: &'t str) -> Option<&'t str> {
         let start = self.bare_header_len[FORMATS.iter().position(|f| *f == format)?];
-        let head = prompt.strip_suffix(cue)?;
-        let blocks = tail.get(start..).filter(|b| b.ends_with(cue))?;
-        let mut out = String::with_capacity(head.len() + blocks.len());
-        out.push_str(head);
-        out.push_str(blocks);
-        Some(out)
+        tail.get(start..).filter(|b| b.ends_with(format.cue()))
     }
 
     /// Renders the continuation document whole; it always ends with [`Format::cue`].
@@ -660,6 +678,14 @@ impl Renderer {
             ))
         })
     }
+}
+
+/// `head` then `blocks`, in a string of their length.
+fn concat(head: &str, blocks: &str) -> String {
+    let mut out = String::with_capacity(head.len() + blocks.len());
+    out.push_str(head);
+    out.push_str(blocks);
+    out
 }
 
 /// The steps of a document, in order: reference prefix steps, then live ones.
