@@ -12,7 +12,7 @@
 //! and matched by the XXH3-128 digests of its steps' rendered inputs (thought, action,
 //! observation) and by the tools, which decide how actions are written: family and tools
 //! decide the header, the digests the blocks. Entries are bounded by the bytes of
-//! their prompts (`--render-cache-mib`; a prompt counts its allocation, spare room included);
+//! their prompts (`--render-cache-mib`; a prompt grown in place counts its spare room too);
 //! past the bound the least recently used go.
 //!
 //! The next turn of a session extends its entry's prompt in place when no one else holds it
@@ -198,16 +198,17 @@ struct Entry {
     prompt: Arc<String>,
     /// Bytes of the escaped frames the entry holds ([`HeldPrompt::escaped`]); 0 once dropped.
     escaped_bytes: usize,
+    /// The prompt's spare capacity once it has grown in place ([`EXTEND_SPARE`]), counted in
+    /// the bound; 0 for a prompt as rendered (its buffer's estimate is not counted).
+    spare: usize,
     used: u64,
     /// The admission window it was last found in or made in ([`Admission::admitted`]).
     found_in: u32,
 }
 
 impl Entry {
-    /// Counted by the prompt's capacity: an entry extended in place keeps spare room
-    /// ([`EXTEND_SPARE`]), and that memory is held too.
     fn bytes(&self) -> usize {
-        entry_bytes(self.prompt.capacity(), self.steps.len()) + self.escaped_bytes
+        entry_bytes(self.prompt.len(), self.steps.len()) + self.spare + self.escaped_bytes
     }
 }
 
@@ -456,6 +457,7 @@ impl RenderCache {
             generic_shell: tools.generic_shell,
             prompt,
             escaped_bytes: escaped.as_ref().map_or(0, JsonFrames::len),
+            spare: 0,
             used,
             found_in: window,
         };
@@ -510,7 +512,9 @@ impl RenderCache {
     /// `older` as the parent would make it, without copying the older prompt (a next turn's
     /// largest copy: 5 % of its CPU at 100 turns, issue 23). `Err` gives the arguments back
     /// when another holds `older` (a request still sending it, a retry), when no entry holds
-    /// it, or when the cache is poisoned: then the caller copies and inserts.
+    /// it, or when the cache is poisoned: then the caller copies and inserts. When the
+    /// allocation must move ([`EXTEND_SPARE`] makes that one turn in two or fewer), the copy is
+    /// made under the cache's lock.
     #[allow(clippy::type_complexity)]
     pub fn extend_in_place(
         &self,
@@ -584,6 +588,7 @@ impl RenderCache {
         text.push_str(blocks);
         entry.steps = lookup.steps;
         entry.used = used;
+        entry.spare = text.capacity() - text.len();
         entry.escaped_bytes = escaped.as_ref().map_or(0, JsonFrames::len);
         let after = entry.bytes();
         let after_escaped = entry.escaped_bytes;
@@ -929,7 +934,7 @@ mod tests {
             observation: Some(format!("output {n}\n").repeat(40).into()),
             ..Step::default()
         };
-        // The opening is rendered whole; the second turn extends it (a copy: no frames yet).
+        // The opening is rendered whole and released; the second turn grows it in place.
         drop(renderer.render_shared(format, &c, &tools).unwrap());
         c.steps.push(step(1));
         let second = renderer.render_shared(format, &c, &tools).unwrap();
