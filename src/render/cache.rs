@@ -291,6 +291,8 @@ pub(super) struct Lookup {
 
 impl Lookup {
     pub fn of(format: Format, conversation: &Conversation) -> Self {
+        // One buffer for every step's inputs ([`step_digest`]).
+        let mut buf = Vec::new();
         let mut h = Xxh3::with_seed(seed());
         write_str(&mut h, format.name());
         write_str(&mut h, &conversation.system);
@@ -304,7 +306,7 @@ impl Lookup {
                 write_str(&mut h, &example.task);
                 h.update(&(example.steps.len() as u64).to_le_bytes());
                 for step in &example.steps {
-                    h.update(&step_digest(step).to_le_bytes());
+                    h.update(&step_digest(step, &mut buf).to_le_bytes());
                 }
             }
         }
@@ -314,7 +316,7 @@ impl Lookup {
                 .prefix
                 .iter()
                 .chain(&conversation.steps)
-                .map(step_digest)
+                .map(|step| step_digest(step, &mut buf))
                 .collect(),
         }
     }
@@ -710,75 +712,100 @@ fn address(prompt: &Arc<String>) -> usize {
 }
 
 /// XXH3-128 of what a step's block is written from: its thought, action and observation
-/// (each with a tag and a length, so that no two steps write the same bytes).
-fn step_digest(step: &Step) -> u128 {
-    let mut h = Xxh3::with_seed(seed());
-    write_str(&mut h, &step.thought);
+/// (each with a tag and a length, so that no two steps write the same bytes). The bytes are
+/// gathered in `buf` and hashed at once: a step's inputs are a dozen short pieces, and the
+/// streaming hasher's set-up and per-piece cost were most of a lookup's (issue 23; the digest
+/// is the one the streaming hasher gives for the same bytes).
+fn step_digest(step: &Step, buf: &mut Vec<u8>) -> u128 {
+    buf.clear();
+    feed_step(buf, step);
+    xxhash_rust::xxh3::xxh3_128_with_seed(buf, seed())
+}
+
+/// A step's inputs, as [`step_digest`] hashes them.
+fn feed_step(h: &mut impl Feed, step: &Step) {
+    write_str(h, &step.thought);
     match &step.action {
-        None => h.update(b"n"),
+        None => h.feed(b"n"),
         Some(Action::Submit { message }) => {
-            h.update(b"s");
-            write_opt(&mut h, message.as_deref());
+            h.feed(b"s");
+            write_opt(h, message.as_deref());
         }
         Some(Action::Call { tag, arguments }) => {
-            h.update(b"c");
-            write_str(&mut h, tag);
-            h.update(&(arguments.len() as u64).to_le_bytes());
+            h.feed(b"c");
+            write_str(h, tag);
+            h.feed(&(arguments.len() as u64).to_le_bytes());
             for (k, v) in arguments.iter() {
-                write_str(&mut h, k);
-                write_value(&mut h, v);
+                write_str(h, k);
+                write_value(h, v);
             }
         }
     }
     // The observation by its digest, kept with the message it was read from: the bytes of a
     // history are mostly observations, hashed once per process instead of once per turn.
     match &step.observation {
-        None => h.update(b"0"),
+        None => h.feed(b"0"),
         Some(observation) => {
-            h.update(b"1");
-            h.update(&observation.digest().to_le_bytes());
+            h.feed(b"1");
+            h.feed(&observation.digest().to_le_bytes());
         }
     }
-    h.digest128()
 }
 
-fn write_str(h: &mut Xxh3, s: &str) {
-    h.update(&(s.len() as u64).to_le_bytes());
-    h.update(s.as_bytes());
+/// Where the digests' input goes: a streaming hasher or a buffer hashed at once.
+trait Feed {
+    fn feed(&mut self, bytes: &[u8]);
 }
 
-fn write_opt(h: &mut Xxh3, s: Option<&str>) {
+impl Feed for Xxh3 {
+    fn feed(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
+}
+
+impl Feed for Vec<u8> {
+    fn feed(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+fn write_str(h: &mut impl Feed, s: &str) {
+    h.feed(&(s.len() as u64).to_le_bytes());
+    h.feed(s.as_bytes());
+}
+
+fn write_opt(h: &mut impl Feed, s: Option<&str>) {
     match s {
-        None => h.update(b"0"),
+        None => h.feed(b"0"),
         Some(s) => {
-            h.update(b"1");
+            h.feed(b"1");
             write_str(h, s);
         }
     }
 }
 
-fn write_value(h: &mut Xxh3, v: &Value) {
+fn write_value(h: &mut impl Feed, v: &Value) {
     match v {
-        Value::Null => h.update(b"n"),
-        Value::Bool(b) => h.update(if *b { b"t" } else { b"f" }),
+        Value::Null => h.feed(b"n"),
+        Value::Bool(b) => h.feed(if *b { b"t" } else { b"f" }),
         Value::Number(n) => {
-            h.update(b"#");
+            h.feed(b"#");
             write_str(h, &n.to_string());
         }
         Value::String(s) => {
-            h.update(b"\"");
+            h.feed(b"\"");
             write_str(h, s);
         }
         Value::Array(items) => {
-            h.update(b"[");
-            h.update(&(items.len() as u64).to_le_bytes());
+            h.feed(b"[");
+            h.feed(&(items.len() as u64).to_le_bytes());
             for item in items {
                 write_value(h, item);
             }
         }
         Value::Object(map) => {
-            h.update(b"{");
-            h.update(&(map.len() as u64).to_le_bytes());
+            h.feed(b"{");
+            h.feed(&(map.len() as u64).to_le_bytes());
             for (k, v) in map {
                 write_str(h, k);
                 write_value(h, v);
@@ -915,6 +942,72 @@ mod tests {
         assert_eq!(with, without);
         // The bound was passed (10 KB prompts, 1 MiB).
         assert!(without.iter().max() > without.last());
+    }
+
+    /// A step's digest is the streaming hasher's over the same inputs (what the keys were
+    /// before they were hashed at once), and steps that differ in any input differ.
+    #[test]
+    fn step_digests_are_the_streaming_ones_and_tell_steps_apart() {
+        let args = |v: Value| -> Arc<serde_json::Map<String, Value>> {
+            Arc::new(
+                [
+                    ("command".to_string(), v),
+                    ("n".to_string(), Value::from(3)),
+                ]
+                .into_iter()
+                .collect(),
+            )
+        };
+        let call = |v: Value| {
+            Some(Action::Call {
+                tag: "bash".into(),
+                arguments: args(v),
+            })
+        };
+        let steps = [
+            Step::default(),
+            Step {
+                thought: "Look.".into(),
+                action: call(Value::from("ls -la")),
+                observation: Some("a\nb".into()),
+                ..Step::default()
+            },
+            Step {
+                thought: "Look.".into(),
+                action: call(serde_json::json!(["ls", {"x": null, "y": true}])),
+                observation: Some("a\nb".into()),
+                ..Step::default()
+            },
+            Step {
+                thought: "Look.".into(),
+                action: call(Value::from("ls -la")),
+                observation: Some("a\nc".into()),
+                ..Step::default()
+            },
+            Step {
+                thought: "Done.".into(),
+                action: Some(Action::Submit {
+                    message: Some("ok".into()),
+                }),
+                ..Step::default()
+            },
+            Step {
+                thought: "Done.".into(),
+                action: Some(Action::Submit { message: None }),
+                ..Step::default()
+            },
+        ];
+        let mut buf = Vec::new();
+        let digests: Vec<u128> = steps.iter().map(|s| step_digest(s, &mut buf)).collect();
+        for (step, digest) in steps.iter().zip(&digests) {
+            let mut h = Xxh3::with_seed(seed());
+            feed_step(&mut h, step);
+            assert_eq!(h.digest128(), *digest);
+        }
+        let mut distinct = digests.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), steps.len());
     }
 
     /// A next turn extends its session's cached prompt in place only when no one else holds
