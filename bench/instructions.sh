@@ -24,6 +24,7 @@
 #        OHA=path/to/oha  MOCK_PORT=19301  PROXY_PORT=19302  NUMBERED_PORT=19303 (the
 #        numbering mock)
 #        PATHS='mini-run terminus-run' (only the rows of these paths)
+#        SERVE_FLAGS='--render-cache-mib 0' (more `serve` flags for both builds, word-split)
 # Needs: valgrind (callgrind_control), oha (installed as bench/load.sh installs it), python3.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -87,7 +88,7 @@ count() {
     valgrind --tool=callgrind --callgrind-out-file="$out.%p" "$bin" serve \
         --listen "127.0.0.1:$PROXY_PORT" --backend "http://127.0.0.1:$port/v1" \
         --backend-model mock --log-dir "$WORK/logs" --max-steps 100000 \
-        --prefixes "$WORK/no-prefixes" 2>"$WORK/valgrind.log" &
+        --prefixes "$WORK/no-prefixes" ${SERVE_FLAGS:-} 2>"$WORK/valgrind.log" &
     pid=$!
     PIDS+=("$pid")
     wait_http "http://127.0.0.1:$PROXY_PORT/health" 60

@@ -35,6 +35,17 @@ fn rebuilt(path: &Path) -> Vec<(String, Value, String, Value)> {
 
 #[tokio::test]
 async fn deltas_rebuild_every_prompt_and_request_and_the_session_record_names_task_run_label() {
+    deltas_rebuild_every_prompt_and_request(None).await;
+}
+
+/// The same without the render cache: every prompt is one the cache does not hold, escaped
+/// once for the backend body and the record (the first stored whole from those frames).
+#[tokio::test]
+async fn deltas_rebuild_every_prompt_and_request_without_the_render_cache() {
+    deltas_rebuild_every_prompt_and_request(Some(0)).await;
+}
+
+async fn deltas_rebuild_every_prompt_and_request(render_cache_mib: Option<usize>) {
     let (backend, proxy) = serve_with(
         vec![
             Scripted::text("Look around first.\n<bash>ls /testbed</bash>\n"),
@@ -44,7 +55,10 @@ async fn deltas_rebuild_every_prompt_and_request_and_the_session_record_names_ta
             Scripted::text("Check it.\n<bash>python -m pytest -q /testbed/tests</bash>\n"),
             Scripted::text("All green.\n<submit/>\n"),
         ],
-        |a| a.label = Some("ckpt-100B".into()),
+        |a| {
+            a.label = Some("ckpt-100B".into());
+            a.render_cache_mib = render_cache_mib;
+        },
     )
     .await;
     let headers = [
@@ -903,6 +917,51 @@ async fn a_restarted_writer_extends_the_files_records_instead_of_storing_whole()
     let (reader, n) = rebuilt_steps(&writer.path(&id), &expected);
     assert_eq!(n, 4);
     assert_eq!(reader.request().header("x-asap-task"), Some("t-1"));
+}
+
+/// A restarted process's first prompt of a session, held as the escaped frames its backend
+/// body sent (a prompt the render cache does not hold, as after every restart): the record
+/// is rebased on the file's chain as a prompt held as text is, and a new session's first
+/// record stores it whole from the frames. Both rebuild as sent.
+#[tokio::test]
+async fn a_prompt_held_escaped_is_rebased_after_a_restart_and_stored_whole_in_a_new_file() {
+    use asap_proxy::session::SessionId;
+    use asap_proxy::trace::{TraceSettings, TraceWriter};
+    use asap_proxy::util::JsonFrames;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = || TraceSettings {
+        dir: dir.path().to_path_buf(),
+        ..TraceSettings::default()
+    };
+    let begin_escaped = |writer: &TraceWriter, id: &SessionId, turn: usize| {
+        let (mut record, prompt, body) = made_up_step(turn);
+        let full = std::mem::take(&mut record.full_prompt);
+        let frames = std::sync::Arc::new(JsonFrames::of(full.as_bytes(), b""));
+        (
+            writer.begin_from(id, record, &full, None, Some(&frames)),
+            (prompt, body),
+        )
+    };
+    let id = SessionId::from_recorded("cdecdecdecde").unwrap();
+    let mut expected = Vec::new();
+    write_steps(&TraceWriter::new(settings()), &id, 0..3, &mut expected).await;
+    let restarted = TraceWriter::new(settings());
+    let (pending, sent) = begin_escaped(&restarted, &id, 3);
+    restarted.commit(pending).await;
+    expected.push(sent);
+    let records = read_records(&restarted.path(&id));
+    let last = &records.last().unwrap()["data"];
+    assert_eq!(last["prompt"]["prefix_bytes"], expected[2].0.len());
+    assert_eq!(rebuilt_steps(&restarted.path(&id), &expected).1, 4);
+
+    let fresh = SessionId::from_recorded("defdefdefdef").unwrap();
+    let (pending, sent) = begin_escaped(&restarted, &fresh, 0);
+    restarted.commit(pending).await;
+    let records = read_records(&restarted.path(&fresh));
+    let first = &records[1]["data"];
+    assert_eq!(first["prompt"]["prefix_bytes"], 0);
+    assert_eq!(first["prompt"]["delta"], sent.0.as_str());
+    assert_eq!(rebuilt_steps(&restarted.path(&fresh), &[sent]).1, 1);
 }
 
 /// After a restart, the first record a process writes for a session may be a side call (an

@@ -645,11 +645,13 @@ fn encoding_failed(e: serde_json::Error) -> ProxyError {
 /// Bytes of the prompt escaped per frame of a [`PromptBody`].
 const PROMPT_FRAME_BYTES: usize = 64 * 1024;
 
-/// A completions body that escapes its prompt into frames of [`PROMPT_FRAME_BYTES`] as the
-/// connection takes them, instead of holding the whole prompt escaped (a second copy of the
-/// history per request until it is sent, 58 MB of the peak with 256 100-turn requests sent at
-/// once to a backend that reads them slowly; BENCHMARKS.md "Issue 23"), or that sends the
-/// escaped frames the render cache keeps with the prompt (shared, not copied). The frames
+/// A completions body that sends its prompt's escaped frames when the caller has them (the
+/// render cache's, shared, not copied; or those a turn escaped once for this body and its
+/// trace record, the text itself let go), or else escapes the text into frames of
+/// [`PROMPT_FRAME_BYTES`] as the connection takes them, instead of holding the whole prompt
+/// escaped beside the text (a second copy of the history per request until it is sent, 58 MB
+/// of the peak with 256 100-turn requests sent at once to a backend that reads them slowly;
+/// BENCHMARKS.md "Issue 23"). The frames
 /// together are byte for byte [`CompletionRequest::to_json`], and the exact length is known
 /// before the first frame (Content-Length, not chunked: llama-server, vLLM, SGLang and TGI all
 /// take it).

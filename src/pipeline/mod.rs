@@ -299,7 +299,19 @@ pub async fn run_turn(
         let prompt = std::mem::take(&mut turn.prepared.prompt);
         let held = scope.renderer.prompt_held(&prompt);
         let lineage = held.as_ref().map(|h| h.lineage);
-        let (json_len, escaped) = held.map_or((None, None), |h| (Some(h.json_len), h.escaped));
+        // A prompt the render cache does not hold (a session's opening, a rollout past the
+        // cache's bound) is escaped once, here: the backend body sends those frames (its
+        // length is theirs, no pass to count it) and a record that stores the prompt whole
+        // writes them as they are, instead of each escaping the text. The text itself is let
+        // go once the record has taken its delta, so the frames replace it rather than add
+        // to it while the call waits.
+        let (json_len, escaped) = match held {
+            Some(held) => (Some(held.json_len), held.escaped),
+            None => {
+                let frames = crate::util::JsonFrames::of(prompt.as_bytes(), b"");
+                (Some(frames.len()), Some(Arc::new(frames)))
+            }
+        };
         let again = || {
             scope
                 .renderer
@@ -314,7 +326,7 @@ pub async fn run_turn(
             scope.backend.complete(
                 crate::backend::Prompt::new(prompt.clone(), &again)
                     .with_json_len(json_len)
-                    .with_escaped(escaped),
+                    .with_escaped(escaped.clone()),
                 &asked.params,
                 &stops,
                 asked.model.as_deref(),
@@ -326,8 +338,12 @@ pub async fn run_turn(
                 },
             ),
             async {
-                let pending = scope.trace.begin_from(&session, record, &prompt, lineage);
+                let pending =
+                    scope
+                        .trace
+                        .begin_from(&session, record, &prompt, lineage, escaped.as_ref());
                 drop(prompt);
+                drop(escaped);
                 input = Arc::new(input.without_body());
                 pending
             }

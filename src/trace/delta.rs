@@ -970,11 +970,14 @@ impl PromptState {
 /// stored whole is shared, not copied; a delta is copied (usually the few KiB of the last
 /// turn), so the record does not keep the whole prompt alive while its call waits.
 /// `lineage`: the prompt's, when the render cache holds it
-/// ([`PromptState::shared_prefix_and_sha256_of`]).
+/// ([`PromptState::shared_prefix_and_sha256_of`]). `escaped`: the prompt JSON-escaped, when
+/// its backend body was made from those frames: a prompt stored whole is then held as them
+/// ([`PromptText::Escaped`]) and written without escaping it again.
 pub fn prompt_record(
     prompt: &Arc<String>,
     state: Option<&mut PromptState>,
     lineage: Option<crate::render::PromptLineage>,
+    escaped: Option<&Arc<crate::util::JsonFrames>>,
 ) -> PromptRecord {
     let (prefix_bytes, sha256) = match state {
         Some(state) => state.shared_prefix_and_sha256_of(prompt, lineage),
@@ -982,10 +985,12 @@ pub fn prompt_record(
     };
     PromptRecord {
         prefix_bytes,
-        delta: if prefix_bytes == 0 {
-            PromptText::Shared(prompt.clone())
-        } else {
-            PromptText::Owned(prompt[prefix_bytes..].to_string())
+        delta: match escaped {
+            _ if prefix_bytes > 0 => PromptText::Owned(prompt[prefix_bytes..].to_string()),
+            Some(frames) => {
+                PromptText::Escaped(super::EscapedPrompt::new(Arc::clone(frames), prompt.len()))
+            }
+            None => PromptText::Shared(prompt.clone()),
         },
         sha256,
         bytes: prompt.len(),

@@ -310,20 +310,79 @@ pub struct PromptRecord {
 /// The text of a [`PromptRecord::delta`]: owned when read back (and for a delta, a copy of
 /// the prompt's new part); while a begun record that stores its prompt whole waits for its
 /// completion call, the prompt the turn sent, shared rather than copied (285 KiB at 100
-/// turns). Serialized as a JSON string either way.
+/// turns), or the escaped frames its backend body sent (a prompt the render cache does not
+/// hold: escaped once for the body and the record, and not kept unescaped). Serialized as a
+/// JSON string either way.
 #[derive(Debug, Clone)]
 pub enum PromptText {
     Owned(String),
     Shared(Arc<String>),
+    Escaped(EscapedPrompt),
+}
+
+/// A prompt held JSON-escaped ([`crate::util::JsonFrames`], without quotes): written into its
+/// record as it is. The text itself is unescaped only when asked for
+/// ([`PromptText::as_str`]: a record rebased on a file from before a restart, one written the
+/// plain way), and then kept.
+#[derive(Debug, Clone)]
+pub struct EscapedPrompt {
+    frames: Arc<crate::util::JsonFrames>,
+    /// Bytes of the text unescaped.
+    bytes: usize,
+    text: std::sync::OnceLock<String>,
+}
+
+impl EscapedPrompt {
+    /// `frames`, the escaped form of a text of `bytes` bytes.
+    pub fn new(frames: Arc<crate::util::JsonFrames>, bytes: usize) -> Self {
+        Self {
+            frames,
+            bytes,
+            text: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The escaped frames, in order.
+    pub fn frames(&self) -> &[bytes::Bytes] {
+        self.frames.frames()
+    }
+
+    fn text(&self) -> &str {
+        self.text.get_or_init(|| {
+            let mut quoted = Vec::with_capacity(self.frames.len() + 2);
+            quoted.push(b'"');
+            for frame in self.frames.frames() {
+                quoted.extend_from_slice(frame);
+            }
+            quoted.push(b'"');
+            // Frames are `push_json_escaped` of a `str`: always a JSON string.
+            serde_json::from_slice(&quoted).unwrap_or_default()
+        })
+    }
 }
 
 impl PromptText {
-    /// The text.
+    /// The text (an escaped one is unescaped, once).
     pub fn as_str(&self) -> &str {
         match self {
             Self::Owned(text) => text,
             Self::Shared(prompt) => prompt,
+            Self::Escaped(escaped) => escaped.text(),
         }
+    }
+
+    /// Bytes of the text (without unescaping an escaped one).
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Owned(text) => text.len(),
+            Self::Shared(prompt) => prompt.len(),
+            Self::Escaped(escaped) => escaped.bytes,
+        }
+    }
+
+    /// Whether the text is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -1040,18 +1099,21 @@ impl TraceWriter {
     /// Records of a session are written in the order they were begun. A [`Pending`] dropped
     /// without a commit is written anyway, as `aborted`, so later records never wait on it.
     pub fn begin(&self, session: &SessionId, record: StepRecord, prompt: &Arc<String>) -> Pending {
-        self.begin_from(session, record, prompt, None)
+        self.begin_from(session, record, prompt, None, None)
     }
 
     /// [`TraceWriter::begin`] for a prompt the render cache holds, with its `lineage`: the
     /// bytes it shares with the session's last stored prompt are not read again to find the
-    /// prompt's delta.
+    /// prompt's delta; and with the prompt JSON-escaped (`escaped`, as its backend body sent
+    /// it), which a record that stores the prompt whole holds and writes as it is
+    /// ([`delta::prompt_record`]).
     pub fn begin_from(
         &self,
         session: &SessionId,
         mut record: StepRecord,
         prompt: &Arc<String>,
         lineage: Option<crate::render::PromptLineage>,
+        escaped: Option<&Arc<crate::util::JsonFrames>>,
     ) -> Pending {
         let cache = self.cache(session);
         let seq = {
@@ -1077,8 +1139,12 @@ impl TraceWriter {
             // prompt would else be stored whole.
             record.chain_unknown =
                 !state.delta.is_known() || (!side_call && !state.prompt.is_known());
-            let stored =
-                delta::prompt_record(prompt, (!side_call).then_some(&mut state.prompt), lineage);
+            let stored = delta::prompt_record(
+                prompt,
+                (!side_call).then_some(&mut state.prompt),
+                lineage,
+                escaped,
+            );
             record.request = record.input.as_deref().and_then(|input| {
                 state
                     .delta
@@ -1387,11 +1453,9 @@ impl Line<'_> {
         v: u32,
         record: &mut StepRecord,
     ) -> std::io::Result<()> {
-        let Some(prompt) = record
-            .prompt
-            .as_mut()
-            .filter(|p| p.delta.len() >= SPLICED_PROMPT_BYTES)
-        else {
+        let Some(prompt) = record.prompt.as_mut().filter(|p| {
+            matches!(p.delta, PromptText::Escaped(_)) || p.delta.len() >= SPLICED_PROMPT_BYTES
+        }) else {
             return self.write(kind, v, record);
         };
         let text = std::mem::replace(
@@ -1399,7 +1463,17 @@ impl Line<'_> {
             PromptText::Owned(prompt_placeholder().to_string()),
         );
         let placeheld = self.serialize(kind, v, record);
-        let spliced = placeheld.map(|buf| splice_json_string(&buf, prompt_placeholder(), &text));
+        let spliced = placeheld.map(|buf| match &text {
+            // Escaped for the backend body: copied in as it is.
+            PromptText::Escaped(escaped) => {
+                splice_escaped(&buf, prompt_placeholder(), escaped.frames.len(), |out| {
+                    for frame in escaped.frames() {
+                        out.extend_from_slice(frame);
+                    }
+                })
+            }
+            text => splice_json_string(&buf, prompt_placeholder(), text),
+        });
         if let Some(prompt) = record.prompt.as_mut() {
             prompt.delta = text;
         }
@@ -1441,7 +1515,8 @@ impl Line<'_> {
 
 /// Prompt texts from this many bytes are spliced into their record
 /// ([`Line::write_record`]); a shorter one (a running session's new steps) is not worth the
-/// search for the placeholder.
+/// search for the placeholder. A prompt held escaped ([`PromptText::Escaped`]) is spliced
+/// whatever its length: written the plain way it would be unescaped first.
 const SPLICED_PROMPT_BYTES: usize = 16 * 1024;
 
 /// The text a record's prompt is serialised as before it is spliced in: random per process,
@@ -1463,6 +1538,19 @@ fn prompt_placeholder() -> &'static str {
 /// [`crate::util::push_json_escaped`], the bytes serde_json writes); `None` unless the string
 /// occurs exactly once. `placeholder` needs no escaping.
 fn splice_json_string(buf: &[u8], placeholder: &str, text: &str) -> Option<Vec<u8>> {
+    splice_escaped(buf, placeholder, text.len() + text.len() / 16, |out| {
+        crate::util::push_json_escaped(out, text.as_bytes());
+    })
+}
+
+/// [`splice_json_string`] with the string's content written by `escaped` (about `len` bytes:
+/// the output's reserve).
+fn splice_escaped(
+    buf: &[u8],
+    placeholder: &str,
+    len: usize,
+    escaped: impl FnOnce(&mut Vec<u8>),
+) -> Option<Vec<u8>> {
     let token = format!("\"{placeholder}\"");
     let mut found = memchr::memmem::find_iter(buf, token.as_bytes());
     let at = found.next()?;
@@ -1470,10 +1558,10 @@ fn splice_json_string(buf: &[u8], placeholder: &str, text: &str) -> Option<Vec<u
         return None;
     }
     let tail = &buf[at + token.len()..];
-    let mut out = Vec::with_capacity(at + text.len() + text.len() / 16 + 2 + tail.len());
+    let mut out = Vec::with_capacity(at + len + 2 + tail.len());
     out.extend_from_slice(&buf[..at]);
     out.push(b'"');
-    crate::util::push_json_escaped(&mut out, text.as_bytes());
+    escaped(&mut out);
     out.push(b'"');
     out.extend_from_slice(tail);
     Some(out)
@@ -1637,6 +1725,42 @@ mod tests {
         }
     }
 
+    /// `prompt` held as the escaped frames a backend body sent.
+    fn escaped(prompt: &str) -> super::PromptText {
+        let frames = crate::util::JsonFrames::of(prompt.as_bytes(), b"");
+        super::PromptText::Escaped(super::EscapedPrompt::new(
+            std::sync::Arc::new(frames),
+            prompt.len(),
+        ))
+    }
+
+    proptest::proptest! {
+        /// A prompt held escaped, short or long, is written as the text it escapes would be,
+        /// byte for byte, without being unescaped (the write copies the frames); asked for
+        /// afterwards, its text is the prompt.
+        #[test]
+        fn a_prompt_held_escaped_is_written_as_its_text_would_be(
+            text in "[a\"\\\n\t\u{1}\u{1f}\u{7f}é\u{2028}💡 ]{0,64}",
+            repeats in proptest::sample::select(vec![1usize, 3, 40, 700]),
+        ) {
+            let prompt = text.repeat(repeats);
+            let mut record = record_with(&prompt, "request");
+            let expected = written(&mut record);
+            record.prompt.as_mut().unwrap().delta = escaped(&prompt);
+            let line = written(&mut record);
+            let delta = &record.prompt.as_ref().unwrap().delta;
+            let super::PromptText::Escaped(held) = delta else {
+                panic!("the record's prompt is no longer the escaped one");
+            };
+            proptest::prop_assert!(held.text.get().is_none(), "unescaped to be written");
+            proptest::prop_assert_eq!(delta.len(), prompt.len());
+            // The lines differ in their times only.
+            proptest::prop_assert_eq!(&line, &plain(&record, &line));
+            proptest::prop_assert_eq!(&expected, &plain(&record, &expected));
+            proptest::prop_assert_eq!(&**delta, prompt.as_str());
+        }
+    }
+
     #[test]
     fn a_record_that_holds_the_placeholder_elsewhere_is_written_the_plain_way() {
         let prompt = "x\"y".repeat(super::SPLICED_PROMPT_BYTES);
@@ -1645,6 +1769,11 @@ mod tests {
         let line = written(&mut record);
         assert_eq!(line, plain(&record, &line));
         assert!(line.contains(placeholder), "the client's text is kept");
+        // A prompt held escaped too: unescaped for the plain way.
+        record.prompt.as_mut().unwrap().delta = escaped(&prompt);
+        let line = written(&mut record);
+        assert_eq!(line, plain(&record, &line));
+        assert_eq!(&*record.prompt.as_ref().unwrap().delta, prompt.as_str());
         // Once is spliced; twice is refused.
         let buf = format!(r#"{{"a":"{placeholder}","b":1}}"#);
         assert_eq!(
