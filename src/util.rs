@@ -187,6 +187,44 @@ pub fn push_json_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     });
 }
 
+/// The text [`push_json_escaped`] made `escaped` from: its escapes (`\"`, `\\`, the short
+/// ones, `\u00XX`) read back, anything else kept as it is (any JSON escape of a character below
+/// U+0100 reads right; a lone backslash or a cut escape is kept). Never fails: bytes that are
+/// not UTF-8 become U+FFFD.
+pub fn json_unescaped(escaped: &[u8]) -> String {
+    let mut out = Vec::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some(at) = memchr::memchr(b'\\', rest) {
+        out.extend_from_slice(&rest[..at]);
+        let hex = |b: u8| char::from(b).to_digit(16);
+        let (byte, len) = match rest.get(at + 1) {
+            Some(b'b') => (Some(0x08), 2),
+            Some(b't') => (Some(b'\t'), 2),
+            Some(b'n') => (Some(b'\n'), 2),
+            Some(b'f') => (Some(0x0C), 2),
+            Some(b'r') => (Some(b'\r'), 2),
+            Some(&b @ (b'"' | b'\\' | b'/')) => (Some(b), 2),
+            Some(b'u') => match rest.get(at + 2..at + 6) {
+                Some([b'0', b'0', hi, lo]) => match (hex(*hi), hex(*lo)) {
+                    (Some(hi), Some(lo)) => (u8::try_from(hi * 16 + lo).ok(), 6),
+                    _ => (None, 1),
+                },
+                _ => (None, 1),
+            },
+            _ => (None, 1),
+        };
+        match byte {
+            // Below 0x80 a byte is its character; U+0080..U+00FF take two bytes in UTF-8.
+            Some(b) if b < 0x80 => out.push(b),
+            Some(b) => out.extend_from_slice(char::from(b).encode_utf8(&mut [0; 2]).as_bytes()),
+            None => out.push(b'\\'),
+        }
+        rest = &rest[at + len..];
+    }
+    out.extend_from_slice(rest);
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 /// A text JSON-escaped ([`push_json_escaped`], no quotes) as shared frames, so that a text
 /// which extends another escapes only its new bytes: the frames of the older body are shared,
 /// not copied (`bytes::Bytes`). The text is a *body* that grows and a short *end* (a prompt's
@@ -195,7 +233,8 @@ pub fn push_json_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
 /// shorter last frame into its first new one), so a long text is a few dozen frames, not one
 /// per extension. The render cache keeps them with its prompts (issue 23: escaping the prompt
 /// was a third of a next turn's instructions at 100 turns); the backend body sends them as they
-/// are.
+/// are, and a trace record that stores its prompt whole writes them as they are
+/// (`trace::PromptText::Escaped`; a prompt the cache does not hold is escaped once for both).
 #[derive(Debug, Clone, Default)]
 pub struct JsonFrames {
     /// The body's frames, then the end's (one frame, possibly empty).
@@ -449,7 +488,7 @@ impl Memo {
 
 #[cfg(test)]
 mod tests {
-    use super::{json_escaped_len, push_json_escaped, push_json_string, utc, Memo};
+    use super::{json_escaped_len, json_unescaped, push_json_escaped, push_json_string, utc, Memo};
 
     #[test]
     fn digests_are_keyed_per_process_and_tables_keyed_by_them_find_them() {
@@ -523,6 +562,34 @@ mod tests {
             push_json_string(&mut out, &text);
             proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&text).unwrap());
         }
+
+        /// What `push_json_escaped` writes reads back as the text; so does any JSON escape of
+        /// a character below U+0100 (what serde_json reads).
+        #[test]
+        fn json_unescaped_reads_back_the_escaped_text(
+            text in "(\\PC|[\\x00-\\x1f\"\\\\\u{7f}\u{80}-\u{ff}\u{2028}])*",
+        ) {
+            let mut escaped = Vec::new();
+            push_json_escaped(&mut escaped, text.as_bytes());
+            proptest::prop_assert_eq!(json_unescaped(&escaped), text.clone());
+            let other: String = text
+                .chars()
+                .map(|c| match u32::from(c) {
+                    n @ 0..0x100 => format!("\\u{n:04X}"),
+                    _ => c.to_string(),
+                })
+                .collect();
+            proptest::prop_assert_eq!(json_unescaped(other.as_bytes()), text);
+        }
+    }
+
+    /// A lone backslash, an unknown or cut escape and one above U+00FF are kept as they are.
+    #[test]
+    fn json_unescaped_keeps_what_it_does_not_read() {
+        assert_eq!(
+            json_unescaped(br#"a\/b\q\u12\u0100\u00e9\"#),
+            "a/b\\q\\u12\\u0100\u{e9}\\"
+        );
     }
 
     proptest::proptest! {

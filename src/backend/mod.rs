@@ -84,8 +84,8 @@ impl<'a> Prompt<'a> {
 
     /// The given text's length escaped as a JSON string's content
     /// ([`crate::util::json_escaped_len`]), when the caller knows it
-    /// ([`crate::render::HeldPrompt`]); the backend body's Content-Length then needs no pass
-    /// over the prompt.
+    /// ([`crate::render::HeldPrompt`], or the length of the frames it escaped); the backend
+    /// body's Content-Length then needs no pass over the prompt.
     pub fn with_json_len(mut self, json_len: Option<usize>) -> Self {
         if let Ok(Some(given)) = self.given.get_mut() {
             given.json_len = json_len;
@@ -93,8 +93,9 @@ impl<'a> Prompt<'a> {
         self
     }
 
-    /// The given text JSON-escaped, when the caller keeps it ([`crate::render::HeldPrompt`]):
-    /// the backend body sends these frames instead of escaping the text. They must be the
+    /// The given text JSON-escaped, when the caller has it ([`crate::render::HeldPrompt`]'s
+    /// frames, or those the pipeline escaped once for the body and the trace record): the
+    /// backend body sends these frames instead of escaping the text. They must be the
     /// text's escaped form (debug-asserted where sent).
     pub fn with_escaped(
         mut self,

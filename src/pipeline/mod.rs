@@ -302,9 +302,10 @@ pub async fn run_turn(
         // A prompt the render cache does not hold (a session's opening, a rollout past the
         // cache's bound) is escaped once, here: the backend body sends those frames (its
         // length is theirs, no pass to count it) and a record that stores the prompt whole
-        // writes them as they are, instead of each escaping the text. The text itself is let
-        // go once the record has taken its delta, so the frames replace it rather than add
-        // to it while the call waits.
+        // writes them as they are, instead of each escaping the text (a held prompt's frames,
+        // when the cache keeps them, serve both the same way). The text itself is let go once
+        // the record has taken its delta, so the frames replace it rather than add to it
+        // while the call waits.
         let (json_len, escaped) = match held {
             Some(held) => (Some(held.json_len), held.escaped),
             None => {

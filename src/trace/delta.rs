@@ -1029,6 +1029,29 @@ mod tests {
         }
     }
 
+    /// A prompt stored whole is held as the frames the backend body sent when there are
+    /// any, else shared; a delta is copied from the text whether or not there are frames.
+    #[test]
+    fn a_prompt_stored_whole_is_held_as_its_frames_and_a_delta_is_copied() {
+        let first = Arc::new("# Task\n\"quoted\"\n## Thinking\n".repeat(200));
+        let second = Arc::new(format!("{first}<observation>\nok\n</observation>\n"));
+        let frames = |text: &str| Arc::new(crate::util::JsonFrames::of(text.as_bytes(), b""));
+        let mut state = PromptState::default();
+        let whole = prompt_record(&first, Some(&mut state), None, Some(&frames(&first)));
+        assert_eq!(whole.prefix_bytes, 0);
+        assert!(matches!(&whole.delta, PromptText::Escaped(_)));
+        assert_eq!(
+            (whole.delta.len(), &*whole.delta),
+            (first.len(), first.as_str())
+        );
+        let delta = prompt_record(&second, Some(&mut state), None, Some(&frames(&second)));
+        assert_eq!(delta.prefix_bytes, first.len());
+        assert!(matches!(&delta.delta, PromptText::Owned(text) if *text == second[first.len()..]));
+        let shared = prompt_record(&first, None, None, None);
+        assert!(matches!(&shared.delta, PromptText::Shared(text) if Arc::ptr_eq(text, &first)));
+        assert_eq!(shared.sha256, whole.sha256);
+    }
+
     /// [`compact_json`] byte by byte with [`JsonStrings`]: the definition the string-skipping
     /// scan must keep.
     fn compact_json_bytewise(json: &str) -> String {

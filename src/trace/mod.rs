@@ -310,9 +310,9 @@ pub struct PromptRecord {
 /// The text of a [`PromptRecord::delta`]: owned when read back (and for a delta, a copy of
 /// the prompt's new part); while a begun record that stores its prompt whole waits for its
 /// completion call, the prompt the turn sent, shared rather than copied (285 KiB at 100
-/// turns), or the escaped frames its backend body sent (a prompt the render cache does not
-/// hold: escaped once for the body and the record, and not kept unescaped). Serialized as a
-/// JSON string either way.
+/// turns), or the escaped frames its backend body sent when there were any (the render
+/// cache's, or those a turn escaped once for the body and the record when the cache does not
+/// hold the prompt: then the text is not kept). Serialized as a JSON string either way.
 #[derive(Debug, Clone)]
 pub enum PromptText {
     Owned(String),
@@ -349,14 +349,8 @@ impl EscapedPrompt {
 
     fn text(&self) -> &str {
         self.text.get_or_init(|| {
-            let mut quoted = Vec::with_capacity(self.frames.len() + 2);
-            quoted.push(b'"');
-            for frame in self.frames.frames() {
-                quoted.extend_from_slice(frame);
-            }
-            quoted.push(b'"');
-            // Frames are `push_json_escaped` of a `str`: always a JSON string.
-            serde_json::from_slice(&quoted).unwrap_or_default()
+            let escaped = self.frames.frames().concat();
+            crate::util::json_unescaped(&escaped)
         })
     }
 }
@@ -1441,7 +1435,8 @@ impl Line<'_> {
     }
 
     /// A step or side-call record, as [`Line::write`] writes it, but a long prompt text is
-    /// escaped by [`crate::util::push_json_escaped`] rather than by serde_json: serialised as a
+    /// escaped by [`crate::util::push_json_escaped`] rather than by serde_json, and one held
+    /// escaped ([`PromptText::Escaped`], any length) is copied as it is: serialised as a
     /// placeholder ([`prompt_placeholder`]) and spliced in. serde_json's byte-at-a-time escape
     /// loop was a tenth of a 100-turn request's instructions when it opens a session (3.0 M
     /// of 31 M, callgrind; the word-at-a-time one 1.4 M). A line that holds the placeholder
