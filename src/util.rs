@@ -295,10 +295,9 @@ impl JsonFrames {
     }
 
     fn push(&mut self, mut frame: Vec<u8>) {
-        // Held for as long as the text is: no spare capacity beyond a sixty-fourth (escaping
-        // grows a typical frame by less than the eighth reserved for it; shrinking a heap
-        // block gives its end back without a copy in glibc's realloc).
-        if frame.capacity() - frame.len() > frame.len() / 64 {
+        // Held for as long as the text is: little spare capacity (escaping grew a typical
+        // frame by less than the eighth reserved for it, so this rarely copies).
+        if frame.capacity() - frame.len() > frame.len() / 8 {
             frame.shrink_to_fit();
         }
         self.len += frame.len();
