@@ -128,7 +128,7 @@ pub struct RequestDelta {
     /// written as `null`): kept as text, not as a tree of values, so a record that opens a
     /// session does not hold its history as one while its completion call runs.
     #[serde(default)]
-    pub messages: Vec<Box<RawValue>>,
+    pub messages: Vec<StoredMessage>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub content_refs: Vec<ContentRef>,
     /// Every top-level field but `messages`, when it differs from the previous request's.
@@ -152,6 +152,48 @@ impl RequestDelta {
         } else {
             1
         }
+    }
+}
+
+/// A new message of a [`RequestDelta`]: its stored JSON text.
+#[derive(Debug, Clone)]
+pub enum StoredMessage {
+    /// Checked JSON text: read back from a file, or built through serde_json.
+    Checked(Box<RawValue>),
+    /// Built by the request delta from a message of a body the decoder read (its members'
+    /// JSON text compacted, `null` in place of a referenced content: JSON by construction,
+    /// since the decoder parsed the same text strictly). The record's write copies it into
+    /// the line as it is (`trace::Line::write_record`) instead of checking it again:
+    /// `RawValue::from_string`'s parse was a twentieth of a 100-turn opening's
+    /// instructions (issue 23). Checked when serialised any other way (`null` if it is not
+    /// JSON, as a check at build time wrote it).
+    Built(String),
+}
+
+impl StoredMessage {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        match self {
+            Self::Checked(raw) => raw.get(),
+            Self::Built(text) => text,
+        }
+    }
+}
+
+impl Serialize for StoredMessage {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Checked(raw) => raw.serialize(serializer),
+            Self::Built(text) => RawValue::from_string(text.clone())
+                .unwrap_or_else(|_| RawValue::NULL.to_owned())
+                .serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StoredMessage {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(deserializer).map(Self::Checked)
     }
 }
 
@@ -666,11 +708,11 @@ fn stored_message<'r>(
     raw: &'r str,
     decoded: Option<&str>,
     mut refer: impl FnMut(&str, &'r str, Option<usize>) -> bool,
-) -> Box<RawValue> {
+) -> StoredMessage {
     let null = || RawValue::NULL.to_owned();
     // The usual message: an object whose keys have no escapes, split by the structural
-    // scanner (strings skipped at memory speed); the one validating pass is the stored
-    // text's own ([`RawValue::from_string`]).
+    // scanner (strings skipped at memory speed), and not checked again: `raw` is JSON the
+    // decoder read ([`RequestInput::body`]), compacting keeps it so.
     if let Some(members) = plain_members(raw) {
         let role = members
             .iter()
@@ -684,7 +726,7 @@ fn stored_message<'r>(
                 compact_json(value)
             }
         });
-        return RawValue::from_string(text).unwrap_or_else(|_| null());
+        return StoredMessage::Built(text);
     }
     let Ok(Members(Some(members))) = serde_json::from_str::<Members<'_>>(raw) else {
         let mut message: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
@@ -704,7 +746,9 @@ fn stored_message<'r>(
             }
             _ => {}
         }
-        return serde_json::value::to_raw_value(&message).unwrap_or_else(|_| null());
+        return StoredMessage::Checked(
+            serde_json::value::to_raw_value(&message).unwrap_or_else(|_| null()),
+        );
     };
     let role = members
         .iter()
@@ -722,10 +766,12 @@ fn stored_message<'r>(
         })
         .collect();
     let members = stored.iter().map(|(key, value)| (*key, value.as_ref()));
-    String::from_utf8(compact_object(members, raw.len() + 2))
-        .ok()
-        .and_then(|text| RawValue::from_string(text).ok())
-        .unwrap_or_else(null)
+    StoredMessage::Checked(
+        String::from_utf8(compact_object(members, raw.len() + 2))
+            .ok()
+            .and_then(|text| RawValue::from_string(text).ok())
+            .unwrap_or_else(null),
+    )
 }
 
 /// The members of JSON object text `text` when its keys have no escapes and none repeats
@@ -1864,7 +1910,7 @@ pub fn rebase(
     if delta.messages_from != 0 {
         return;
     }
-    let resolved = |i: usize, message: &RawValue| -> Value {
+    let resolved = |i: usize, message: &StoredMessage| -> Value {
         let mut message: Value = serde_json::from_str(message.get()).unwrap_or(Value::Null);
         for r in delta.content_refs.iter().filter(|r| r.message == i) {
             // A reference that does not apply leaves the message unequal to the chain's.

@@ -583,7 +583,9 @@ impl StepDecision {
 #[derive(Debug, Clone, Default)]
 pub struct RequestInput {
     /// The body as received (JSON; lone surrogate escapes already replaced, see
-    /// [`crate::openai::lenient`]).
+    /// [`crate::openai::lenient`]). It must be JSON the decoder read: the request delta
+    /// stores its messages' text compacted without checking it again
+    /// ([`delta::StoredMessage::Built`]).
     pub body: bytes::Bytes,
     /// `X-ASAP-Task` header.
     pub task_header: Option<String>,
@@ -1434,43 +1436,62 @@ impl Line<'_> {
         self.append(buf)
     }
 
-    /// A step or side-call record, as [`Line::write`] writes it, but a long prompt text is
-    /// escaped by [`crate::util::push_json_escaped`] rather than by serde_json, and one held
-    /// escaped ([`PromptText::Escaped`], any length) is copied as it is: serialised as a
-    /// placeholder ([`prompt_placeholder`]) and spliced in. serde_json's byte-at-a-time escape
-    /// loop was a tenth of a 100-turn request's instructions when it opens a session (3.0 M
-    /// of 31 M, callgrind; the word-at-a-time one 1.4 M). A line that holds the placeholder
-    /// elsewhere too (a client would have to send this process's random text) is serialised
-    /// the plain way.
+    /// A step or side-call record, as [`Line::write`] writes it, but its long texts are
+    /// copied into the line rather than serialised by serde_json: a long prompt text is
+    /// escaped by [`crate::util::push_json_escaped`] (serde_json's byte-at-a-time escape loop
+    /// was a tenth of a 100-turn request's instructions when it opens a session: 3.0 M of
+    /// 31 M, callgrind; the word-at-a-time one 1.4 M), one held escaped
+    /// ([`PromptText::Escaped`], any length) is copied as it is, and so is each message the
+    /// request delta built ([`delta::StoredMessage::Built`], not checked as JSON again). Each
+    /// is serialised as a placeholder ([`prompt_placeholder`]) and spliced in. A line that
+    /// holds a placeholder elsewhere too (a client would have to send this process's random
+    /// text) is serialised the plain way.
     fn write_record(
         &mut self,
         kind: &'static str,
         v: u32,
         record: &mut StepRecord,
     ) -> std::io::Result<()> {
-        let Some(prompt) = record.prompt.as_mut().filter(|p| {
+        let splices_prompt = record.prompt.as_ref().is_some_and(|p| {
             matches!(p.delta, PromptText::Escaped(_)) || p.delta.len() >= SPLICED_PROMPT_BYTES
-        }) else {
+        });
+        let is_built = |m: &delta::StoredMessage| matches!(m, delta::StoredMessage::Built(_));
+        let builds = |request: &delta::RequestDelta| request.messages.iter().any(is_built);
+        if !splices_prompt && !record.request.as_ref().is_some_and(builds) {
             return self.write(kind, v, record);
+        }
+        let text = match record.prompt.as_mut() {
+            Some(prompt) if splices_prompt => Some(std::mem::replace(
+                &mut prompt.delta,
+                PromptText::Owned(prompt_placeholder().to_string()),
+            )),
+            _ => None,
         };
-        let text = std::mem::replace(
-            &mut prompt.delta,
-            PromptText::Owned(prompt_placeholder().to_string()),
-        );
-        let placeheld = self.serialize(kind, v, record);
-        let spliced = placeheld.map(|buf| match &text {
-            // Escaped for the backend body: copied in as it is.
-            PromptText::Escaped(escaped) => {
-                splice_escaped(&buf, prompt_placeholder(), escaped.frames.len(), |out| {
-                    for frame in escaped.frames() {
-                        out.extend_from_slice(frame);
-                    }
+        // The messages, all of them, as one placeheld element of their array.
+        let messages = match record.request.as_mut() {
+            Some(request) if request.messages.iter().any(is_built) => {
+                let token = format!("{}-m", prompt_placeholder());
+                serde_json::value::to_raw_value(&token).ok().map(|token| {
+                    let token = vec![delta::StoredMessage::Checked(token)];
+                    std::mem::replace(&mut request.messages, token)
                 })
             }
-            text => splice_json_string(&buf, prompt_placeholder(), text),
+            _ => None,
+        };
+        let placeheld = self.serialize(kind, v, record);
+        let spliced = placeheld.map(|buf| {
+            let prompt = text.as_ref().map(|text| match text {
+                // Escaped for the backend body: copied in as it is.
+                PromptText::Escaped(escaped) => Splice::Escaped(escaped),
+                text => Splice::Text(text),
+            });
+            splice(&buf, prompt_placeholder(), prompt, messages.as_deref())
         });
-        if let Some(prompt) = record.prompt.as_mut() {
+        if let (Some(prompt), Some(text)) = (record.prompt.as_mut(), text) {
             prompt.delta = text;
+        }
+        if let (Some(request), Some(messages)) = (record.request.as_mut(), messages) {
+            request.messages = messages;
         }
         match spliced? {
             Some(buf) => self.append(buf),
@@ -1529,37 +1550,90 @@ fn prompt_placeholder() -> &'static str {
     &PLACEHOLDER
 }
 
+/// A record's prompt as [`splice`] writes it: a text escaped there, or frames escaped
+/// already.
+enum Splice<'a> {
+    Text(&'a PromptText),
+    Escaped(&'a EscapedPrompt),
+}
+
+impl Splice<'_> {
+    /// About how many bytes it writes.
+    fn len(&self) -> usize {
+        match self {
+            Self::Text(text) => text.len() + text.len() / 16,
+            Self::Escaped(escaped) => escaped.frames.len(),
+        }
+    }
+
+    /// Appends it as a JSON string's content.
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Text(text) => crate::util::push_json_escaped(out, text.as_str().as_bytes()),
+            Self::Escaped(escaped) => {
+                for frame in escaped.frames() {
+                    out.extend_from_slice(frame);
+                }
+            }
+        }
+    }
+}
+
+/// `buf` with its placeholder strings replaced: `"placeholder"` by `prompt` as a JSON string
+/// (the bytes serde_json writes), `"placeholder-m"` by the JSON texts of `messages` as they
+/// are, separated by commas (the placeholder is the only element of the array written);
+/// `None` unless each given occurs exactly once and nothing else does. `placeholder` needs
+/// no escaping.
+fn splice(
+    buf: &[u8],
+    placeholder: &str,
+    prompt: Option<Splice<'_>>,
+    messages: Option<&[delta::StoredMessage]>,
+) -> Option<Vec<u8>> {
+    let token = format!("\"{placeholder}");
+    let len = prompt.as_ref().map_or(0, Splice::len)
+        + messages.map_or(0, |m| m.iter().map(|m| m.get().len() + 1).sum());
+    let mut out = Vec::with_capacity(buf.len() + len + 2);
+    let (mut prompt, mut messages) = (prompt, messages);
+    let mut copied = 0;
+    for at in memchr::memmem::find_iter(buf, token.as_bytes()) {
+        if at < copied {
+            return None;
+        }
+        out.extend_from_slice(&buf[copied..at]);
+        let after = &buf[at + token.len()..];
+        if after.first() == Some(&b'"') {
+            let prompt = prompt.take()?;
+            out.push(b'"');
+            prompt.write(&mut out);
+            out.push(b'"');
+            copied = at + token.len() + 1;
+        } else if after.starts_with(b"-m\"") {
+            for (i, message) in messages.take()?.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(message.get().as_bytes());
+            }
+            copied = at + token.len() + 3;
+        } else {
+            return None;
+        }
+    }
+    if prompt.is_some() || messages.is_some() {
+        return None;
+    }
+    out.extend_from_slice(&buf[copied..]);
+    Some(out)
+}
+
 /// `buf` with the JSON string `"placeholder"` replaced by `text` as a JSON string (escaped by
 /// [`crate::util::push_json_escaped`], the bytes serde_json writes); `None` unless the string
 /// occurs exactly once. `placeholder` needs no escaping.
+#[cfg(test)]
 fn splice_json_string(buf: &[u8], placeholder: &str, text: &str) -> Option<Vec<u8>> {
-    splice_escaped(buf, placeholder, text.len() + text.len() / 16, |out| {
-        crate::util::push_json_escaped(out, text.as_bytes());
-    })
-}
-
-/// [`splice_json_string`] with the string's content written by `escaped` (about `len` bytes:
-/// the output's reserve).
-fn splice_escaped(
-    buf: &[u8],
-    placeholder: &str,
-    len: usize,
-    escaped: impl FnOnce(&mut Vec<u8>),
-) -> Option<Vec<u8>> {
-    let token = format!("\"{placeholder}\"");
-    let mut found = memchr::memmem::find_iter(buf, token.as_bytes());
-    let at = found.next()?;
-    if found.next().is_some() {
-        return None;
-    }
-    let tail = &buf[at + token.len()..];
-    let mut out = Vec::with_capacity(at + len + 2 + tail.len());
-    out.extend_from_slice(&buf[..at]);
-    out.push(b'"');
-    escaped(&mut out);
-    out.push(b'"');
-    out.extend_from_slice(tail);
-    Some(out)
+    let text = PromptText::Owned(text.to_string());
+    splice(buf, placeholder, Some(Splice::Text(&text)), None)
 }
 
 /// Makes a serialised record one line whatever it embeds: a raw line break is never part of a
@@ -1754,6 +1828,119 @@ mod tests {
             proptest::prop_assert_eq!(&expected, &plain(&record, &expected));
             proptest::prop_assert_eq!(&**delta, prompt.as_str());
         }
+    }
+
+    /// A record whose request delta was built from `body` (its first record), with `prompt`.
+    fn record_of_body(body: &str, prompt: &str) -> super::StepRecord {
+        let input = super::RequestInput {
+            body: bytes::Bytes::from(body.to_string()),
+            ..super::RequestInput::default()
+        };
+        let request = super::delta::DeltaState::default().request_delta(&input, prompt, 0);
+        super::StepRecord {
+            request,
+            ..record_with(prompt, "request")
+        }
+    }
+
+    proptest::proptest! {
+        /// Messages the request delta built are spliced into the line as they are, and the
+        /// line is the one serde_json writes (which checks each as JSON), byte for byte,
+        /// with a prompt spliced in too or not; the record holds them as before afterwards.
+        #[test]
+        fn built_messages_spliced_in_are_the_line_serde_json_writes(
+            messages in proptest::collection::vec(
+                (
+                    "(\\|\"|[\n\t\u{1}]|é|💡|[a-z ]){0,80}",
+                    crate::openai::split::tests::json_value(),
+                ),
+                1..6,
+            ),
+            pretty in proptest::bool::ANY,
+            long_prompt in proptest::bool::ANY,
+        ) {
+            let messages: Vec<serde_json::Value> = messages
+                .iter()
+                .enumerate()
+                .map(|(i, (content, other))| {
+                    // A key with an escape: a message the delta checks through serde_json.
+                    let key = if i == 2 { "e\"x" } else { "extra" };
+                    let mut message = serde_json::json!({
+                        "role": if i % 2 == 0 { "user" } else { "tool" },
+                        "content": content,
+                    });
+                    message[key] = other.clone();
+                    message
+                })
+                .collect();
+            let body = serde_json::json!({"model": "m", "messages": messages});
+            let body = if pretty {
+                serde_json::to_string_pretty(&body).unwrap()
+            } else {
+                serde_json::to_string(&body).unwrap()
+            };
+            // The prompt holds every content, so the long ones are stored as references.
+            let mut prompt: String = messages
+                .iter()
+                .map(|m| format!("<o>{}</o>", m["content"].as_str().unwrap()))
+                .collect();
+            if long_prompt {
+                prompt.push_str(&"p\"".repeat(super::SPLICED_PROMPT_BYTES));
+            }
+            let mut record = record_of_body(&body, &prompt);
+            let before = record.request.clone();
+            let built = before.as_ref().unwrap().messages.iter();
+            proptest::prop_assert!(
+                built.filter(|m| matches!(m, super::delta::StoredMessage::Built(_))).count() > 0
+            );
+            let line = written(&mut record);
+            proptest::prop_assert_eq!(&line, &plain(&record, &line));
+            proptest::prop_assert_eq!(&record.request, &before);
+            let read: serde_json::Value = serde_json::from_str(&line).unwrap();
+            proptest::prop_assert_eq!(
+                read["data"]["request"]["messages"].as_array().map(Vec::len),
+                Some(messages.len())
+            );
+        }
+    }
+
+    #[test]
+    fn a_record_that_holds_a_message_placeholder_elsewhere_is_written_the_plain_way() {
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"tool","content":"b"}]}"#;
+        let placeholder = super::prompt_placeholder();
+        for text in [format!("{placeholder}-m"), placeholder.to_string()] {
+            for prompt in ["short".to_string(), "x".repeat(super::SPLICED_PROMPT_BYTES)] {
+                let mut record = record_of_body(body, &prompt);
+                record.error = Some(text.clone());
+                let line = written(&mut record);
+                assert_eq!(line, plain(&record, &line));
+                assert!(line.contains(&text), "the client's text is kept");
+            }
+        }
+        // Each once: spliced; twice or missing: refused.
+        let buf = format!(r#"["{placeholder}-m",{{"p":"{placeholder}"}}]"#);
+        let prompt = super::PromptText::Owned("q\"".into());
+        let built = |text: &str| super::delta::StoredMessage::Built(text.into());
+        let messages = [built("{}"), built("[1]")];
+        assert_eq!(
+            super::splice(
+                buf.as_bytes(),
+                placeholder,
+                Some(super::Splice::Text(&prompt)),
+                Some(&messages)
+            )
+            .unwrap(),
+            br#"[{},[1],{"p":"q\""}]"#
+        );
+        let twice = format!(r#"["{placeholder}-m","{placeholder}-m"]"#);
+        let other = format!(r#"["{placeholder}-m","{placeholder}-n"]"#);
+        let one = format!(r#"["{placeholder}-m"]"#);
+        for buf in [&twice, &other] {
+            assert!(super::splice(buf.as_bytes(), placeholder, None, Some(&messages)).is_none());
+        }
+        let text = Some(super::Splice::Text(&prompt));
+        assert!(super::splice(one.as_bytes(), placeholder, text, Some(&messages)).is_none());
+        assert!(super::splice(one.as_bytes(), placeholder, None, None).is_none());
     }
 
     #[test]
