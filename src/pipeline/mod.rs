@@ -305,10 +305,15 @@ pub async fn run_turn(
         // writes them as they are, instead of each escaping the text (a held prompt's frames,
         // when the cache keeps them, serve both the same way). The text itself is let go once
         // the record has taken its delta, so the frames replace it rather than add to it
-        // while the call waits.
+        // while the call waits. A prompt the cache holds without frames and rendered whole
+        // (a session's opening the cache admitted; it keeps no frames for those) is escaped
+        // once here too, for the same two: its record stores it whole, unless a turn of the
+        // session was recorded before in this process, and then the body alone uses them.
         let (json_len, escaped) = match held {
-            Some(held) => (Some(held.json_len), held.escaped),
-            None => {
+            Some(held) if held.escaped.is_some() || held.lineage.extends.is_some() => {
+                (Some(held.json_len), held.escaped)
+            }
+            _ => {
                 let frames = crate::util::JsonFrames::of(prompt.as_bytes(), b"");
                 (Some(frames.len()), Some(Arc::new(frames)))
             }
