@@ -726,6 +726,11 @@ fn stored_message<'r>(
                 compact_json(value)
             }
         });
+        // A referenced content leaves most of the room unused, and the record holds the text
+        // while its completion call runs.
+        if text.capacity() > text.len() + text.len() / 8 + 64 {
+            text.shrink_to_fit();
+        }
         return StoredMessage::Built(text);
     }
     let Ok(Members(Some(members))) = serde_json::from_str::<Members<'_>>(raw) else {

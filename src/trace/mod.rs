@@ -1441,11 +1441,12 @@ impl Line<'_> {
     /// escaped by [`crate::util::push_json_escaped`] (serde_json's byte-at-a-time escape loop
     /// was a tenth of a 100-turn request's instructions when it opens a session: 3.0 M of
     /// 31 M, callgrind; the word-at-a-time one 1.4 M), one held escaped
-    /// ([`PromptText::Escaped`], any length) is copied as it is, and so is each message the
-    /// request delta built ([`delta::StoredMessage::Built`], not checked as JSON again). Each
-    /// is serialised as a placeholder ([`prompt_placeholder`]) and spliced in. A line that
-    /// holds a placeholder elsewhere too (a client would have to send this process's random
-    /// text) is serialised the plain way.
+    /// ([`PromptText::Escaped`], any length) is copied as it is, and so are the request
+    /// delta's messages when it built any ([`delta::StoredMessage::Built`], not checked as
+    /// JSON again). The prompt is serialised as a placeholder ([`prompt_placeholder`]), the
+    /// messages as one placeholder element of their array, and both are spliced in
+    /// ([`splice`]). A line that holds a placeholder elsewhere too (a client would have to
+    /// send this process's random text) is serialised the plain way.
     fn write_record(
         &mut self,
         kind: &'static str,
@@ -1639,7 +1640,8 @@ fn splice_json_string(buf: &[u8], placeholder: &str, text: &str) -> Option<Vec<u
 /// Makes a serialised record one line whatever it embeds: a raw line break is never part of a
 /// JSON string, so any in `buf` is whitespace between tokens copied from a client's raw JSON
 /// (the request delta compacts those already; this keeps the one-record-per-line guarantee
-/// for anything embedded later).
+/// for anything embedded later). The texts [`Line::write_record`] splices in after it need
+/// none: a prompt escaped as a JSON string, the request delta's messages compacted.
 fn one_line(buf: &mut Vec<u8>) {
     if memchr::memchr2(b'\n', b'\r', buf).is_none() {
         return;
