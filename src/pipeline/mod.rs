@@ -338,7 +338,7 @@ pub async fn run_turn(
             scope.backend.complete(
                 crate::backend::Prompt::new(prompt.clone(), &again)
                     .with_json_len(json_len)
-                    .with_escaped(escaped.clone()),
+                    .with_escaped(escaped),
                 &asked.params,
                 &stops,
                 asked.model.as_deref(),
