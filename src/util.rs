@@ -234,8 +234,7 @@ pub fn json_unescaped(escaped: &[u8]) -> String {
 /// per extension. The render cache keeps them with its prompts (issue 23: escaping the prompt
 /// was a third of a next turn's instructions at 100 turns); the backend body sends them as they
 /// are, and a trace record that stores its prompt whole writes them as they are
-/// (`trace::PromptText::Escaped`; a prompt the cache does not hold is escaped once for both,
-/// and one it admitted rendered whole is escaped by its render, for the body).
+/// (`trace::PromptText::Escaped`; a prompt the cache does not hold is escaped once for both).
 #[derive(Debug, Clone, Default)]
 pub struct JsonFrames {
     /// The body's frames, then the end's (one frame, possibly empty).

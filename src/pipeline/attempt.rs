@@ -155,11 +155,9 @@ impl Attempts {
     ///
     /// Errors: a template failure ([`ProxyError::Internal`]).
     pub fn render(&mut self, renderer: &Renderer, format: Format) -> Result<(), ProxyError> {
-        let (prompt, escaped) = renderer
-            .render_shared_escaped(format, &self.prepared.conversation, &self.prepared.tools)
+        self.prepared.prompt = renderer
+            .render_shared(format, &self.prepared.conversation, &self.prepared.tools)
             .map_err(|e| ProxyError::Internal(e.to_string()))?;
-        self.prepared.escaped = escaped.map(|frames| (prompt.clone(), frames));
-        self.prepared.prompt = prompt;
         Ok(())
     }
 }
@@ -216,35 +214,6 @@ mod tests {
         )
         .unwrap();
         (Attempts::new(prepared), renderer)
-    }
-
-    /// A conversation the render cache admitted, rendered whole: its frames are the prompt
-    /// escaped, handed out once and for that prompt only (not for one elided or replaced);
-    /// rendered again (a hit), it has none.
-    #[test]
-    fn a_prompt_rendered_whole_hands_its_frames_to_its_turn_once() {
-        let (mut turn, renderer) = turn(&["ls"]);
-        let prompt = turn.prepared.prompt.clone();
-        let mut replaced = turn.prepared.clone();
-        let same_text = std::sync::Arc::new(prompt.to_string());
-        assert!(replaced.escaped_prompt(&same_text).is_none());
-        assert!(replaced.escaped.is_none(), "taken, and dropped");
-        let frames = turn
-            .prepared
-            .escaped_prompt(&prompt)
-            .expect("frames of the render");
-        let escaped: Vec<u8> = frames.frames().concat();
-        let json = serde_json::to_string(&*prompt).unwrap();
-        assert_eq!(escaped, json.as_bytes()[1..json.len() - 1]);
-        assert!(
-            turn.prepared.escaped_prompt(&prompt).is_none(),
-            "taken once"
-        );
-        turn.render(&renderer, Format::MarkdownXml).unwrap();
-        assert!(
-            turn.prepared.escaped.is_none(),
-            "a hit has no frames of its own"
-        );
     }
 
     fn settings(on_terminate: OnTerminate) -> AttemptSettings {

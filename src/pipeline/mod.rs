@@ -297,7 +297,6 @@ pub async fn run_turn(
         // and the record: once sent (and stored, unless the record holds it whole) it is
         // freed, and a retry renders it again from the conversation.
         let prompt = std::mem::take(&mut turn.prepared.prompt);
-        let fresh = turn.prepared.escaped_prompt(&prompt);
         let held = scope.renderer.prompt_held(&prompt);
         let lineage = held.as_ref().map(|h| h.lineage);
         // A prompt the render cache does not hold (a session's opening, a rollout past the
@@ -306,22 +305,12 @@ pub async fn run_turn(
         // writes them as they are, instead of each escaping the text (a held prompt's frames,
         // when the cache keeps them, serve both the same way). The text itself is let go once
         // the record has taken its delta, so the frames replace it rather than add to it
-        // while the call waits. A prompt the cache holds without frames, rendered whole (a
-        // session's opening the cache admitted), has the frames its render made in place of
-        // counting its escaped length: the body sends them, and they are let go once sent.
-        // Its record keeps the cache's text instead, and escapes it when written: holding the
-        // frames for the whole call would add them to the text the cache keeps (a 256-request
-        // burst of openings holds 256 prompts).
-        let (json_len, escaped, record_escaped) = match held {
-            Some(held) => {
-                let body = held.escaped.clone().or(fresh);
-                (Some(held.json_len), body, held.escaped)
-            }
+        // while the call waits.
+        let (json_len, escaped) = match held {
+            Some(held) => (Some(held.json_len), held.escaped),
             None => {
-                let frames = fresh.unwrap_or_else(|| {
-                    Arc::new(crate::util::JsonFrames::of(prompt.as_bytes(), b""))
-                });
-                (Some(frames.len()), Some(frames.clone()), Some(frames))
+                let frames = crate::util::JsonFrames::of(prompt.as_bytes(), b"");
+                (Some(frames.len()), Some(Arc::new(frames)))
             }
         };
         let again = || {
@@ -338,7 +327,7 @@ pub async fn run_turn(
             scope.backend.complete(
                 crate::backend::Prompt::new(prompt.clone(), &again)
                     .with_json_len(json_len)
-                    .with_escaped(escaped),
+                    .with_escaped(escaped.clone()),
                 &asked.params,
                 &stops,
                 asked.model.as_deref(),
@@ -350,15 +339,12 @@ pub async fn run_turn(
                 },
             ),
             async {
-                let pending = scope.trace.begin_from(
-                    &session,
-                    record,
-                    &prompt,
-                    lineage,
-                    record_escaped.as_ref(),
-                );
+                let pending =
+                    scope
+                        .trace
+                        .begin_from(&session, record, &prompt, lineage, escaped.as_ref());
                 drop(prompt);
-                drop(record_escaped);
+                drop(escaped);
                 input = Arc::new(input.without_body());
                 pending
             }

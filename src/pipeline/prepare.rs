@@ -23,14 +23,6 @@ pub struct Prepared {
     /// Shared with the backend call and the trace record of each completion call (no copy
     /// per record).
     pub prompt: std::sync::Arc<String>,
-    /// A prompt escaped, when its render made frames the render cache does not keep (a
-    /// conversation rendered whole: [`Renderer::render_shared_escaped`]), with that prompt:
-    /// taken by the turn for its backend body and record while `prompt` is still the same
-    /// allocation ([`Prepared::escaped_prompt`]).
-    pub escaped: Option<(
-        std::sync::Arc<String>,
-        std::sync::Arc<crate::util::JsonFrames>,
-    )>,
     /// The session the history belongs to (fresh if none is found).
     pub session: SessionState,
     /// The prompt of the history alone (no nudged steps; `prompt` itself when the session
@@ -48,18 +40,6 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// The frames of `prompt` its render made ([`Prepared::escaped`]), taken; `None` when
-    /// they are of another prompt (one rendered again, elided, replaced).
-    pub fn escaped_prompt(
-        &mut self,
-        prompt: &std::sync::Arc<String>,
-    ) -> Option<std::sync::Arc<crate::util::JsonFrames>> {
-        self.escaped
-            .take()
-            .filter(|(of, _)| std::sync::Arc::ptr_eq(of, prompt))
-            .map(|(_, frames)| frames)
-    }
-
     /// A trace record for a completion call of this prepared turn, with a copy of its prompt
     /// (for [`crate::trace::TraceWriter::write_record`]).
     pub fn record(&self, step: usize, attempt: usize) -> StepRecord {
@@ -169,10 +149,10 @@ pub fn prepare(
     // kept (they are looked up once).
     let render_shared = |c: &Conversation| {
         renderer
-            .render_shared_escaped(config.format, c, &tools)
+            .render_shared(config.format, c, &tools)
             .map_err(|e| ProxyError::Internal(e.to_string()))
     };
-    let (base_prompt, base_escaped) = render_shared(&base)?;
+    let base_prompt = render_shared(&base)?;
     let scope = session::index_scope(
         explicit.as_ref().map(|(id, _)| id.as_str()),
         request.explicit_run(headers),
@@ -192,17 +172,15 @@ pub fn prepare(
     }
     let mut conversation = base;
     policy::insert_nudged_steps(&mut conversation, &session.nudges, &tools);
-    let (prompt, escaped) = if session.nudges.0.is_empty() {
-        (base_prompt.clone(), base_escaped)
+    let prompt = if session.nudges.0.is_empty() {
+        base_prompt.clone()
     } else {
         render_shared(&conversation)?
     };
-    let escaped = escaped.map(|frames| (prompt.clone(), frames));
     Ok(Prepared {
         tools,
         conversation,
         prompt,
-        escaped,
         session,
         base_prompt,
         task: explicit

@@ -428,33 +428,19 @@ impl Renderer {
         conversation: &Conversation,
         tools: &ResolvedProfile,
     ) -> Result<Arc<String>, RenderError> {
-        self.render_shared_escaped(format, conversation, tools)
-            .map(|(prompt, _)| prompt)
-    }
-
-    /// [`Renderer::render_shared`], and the prompt's escaped frames when it was rendered
-    /// whole and the cache admitted it: the cache keeps no frames for those (below), but the
-    /// turn sends them and a record that stores the prompt whole writes them, so they are
-    /// made here in place of the pass that counted the escaped length (issue 23).
-    pub fn render_shared_escaped(
-        &self,
-        format: Format,
-        conversation: &Conversation,
-        tools: &ResolvedProfile,
-    ) -> Result<(Arc<String>, Option<Arc<JsonFrames>>), RenderError> {
         let Some(cache) = self
             .cache
             .as_ref()
             .filter(|_| !self.whole.contains(&format))
         else {
-            return Ok((Arc::new(self.render(format, conversation, tools)?), None));
+            return self.render(format, conversation, tools).map(Arc::new);
         };
         let lookup = cache::Lookup::of(format, conversation);
         let steps = all_steps(conversation);
         if let Some(found) = cache.find(&lookup, tools) {
             if found.steps == steps.len() {
                 cache.count(cache::Outcome::Hit, found.prompt.len());
-                return Ok((found.prompt, None));
+                return Ok(found.prompt);
             }
             let tail = self.render_document(
                 format,
@@ -472,7 +458,7 @@ impl Renderer {
                 let len = shared + blocks.len();
                 cache.count(cache::Outcome::Extended, len);
                 if !cache.admits(&lookup, len, lookup.steps.len(), true) {
-                    return Ok((Arc::new(concat(&found.prompt[..shared], blocks)), None));
+                    return Ok(Arc::new(concat(&found.prompt[..shared], blocks)));
                 }
                 // Only the new blocks are escaped when the older prompt's frames are kept;
                 // without them, the whole prompt, if its frames would stay.
@@ -493,7 +479,7 @@ impl Renderer {
                 // The older prompt grows in place when only the cache and this render hold it
                 // (the next turn of a session: its last prompt was sent and released);
                 // otherwise it is copied, and the copy replaces its entry.
-                let extended = match cache.extend_in_place(
+                return match cache.extend_in_place(
                     lookup,
                     found.prompt,
                     blocks,
@@ -501,7 +487,7 @@ impl Renderer {
                     json_len,
                     escaped,
                 ) {
-                    Ok(prompt) => prompt,
+                    Ok(prompt) => Ok(prompt),
                     Err((lookup, older, escaped)) => {
                         let prompt = Arc::new(concat(&older[..shared], blocks));
                         cache.insert(
@@ -512,26 +498,23 @@ impl Renderer {
                             escaped,
                             Some((&older, shared)),
                         );
-                        prompt
+                        Ok(prompt)
                     }
                 };
-                return Ok((extended, None));
             }
         }
         let prompt = Arc::new(self.render_steps(format, conversation, &steps, tools)?);
         cache.count(cache::Outcome::Miss, prompt.len());
-        if !cache.admits(&lookup, prompt.len(), lookup.steps.len(), false) {
-            return Ok((prompt, None));
+        if cache.admits(&lookup, prompt.len(), lookup.steps.len(), false) {
+            // No frames yet: most conversations rendered whole are not continued in this
+            // process (a request that opens a session after a restart or on another replica,
+            // a history the client rewrote), and frames made for them would be dropped
+            // unused once the cache is full, leaving their memory to the allocator. The next
+            // turn escapes this prompt into frames, which its later turns extend.
+            let json_len = crate::util::json_escaped_len(prompt.as_bytes());
+            cache.insert(lookup, tools, prompt.clone(), json_len, None, None);
         }
-        // The cache keeps no frames yet: most conversations rendered whole are not continued
-        // in this process (a request that opens a session after a restart or on another
-        // replica, a history the client rewrote), and frames kept for them would be dropped
-        // unused once the cache is full, leaving their memory to the allocator. The next turn
-        // escapes this prompt into frames, which its later turns extend. This turn's are the
-        // caller's, and give the escaped length the cache keeps.
-        let frames = JsonFrames::of(prompt.as_bytes(), b"");
-        cache.insert(lookup, tools, prompt.clone(), frames.len(), None, None);
-        Ok((prompt, Some(Arc::new(frames))))
+        Ok(prompt)
     }
 
     /// What the render cache knows of `prompt` when it holds it (the same allocation, as
