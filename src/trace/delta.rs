@@ -163,7 +163,8 @@ pub enum StoredMessage {
     /// Built by the request delta from a message of a body the decoder read (its members'
     /// JSON text compacted, `null` in place of a referenced content: JSON by construction,
     /// since the decoder parsed the same text strictly). The record's write copies it into
-    /// the line as it is (`trace::Line::write_record`) instead of checking it again:
+    /// the line as it is when the built messages are long (a session's first record:
+    /// `trace::Line::write_record`) instead of checking it again:
     /// `RawValue::from_string`'s parse was a twentieth of a 100-turn opening's
     /// instructions (issue 23). Checked when serialised any other way (`null` if it is not
     /// JSON, as a check at build time wrote it).

@@ -1442,8 +1442,8 @@ impl Line<'_> {
     /// was a tenth of a 100-turn request's instructions when it opens a session: 3.0 M of
     /// 31 M, callgrind; the word-at-a-time one 1.4 M), one held escaped
     /// ([`PromptText::Escaped`], any length) is copied as it is, and so are the request
-    /// delta's messages when it built any ([`delta::StoredMessage::Built`], not checked as
-    /// JSON again). The prompt is serialised as a placeholder ([`prompt_placeholder`]), the
+    /// delta's messages when those it built are long ([`delta::StoredMessage::Built`], not
+    /// checked as JSON again; [`SPLICED_BYTES`] together: a session's first record). The prompt is serialised as a placeholder ([`prompt_placeholder`]), the
     /// messages as one placeholder element of their array, and both are spliced in
     /// ([`splice`]). A line that holds a placeholder elsewhere too (a client would have to
     /// send this process's random text) is serialised the plain way.
@@ -1454,11 +1454,22 @@ impl Line<'_> {
         record: &mut StepRecord,
     ) -> std::io::Result<()> {
         let splices_prompt = record.prompt.as_ref().is_some_and(|p| {
-            matches!(p.delta, PromptText::Escaped(_)) || p.delta.len() >= SPLICED_PROMPT_BYTES
+            matches!(p.delta, PromptText::Escaped(_)) || p.delta.len() >= SPLICED_BYTES
         });
-        let is_built = |m: &delta::StoredMessage| matches!(m, delta::StoredMessage::Built(_));
-        let builds = |request: &delta::RequestDelta| request.messages.iter().any(is_built);
-        if !splices_prompt && !record.request.as_ref().is_some_and(builds) {
+        // Built messages of a few KiB (a running session's new turn) are checked and written
+        // the plain way: the placeholder and the search cost more than the check.
+        let built = |request: &delta::RequestDelta| -> usize {
+            let built = request.messages.iter().filter_map(|m| match m {
+                delta::StoredMessage::Built(text) => Some(text.len()),
+                delta::StoredMessage::Checked(_) => None,
+            });
+            built.sum()
+        };
+        let splices_messages = record
+            .request
+            .as_ref()
+            .is_some_and(|request| built(request) >= SPLICED_BYTES);
+        if !splices_prompt && !splices_messages {
             return self.write(kind, v, record);
         }
         let text = match record.prompt.as_mut() {
@@ -1470,7 +1481,7 @@ impl Line<'_> {
         };
         // The messages, all of them, as one placeheld element of their array.
         let messages = match record.request.as_mut() {
-            Some(request) if request.messages.iter().any(is_built) => {
+            Some(request) if splices_messages => {
                 let token = format!("{}-m", prompt_placeholder());
                 serde_json::value::to_raw_value(&token).ok().map(|token| {
                     let token = vec![delta::StoredMessage::Checked(token)];
@@ -1530,11 +1541,11 @@ impl Line<'_> {
     }
 }
 
-/// Prompt texts from this many bytes are spliced into their record
-/// ([`Line::write_record`]); a shorter one (a running session's new steps) is not worth the
-/// search for the placeholder. A prompt held escaped ([`PromptText::Escaped`]) is spliced
+/// Prompt texts, and built messages together, from this many bytes are spliced into their
+/// record ([`Line::write_record`]); shorter ones (a running session's new steps) are not
+/// worth the search for the placeholder. A prompt held escaped ([`PromptText::Escaped`]) is spliced
 /// whatever its length: written the plain way it would be unescaped first.
-const SPLICED_PROMPT_BYTES: usize = 16 * 1024;
+const SPLICED_BYTES: usize = 16 * 1024;
 
 /// The text a record's prompt is serialised as before it is spliced in: random per process,
 /// so no client can send it (a record that holds it twice is serialised the plain way).
@@ -1788,7 +1799,7 @@ mod tests {
         fn a_spliced_prompt_is_the_line_serde_json_writes(
             text in "[a\"\\\n\t\u{1}\u{1f}\u{7f}é\u{2028}💡 ]{0,64}",
         ) {
-            let prompt = text.repeat(super::SPLICED_PROMPT_BYTES / text.len().max(1) + 1);
+            let prompt = text.repeat(super::SPLICED_BYTES / text.len().max(1) + 1);
             let mut record = record_with(&prompt, "request");
             let line = written(&mut record);
             proptest::prop_assert_eq!(&line, &plain(&record, &line));
@@ -1860,6 +1871,7 @@ mod tests {
             ),
             pretty in proptest::bool::ANY,
             long_prompt in proptest::bool::ANY,
+            long_messages in proptest::bool::ANY,
         ) {
             let messages: Vec<serde_json::Value> = messages
                 .iter()
@@ -1872,6 +1884,9 @@ mod tests {
                         "content": content,
                     });
                     message[key] = other.clone();
+                    if long_messages && i == 0 {
+                        message["pad"] = "x\"".repeat(super::SPLICED_BYTES).into();
+                    }
                     message
                 })
                 .collect();
@@ -1887,7 +1902,7 @@ mod tests {
                 .map(|m| format!("<o>{}</o>", m["content"].as_str().unwrap()))
                 .collect();
             if long_prompt {
-                prompt.push_str(&"p\"".repeat(super::SPLICED_PROMPT_BYTES));
+                prompt.push_str(&"p\"".repeat(super::SPLICED_BYTES));
             }
             let mut record = record_of_body(&body, &prompt);
             let before = record.request.clone();
@@ -1908,10 +1923,14 @@ mod tests {
 
     #[test]
     fn a_record_that_holds_a_message_placeholder_elsewhere_is_written_the_plain_way() {
-        let body = r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"tool","content":"b"}]}"#;
+        let long = "a".repeat(super::SPLICED_BYTES);
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"a","pad":"{long}"}},{{"role":"tool","content":"b"}}]}}"#
+        );
+        let body = body.as_str();
         let placeholder = super::prompt_placeholder();
         for text in [format!("{placeholder}-m"), placeholder.to_string()] {
-            for prompt in ["short".to_string(), "x".repeat(super::SPLICED_PROMPT_BYTES)] {
+            for prompt in ["short".to_string(), "x".repeat(super::SPLICED_BYTES)] {
                 let mut record = record_of_body(body, &prompt);
                 record.error = Some(text.clone());
                 let line = written(&mut record);
@@ -1947,7 +1966,7 @@ mod tests {
 
     #[test]
     fn a_record_that_holds_the_placeholder_elsewhere_is_written_the_plain_way() {
-        let prompt = "x\"y".repeat(super::SPLICED_PROMPT_BYTES);
+        let prompt = "x\"y".repeat(super::SPLICED_BYTES);
         let placeholder = super::prompt_placeholder();
         let mut record = record_with(&prompt, placeholder);
         let line = written(&mut record);
