@@ -1443,10 +1443,11 @@ impl Line<'_> {
     /// 31 M, callgrind; the word-at-a-time one 1.4 M), one held escaped
     /// ([`PromptText::Escaped`], any length) is copied as it is, and so are the request
     /// delta's messages when those it built are long ([`delta::StoredMessage::Built`], not
-    /// checked as JSON again; [`SPLICED_BYTES`] together: a session's first record). The prompt is serialised as a placeholder ([`prompt_placeholder`]), the
-    /// messages as one placeholder element of their array, and both are spliced in
-    /// ([`splice`]). A line that holds a placeholder elsewhere too (a client would have to
-    /// send this process's random text) is serialised the plain way.
+    /// checked as JSON again; [`SPLICED_MESSAGE_BYTES`] together: a session's first record).
+    /// The prompt is serialised as a placeholder ([`prompt_placeholder`]), the messages as one
+    /// placeholder element of their array, and both are spliced in ([`splice`]). A line that
+    /// holds a placeholder elsewhere too (a client would have to send this process's random
+    /// text) is serialised the plain way.
     fn write_record(
         &mut self,
         kind: &'static str,
@@ -1468,7 +1469,7 @@ impl Line<'_> {
         let splices_messages = record
             .request
             .as_ref()
-            .is_some_and(|request| built(request) >= SPLICED_BYTES);
+            .is_some_and(|request| built(request) >= SPLICED_MESSAGE_BYTES);
         if !splices_prompt && !splices_messages {
             return self.write(kind, v, record);
         }
@@ -1541,11 +1542,18 @@ impl Line<'_> {
     }
 }
 
-/// Prompt texts, and built messages together, from this many bytes are spliced into their
-/// record ([`Line::write_record`]); shorter ones (a running session's new steps) are not
-/// worth the search for the placeholder. A prompt held escaped ([`PromptText::Escaped`]) is spliced
+/// Prompt texts from this many bytes are spliced into their record ([`Line::write_record`]);
+/// a shorter one (a running session's new steps) is not worth the search for the
+/// placeholder. A prompt held escaped ([`PromptText::Escaped`]) is spliced
 /// whatever its length: written the plain way it would be unescaped first.
 const SPLICED_BYTES: usize = 16 * 1024;
+
+/// A request delta's built messages from this many bytes together are spliced into their
+/// record ([`Line::write_record`]): the placeholder and its search cost about what checking
+/// 1.5 KB of JSON does, and a running turn's new messages (an action, and a result the
+/// prompt holds, stored as a reference) are mostly shorter than this; a session's first
+/// record, whose contents are references too, is longer from a few turns on.
+const SPLICED_MESSAGE_BYTES: usize = 4 * 1024;
 
 /// The text a record's prompt is serialised as before it is spliced in: random per process,
 /// so no client can send it (a record that holds it twice is serialised the plain way).
@@ -1885,7 +1893,7 @@ mod tests {
                     });
                     message[key] = other.clone();
                     if long_messages && i == 0 {
-                        message["pad"] = "x\"".repeat(super::SPLICED_BYTES).into();
+                        message["pad"] = "x\"".repeat(super::SPLICED_MESSAGE_BYTES).into();
                     }
                     message
                 })
@@ -1923,7 +1931,7 @@ mod tests {
 
     #[test]
     fn a_record_that_holds_a_message_placeholder_elsewhere_is_written_the_plain_way() {
-        let long = "a".repeat(super::SPLICED_BYTES);
+        let long = "a".repeat(super::SPLICED_MESSAGE_BYTES);
         let body = format!(
             r#"{{"model":"m","messages":[{{"role":"user","content":"a","pad":"{long}"}},{{"role":"tool","content":"b"}}]}}"#
         );
